@@ -1,0 +1,115 @@
+// Package tiers is a cache node's local storage: the Tier interface that
+// every storage level implements (dram, ssd, s3, …), the Hierarchy that
+// places blocks in the fastest tier, demotes victims downward and promotes
+// hits upward, and the errors they share. Eviction policies live in
+// tiers/policy, backends in tiers/<name>, the conformance suite every
+// backend passes in tiers/tiertest.
+package tiers
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/kvstrata/kvstrata/index"
+)
+
+// Errors shared by every tier; test for them with errors.Is.
+var (
+	ErrNotFound = errors.New("tiers: block not found")
+	ErrFull     = errors.New("tiers: tier full")
+	ErrTooLarge = errors.New("tiers: block too large")
+	// ErrCorrupt marks a stored block whose bytes no longer match their
+	// checksum. The tier drops such a block; callers treat it as a miss.
+	ErrCorrupt = errors.New("tiers: block corrupt")
+	ErrClosed  = errors.New("tiers: closed")
+	// ErrInvalid marks a request that breaks the API contract (a Meta whose
+	// size or checksum does not match the bytes, say).
+	ErrInvalid = errors.New("tiers: invalid request")
+	// ErrInvalidConfig marks a configuration that fails validation.
+	ErrInvalidConfig = errors.New("tiers: invalid config")
+)
+
+// SizeError is the error for a block over a tier's maximum block size; it
+// matches ErrTooLarge.
+type SizeError struct {
+	Size, Limit int64
+}
+
+func (e *SizeError) Error() string {
+	return fmt.Sprintf("tiers: block is %s, over the %s limit", FormatBytes(e.Size), FormatBytes(e.Limit))
+}
+
+func (e *SizeError) Is(target error) bool { return target == ErrTooLarge }
+
+// Meta describes one stored block.
+type Meta struct {
+	Key index.Key
+	index.Meta
+	// Sum is xxhash64 of the block's bytes (Checksum). Tiers store it with
+	// the bytes and check it wherever the bytes could have been damaged.
+	Sum uint64
+}
+
+// Checksum is the checksum every tier stores with a block.
+func Checksum(b []byte) uint64 { return xxhash.Sum64(b) }
+
+// Stats is a tier's accounting at one instant.
+type Stats struct {
+	Capacity int64 // bytes the tier may hold
+	Used     int64 // bytes it holds now, with any allocation overhead; ≤ Capacity
+	Blocks   int64 // blocks it holds
+}
+
+// Tier is one storage level. Implementations are safe for concurrent use.
+// Blocks are replaced, never merged: Put of an existing key replaces it.
+type Tier interface {
+	// Put stores value under m.Key. m.Size must be len(value), else
+	// ErrInvalid; m.Sum must be Checksum(value): tiers store it unchecked
+	// (the bytes are hashed once, where they enter the node) and a wrong sum
+	// makes later reads fail with ErrCorrupt. Put fails with a *SizeError
+	// over the tier's block limit and with ErrFull when there is no room; on
+	// error nothing changes. The tier copies value.
+	Put(m Meta, value []byte) error
+	// Get appends the block's bytes to dst and returns them with the block's
+	// Meta. It fails with ErrNotFound, or with ErrCorrupt when the stored
+	// bytes fail their checksum (the tier then drops the block).
+	Get(key index.Key, dst []byte) ([]byte, Meta, error)
+	// Stat returns a block's Meta without reading its bytes.
+	Stat(key index.Key) (Meta, error)
+	// Delete removes a block; ErrNotFound if absent.
+	Delete(key index.Key) error
+	// Scan calls fn for each block until fn returns false. Blocks put or
+	// deleted during a Scan may or may not be seen; fn may call the tier.
+	Scan(fn func(Meta) bool) error
+	Stats() Stats
+	// Close releases the tier's resources; persistent tiers keep their
+	// blocks for the next open. Every other method then fails with ErrClosed.
+	Close() error
+}
+
+// CheckPut validates a Put's arguments against a block size limit; tiers
+// call it first.
+func CheckPut(m Meta, value []byte, limit int64) error {
+	if int64(len(value)) > limit {
+		return &SizeError{Size: int64(len(value)), Limit: limit}
+	}
+	if int(m.Size) != len(value) {
+		return fmt.Errorf("%w: meta says %d bytes, value has %d", ErrInvalid, m.Size, len(value))
+	}
+	return nil
+}
+
+// FormatBytes formats n with a binary unit: "512 B", "64.0 KiB", "5.0 MiB".
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit || m <= -unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
