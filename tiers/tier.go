@@ -9,6 +9,7 @@ package tiers
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/kvstrata/kvstrata/index"
@@ -112,4 +113,20 @@ func FormatBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// View is a pinned, zero-copy window on one block's bytes inside a tier.
+type View interface {
+	// Bytes returns the block's bytes; callers must not write to them.
+	Bytes() []byte
+	Meta() Meta
+	// Release unpins the block; it reports an error when the lease ran out
+	// first and the bytes may have changed meanwhile.
+	Release() error
+}
+
+// Viewer is implemented by tiers that can hand out a block's bytes without
+// copying them (dram). The pin lasts until Release or until lease runs out.
+type Viewer interface {
+	View(key index.Key, lease time.Duration) (View, error)
 }
