@@ -130,3 +130,19 @@ type View interface {
 type Viewer interface {
 	View(key index.Key, lease time.Duration) (View, error)
 }
+
+// Reservation is room for one block inside a tier, filled in place (from a
+// socket, say) and then published with Commit or given back with Abort.
+type Reservation interface {
+	Bytes() []byte
+	// Commit publishes the block; the caller has checked the bytes against
+	// the Meta's Sum.
+	Commit() error
+	// Abort gives the room back; a no-op after Commit.
+	Abort()
+}
+
+// Reserver is implemented by tiers that can be written in place (dram).
+type Reserver interface {
+	Reserve(m Meta) (Reservation, error)
+}

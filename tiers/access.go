@@ -1,0 +1,161 @@
+package tiers
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/kvstrata/kvstrata/index"
+)
+
+// View returns a block's bytes without copying them when the fastest level
+// holding it can hand them out in place (dram), else in a fresh buffer. The
+// View must be released; the lease bounds how long it may pin the bytes.
+func (h *Hierarchy) View(key index.Key, lease time.Duration) (View, index.TierKind, error) {
+	var v View
+	_, kind, err := h.read(key, func(t Tier) (Meta, error) {
+		if vt, ok := t.(Viewer); ok {
+			var err error
+			v, err = vt.View(key, lease)
+			if err != nil {
+				return Meta{}, err
+			}
+			return v.Meta(), nil
+		}
+		b, m, err := t.Get(key, nil)
+		if err != nil {
+			return m, err
+		}
+		v = heapView{b: b, m: m}
+		return m, nil
+	})
+	return v, kind, err
+}
+
+// heapView is a View over a copy.
+type heapView struct {
+	b []byte
+	m Meta
+}
+
+func (v heapView) Bytes() []byte  { return v.b }
+func (v heapView) Meta() Meta     { return v.m }
+func (v heapView) Release() error { return nil }
+
+// PutReservation is room for one block in level 0, to be filled in place and
+// committed: the zero-copy form of Put. The key stays owned (other writers of
+// it wait) until Commit or Abort, so fill it promptly.
+type PutReservation struct {
+	h    *Hierarchy
+	e    *entry
+	m    Meta
+	res  Reservation // nil when level 0 cannot be written in place
+	buf  []byte
+	done bool
+}
+
+// Reserve makes room for the block m describes in level 0, evicting victims
+// as Put would. The caller fills Bytes(), checks them against m.Sum, and
+// calls Commit; or Abort.
+func (h *Hierarchy) Reserve(m Meta) (*PutReservation, error) {
+	e, err := h.acquire(m.Key, true)
+	if err != nil {
+		return nil, err
+	}
+	r := &PutReservation{h: h, e: e, m: m}
+	l := h.levels[0]
+	rt, ok := l.Tier.(Reserver)
+	if !ok {
+		r.buf = make([]byte, m.Size)
+		return r, nil
+	}
+	for {
+		r.res, err = rt.Reserve(m)
+		if err == nil {
+			return r, nil
+		}
+		if !errors.Is(err, ErrFull) || !h.evictOne(0) {
+			h.release(m.Key, e)
+			if errors.Is(err, ErrFull) {
+				err = fmt.Errorf("hierarchy: %v has no room and nothing evictable: %w", l.Kind, err)
+			}
+			return nil, err
+		}
+	}
+}
+
+// Bytes returns the room to fill; len(Bytes()) is the block's size.
+func (r *PutReservation) Bytes() []byte {
+	if r.res != nil {
+		return r.res.Bytes()
+	}
+	return r.buf
+}
+
+// Commit publishes the block in place of any earlier version.
+func (r *PutReservation) Commit() error {
+	if r.done {
+		return fmt.Errorf("%w: reservation already committed or aborted", ErrInvalid)
+	}
+	r.done = true
+	var err error
+	if r.res != nil {
+		err = r.res.Commit()
+	} else {
+		err = r.h.store(0, r.m, r.buf)
+	}
+	r.h.stored(r.e, r.m, err)
+	return err
+}
+
+// Abort gives the room back and leaves the cache as it was.
+func (r *PutReservation) Abort() {
+	if r.done {
+		return
+	}
+	r.done = true
+	if r.res != nil {
+		r.res.Abort()
+	}
+	r.h.release(r.m.Key, r.e)
+}
+
+// BlockInfo describes one block for selection (eviction, listing).
+type BlockInfo struct {
+	Meta
+	Kinds      []index.TierKind // tiers holding it, fastest first
+	LastAccess time.Time
+	Pinned     bool
+}
+
+// Blocks returns a snapshot of the blocks for which keep returns true (nil
+// keeps all). It holds the hierarchy's lock while it runs: keep must be cheap
+// and must not call back into h.
+func (h *Hierarchy) Blocks(keep func(BlockInfo) bool) []BlockInfo {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []BlockInfo
+	for k, e := range h.entries {
+		if e.in == 0 {
+			continue
+		}
+		b := BlockInfo{Meta: e.meta, LastAccess: time.Unix(0, e.atime), Pinned: h.pinnedLocked(k)}
+		for in := e.in; in != 0; in &= in - 1 {
+			b.Kinds = append(b.Kinds, h.levels[bits.TrailingZeros8(in)].Kind)
+		}
+		if keep == nil || keep(b) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Kinds returns the kinds of the hierarchy's levels, fastest first.
+func (h *Hierarchy) Kinds() []index.TierKind {
+	kinds := make([]index.TierKind, len(h.levels))
+	for i, l := range h.levels {
+		kinds[i] = l.Kind
+	}
+	return kinds
+}

@@ -1,0 +1,510 @@
+package tiers
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers/policy"
+)
+
+// LevelConfig configures one level of a Hierarchy.
+type LevelConfig struct {
+	Kind index.TierKind // which storage level this is (dram, ssd, …)
+	Tier Tier
+	// Policy orders the level's blocks for eviction. The default is LRU.
+	Policy policy.Policy
+	// HighWatermark is the fraction of capacity above which the background
+	// mover starts demoting victims, and LowWatermark the fraction it
+	// demotes down to. Puts that find no room reclaim space themselves.
+	// The defaults are 0.95 and 0.85.
+	HighWatermark, LowWatermark float64
+	// AdmitMinSeen admits a victim from the level above into this level
+	// only if its key was accessed at least this many times lately (a
+	// frequency sketch remembers keys after they leave the cache). 2 keeps
+	// one-hit wonders off an SSD. The default, 1, admits every victim.
+	AdmitMinSeen int
+}
+
+// Config configures a Hierarchy.
+type Config struct {
+	// Node is this node's id in the locations the hierarchy publishes. The
+	// default is 1.
+	Node index.NodeID
+	// Levels lists the tiers, fastest first; at least one.
+	Levels []LevelConfig
+	// NoPromote turns off copying lower-level hits into level 0. The
+	// default (false) promotes them.
+	NoPromote bool
+	// MaxLease caps the lease of a pin. The default is 5 minutes.
+	MaxLease time.Duration
+	// Inline runs demotion and promotion in the calling goroutine instead
+	// of a background mover: deterministic, for simulation and tests.
+	Inline bool
+	// Directory receives the hierarchy's locations, so that lookups can be
+	// answered together with other nodes'. The default is a private one.
+	Directory *index.Directory
+}
+
+// ErrPinned is returned by Delete for a block under an unexpired pin.
+var ErrPinned = errors.New("tiers: block pinned")
+
+func (c *Config) setDefaults() {
+	if c.Node == 0 {
+		c.Node = 1
+	}
+	if c.MaxLease == 0 {
+		c.MaxLease = 5 * time.Minute
+	}
+	if c.Directory == nil {
+		c.Directory = index.NewDirectory()
+	}
+	for i := range c.Levels {
+		l := &c.Levels[i]
+		if l.Policy == nil {
+			l.Policy = policy.NewLRU()
+		}
+		if l.HighWatermark == 0 {
+			l.HighWatermark = 0.95
+		}
+		if l.LowWatermark == 0 {
+			l.LowWatermark = min(0.85, l.HighWatermark)
+		}
+		if l.AdmitMinSeen == 0 {
+			l.AdmitMinSeen = 1
+		}
+	}
+}
+
+// validate reports every problem with c in one error.
+func (c *Config) validate() error {
+	var probs []string
+	if len(c.Levels) == 0 {
+		probs = append(probs, "no levels")
+	}
+	if len(c.Levels) > 8 {
+		probs = append(probs, fmt.Sprintf("%d levels, at most 8", len(c.Levels)))
+	}
+	if c.MaxLease < 0 {
+		probs = append(probs, fmt.Sprintf("max lease %v is negative", c.MaxLease))
+	}
+	seen := map[index.TierKind]bool{}
+	for i, l := range c.Levels {
+		name := fmt.Sprintf("level %d (%v)", i, l.Kind)
+		if l.Tier == nil {
+			probs = append(probs, name+": no tier")
+		}
+		if l.Kind.String() == fmt.Sprintf("tier(%d)", uint8(l.Kind)) {
+			probs = append(probs, name+": unknown tier kind")
+		} else if seen[l.Kind] {
+			probs = append(probs, name+": kind used twice")
+		}
+		seen[l.Kind] = true
+		if l.HighWatermark <= 0 || l.HighWatermark > 1 {
+			probs = append(probs, fmt.Sprintf("%s: high watermark %v outside (0, 1]", name, l.HighWatermark))
+		}
+		if l.LowWatermark <= 0 || l.LowWatermark > l.HighWatermark {
+			probs = append(probs, fmt.Sprintf("%s: low watermark %v outside (0, high watermark]", name, l.LowWatermark))
+		}
+		if l.AdmitMinSeen < 1 || l.AdmitMinSeen > 15 {
+			probs = append(probs, fmt.Sprintf("%s: admit-min-seen %d outside [1, 15]", name, l.AdmitMinSeen))
+		}
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: hierarchy: %s", ErrInvalidConfig, strings.Join(probs, "; "))
+}
+
+// Hierarchy stacks tiers into one node-local cache. A Put lands in level 0;
+// when a level passes its high watermark its policy picks victims, which are
+// demoted to the next level (if admitted there and not already held there)
+// or dropped. A hit in a lower level is returned at once and copied up to
+// level 0 (promotion) by the mover; the lower copy stays, so evicting the
+// promoted block later costs no write. Pinned blocks are never evicted.
+//
+// Every method is safe for concurrent use. Block bytes move outside the
+// hierarchy's lock; one writer at a time owns a key (Put, Delete or a move),
+// so the levels never hold two versions of a key that the hierarchy thinks
+// are the same.
+type Hierarchy struct {
+	node   index.NodeID
+	levels []*level
+	dir    *index.Directory
+	cfg    Config
+
+	mu       sync.Mutex
+	idle     *sync.Cond // broadcast when a key stops being busy
+	entries  map[index.Key]*entry
+	pins     map[index.Key]*pin
+	pinCalls int
+	sketch   *sketch // nil when every level admits everything
+	closed   bool
+	gets     int64
+	misses   int64
+
+	kick     chan struct{}
+	promoteQ chan promotion
+	settle   chan chan struct{}
+	stop     chan struct{}
+	mover    sync.WaitGroup
+}
+
+type level struct {
+	LevelConfig
+	loc                                           index.Location
+	evictions, demotions, promotions, drops, hits int64
+}
+
+// entry is the hierarchy's record of one key.
+type entry struct {
+	meta  Meta
+	in    uint8 // bit i: level i holds this version
+	busy  bool  // a writer owns the key
+	atime int64 // unix nanoseconds of the last Put or Get
+}
+
+type promotion struct {
+	key  index.Key
+	from int
+}
+
+// New stacks cfg.Levels and loads what persistent levels already hold.
+func New(cfg Config) (*Hierarchy, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	h := &Hierarchy{
+		node:     cfg.Node,
+		dir:      cfg.Directory,
+		cfg:      cfg,
+		entries:  make(map[index.Key]*entry),
+		pins:     make(map[index.Key]*pin),
+		kick:     make(chan struct{}, 1),
+		promoteQ: make(chan promotion, 256),
+		settle:   make(chan chan struct{}),
+		stop:     make(chan struct{}),
+	}
+	h.idle = sync.NewCond(&h.mu)
+	for _, lc := range cfg.Levels {
+		h.levels = append(h.levels, &level{LevelConfig: lc, loc: index.Location{Node: cfg.Node, Tier: lc.Kind}})
+		if lc.AdmitMinSeen > 1 && h.sketch == nil {
+			h.sketch = newSketch(1 << 16)
+		}
+	}
+	if err := h.load(); err != nil {
+		return nil, err
+	}
+	if !cfg.Inline {
+		h.mover.Add(1)
+		go h.run()
+	}
+	return h, nil
+}
+
+// load registers the blocks the levels already hold, fastest level first.
+// A slower level's copy of a key counts only if it is the same version.
+func (h *Hierarchy) load() error {
+	now := time.Now().UnixNano()
+	for i, l := range h.levels {
+		err := l.Tier.Scan(func(m Meta) bool {
+			if e := h.entries[m.Key]; e != nil {
+				if e.meta.Sum != m.Sum || e.meta.Size != m.Size {
+					return true // stale copy; replaced when the key is next demoted
+				}
+				e.in |= 1 << i
+			} else {
+				h.entries[m.Key] = &entry{meta: m, in: 1 << i, atime: now}
+			}
+			h.addedLocked(i, m)
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("hierarchy: load %v: %w", l.Kind, err)
+		}
+	}
+	return nil
+}
+
+// Directory returns the directory the hierarchy publishes its locations to.
+func (h *Hierarchy) Directory() *index.Directory { return h.dir }
+
+// Node returns the node id of the hierarchy's locations.
+func (h *Hierarchy) Node() index.NodeID { return h.node }
+
+// Put stores a block in level 0, replacing any version of m.Key in any
+// level. m.Sum must be Checksum(value). If level 0 has no room, Put evicts
+// unpinned victims itself; it fails with ErrFull only when everything in
+// level 0 is pinned or busy.
+func (h *Hierarchy) Put(m Meta, value []byte) error {
+	if err := CheckPut(m, value, int64(^uint32(0))); err != nil {
+		return err
+	}
+	e, err := h.acquire(m.Key, true)
+	if err != nil {
+		return err
+	}
+	err = h.store(0, m, value)
+	h.stored(e, m, err)
+	return err
+}
+
+// stored finishes a Put of m into level 0 by the owner of m.Key: on success
+// it records the new version and deletes stale versions from other levels;
+// either way it releases the key.
+func (h *Hierarchy) stored(e *entry, m Meta, err error) {
+	if err != nil {
+		h.release(m.Key, e)
+		return
+	}
+	h.mu.Lock()
+	stale := e.in &^ 1 // level 0's copy was replaced in place
+	h.touchLocked(m.Key, e)
+	h.setLocked(e, m, 0)
+	h.mu.Unlock()
+	for i := range h.levels {
+		if stale&(1<<i) != 0 {
+			h.dropCopy(i, e, m.Key)
+		}
+	}
+	h.release(m.Key, e)
+	h.checkWatermark(0)
+}
+
+// Get appends a block's bytes to dst and returns them with the block's Meta
+// and the kind of tier that served it. A copy that fails its checksum is
+// dropped and the next level tried; a block held nowhere is ErrNotFound.
+func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, Meta, index.TierKind, error) {
+	var out []byte
+	m, kind, err := h.read(key, func(t Tier) (Meta, error) {
+		var m Meta
+		var err error
+		out, m, err = t.Get(key, dst)
+		return m, err
+	})
+	if err != nil {
+		return dst, m, kind, err
+	}
+	return out, m, kind, nil
+}
+
+// read finds the fastest level holding key and reads it with fn, trying
+// again when a concurrent move took the copy away or the copy was corrupt.
+func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, error)) (Meta, index.TierKind, error) {
+	for range 4 {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return Meta{}, 0, ErrClosed
+		}
+		e := h.entries[key]
+		if e == nil || e.in == 0 {
+			h.misses++
+			h.gets++
+			h.mu.Unlock()
+			return Meta{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
+		}
+		i := bits.TrailingZeros8(e.in)
+		l := h.levels[i]
+		l.Policy.Touch(key)
+		h.touchLocked(key, e)
+		h.mu.Unlock()
+
+		m, err := fn(l.Tier)
+		switch {
+		case err == nil:
+			h.mu.Lock()
+			h.gets++
+			l.hits++
+			h.mu.Unlock()
+			if i > 0 && !h.cfg.NoPromote {
+				h.promoteLater(key, i)
+			}
+			return m, l.Kind, nil
+		case errors.Is(err, ErrCorrupt):
+			h.lost(i, key)
+		case !errors.Is(err, ErrNotFound):
+			return Meta{}, 0, err
+		}
+	}
+	return Meta{}, 0, fmt.Errorf("hierarchy: %v moved under four reads in a row: %w", key, ErrNotFound)
+}
+
+// Stat returns a block's Meta and the fastest kind of tier holding it.
+func (h *Hierarchy) Stat(key index.Key) (Meta, index.TierKind, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.entries[key]; e != nil && e.in != 0 {
+		return e.meta, h.levels[bits.TrailingZeros8(e.in)].Kind, nil
+	}
+	return Meta{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
+}
+
+// Lookup returns the longest prefix of chain held on this node, and how
+// many leading blocks each tier holds.
+func (h *Hierarchy) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix {
+	node := h.node
+	return h.dir.Lookup(ns, chain, func(l index.Location) bool { return l.Node == node })
+}
+
+// Delete removes a block from every level. It fails with ErrPinned while an
+// unexpired pin holds the block.
+func (h *Hierarchy) Delete(key index.Key) error {
+	h.mu.Lock()
+	if h.pinnedLocked(key) {
+		h.mu.Unlock()
+		return fmt.Errorf("hierarchy: delete %v: %w", key, ErrPinned)
+	}
+	h.mu.Unlock()
+	e, err := h.acquire(key, false)
+	if err != nil {
+		return err
+	}
+	for i := range h.levels {
+		if e.in&(1<<i) != 0 {
+			h.dropCopy(i, e, key)
+		}
+	}
+	h.release(key, e)
+	return nil
+}
+
+// DeleteFrom removes a block's copy from one level only (for an operator's
+// "evict from the SSD"); ErrNotFound if that level does not hold it.
+func (h *Hierarchy) DeleteFrom(kind index.TierKind, key index.Key) error {
+	i := h.levelOf(kind)
+	if i < 0 {
+		return fmt.Errorf("hierarchy: no %v tier: %w", kind, ErrNotFound)
+	}
+	e, err := h.acquire(key, false)
+	if err != nil {
+		return err
+	}
+	defer h.release(key, e)
+	if e.in&(1<<i) == 0 {
+		return fmt.Errorf("hierarchy: %v not in %v: %w", key, kind, ErrNotFound)
+	}
+	h.dropCopy(i, e, key)
+	return nil
+}
+
+// acquire waits until no writer owns key and takes ownership. With create,
+// a key not held anywhere gets a fresh entry; else it is ErrNotFound.
+func (h *Hierarchy) acquire(key index.Key, create bool) (*entry, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for {
+		if h.closed {
+			return nil, ErrClosed
+		}
+		e := h.entries[key]
+		if e == nil {
+			if !create {
+				return nil, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
+			}
+			e = &entry{}
+			h.entries[key] = e
+		}
+		if !e.busy {
+			e.busy = true
+			return e, nil
+		}
+		h.idle.Wait()
+	}
+}
+
+// release gives up ownership of key and forgets it if no level holds it.
+func (h *Hierarchy) release(key index.Key, e *entry) {
+	h.mu.Lock()
+	e.busy = false
+	if e.in == 0 && h.entries[key] == e {
+		delete(h.entries, key)
+	}
+	h.idle.Broadcast()
+	h.mu.Unlock()
+}
+
+// setLocked records that level i holds version m of e's key.
+func (h *Hierarchy) setLocked(e *entry, m Meta, i int) {
+	e.meta = m
+	e.in |= 1 << i
+	h.addedLocked(i, m)
+}
+
+// addedLocked tells level i's policy and the directory about a new copy.
+func (h *Hierarchy) addedLocked(i int, m Meta) {
+	l := h.levels[i]
+	l.Policy.Add(policy.Entry{Key: m.Key, Parent: m.Parent, HasParent: m.HasParent, Size: int64(m.Size)})
+	h.dir.Add(m.Key, m.Meta, l.loc)
+}
+
+// removedLocked forgets level i's copy of key.
+func (h *Hierarchy) removedLocked(i int, e *entry, key index.Key) {
+	e.in &^= 1 << i
+	h.levels[i].Policy.Remove(key)
+	h.dir.Remove(key, h.levels[i].loc)
+}
+
+// dropCopy deletes level i's copy of a key the caller owns.
+func (h *Hierarchy) dropCopy(i int, e *entry, key index.Key) {
+	_ = h.levels[i].Tier.Delete(key) // ErrNotFound: already gone, which is the goal
+	h.mu.Lock()
+	h.removedLocked(i, e, key)
+	h.mu.Unlock()
+}
+
+// lost forgets level i's copy of key after the tier found it corrupt (and
+// dropped it).
+func (h *Hierarchy) lost(i int, key index.Key) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.entries[key]; e != nil && e.in&(1<<i) != 0 {
+		h.removedLocked(i, e, key)
+		if e.in == 0 && !e.busy {
+			delete(h.entries, key)
+		}
+	}
+}
+
+// touchLocked records an access to e's key.
+func (h *Hierarchy) touchLocked(key index.Key, e *entry) {
+	e.atime = time.Now().UnixNano()
+	if h.sketch != nil {
+		h.sketch.add(key)
+	}
+}
+
+func (h *Hierarchy) levelOf(kind index.TierKind) int {
+	for i, l := range h.levels {
+		if l.Kind == kind {
+			return i
+		}
+	}
+	return -1
+}
+
+// Close stops the mover and closes every tier.
+func (h *Hierarchy) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	h.idle.Broadcast()
+	h.mu.Unlock()
+	close(h.stop)
+	h.mover.Wait()
+	var errs []error
+	for _, l := range h.levels {
+		if err := l.Tier.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("hierarchy: close %v: %w", l.Kind, err))
+		}
+	}
+	return errors.Join(errs...)
+}

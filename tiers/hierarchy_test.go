@@ -1,0 +1,466 @@
+package tiers_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/tiers/dram"
+	"github.com/kvstrata/kvstrata/tiers/policy"
+	"github.com/kvstrata/kvstrata/tiers/tiertest"
+)
+
+const blockSize = 4096
+
+func newDRAM(t *testing.T, blocks int) tiers.Tier {
+	t.Helper()
+	tr, err := dram.New(dram.Config{Capacity: int64(blocks * blockSize), MaxBlockSize: blockSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// twoLevels stacks a DRAM tier of top blocks over a second tier of bottom
+// blocks labelled SSD; both are arenas, so the test runs in memory.
+func twoLevels(t *testing.T, top, bottom int, change func(*tiers.Config)) *tiers.Hierarchy {
+	t.Helper()
+	cfg := tiers.Config{
+		Inline: true,
+		Levels: []tiers.LevelConfig{
+			{Kind: index.TierDRAM, Tier: newDRAM(t, top), HighWatermark: 1, LowWatermark: 1},
+			{Kind: index.TierSSD, Tier: newDRAM(t, bottom), HighWatermark: 1, LowWatermark: 1},
+		},
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	h, err := tiers.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+func key(i int) index.Key { return index.Key{NS: 7, Hash: index.Hash(i)} }
+
+func put(t *testing.T, h *tiers.Hierarchy, i int) []byte {
+	t.Helper()
+	m, b := tiertest.Block(index.Hash(i), blockSize)
+	if err := h.Put(m, b); err != nil {
+		t.Fatalf("put %d: %v", i, err)
+	}
+	return b
+}
+
+func where(t *testing.T, h *tiers.Hierarchy, i int) string {
+	t.Helper()
+	_, kind, err := h.Stat(key(i))
+	if errors.Is(err, tiers.ErrNotFound) {
+		return "gone"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kind.String()
+}
+
+func TestPutLandsInDRAMAndGetReturnsIt(t *testing.T) {
+	h := twoLevels(t, 4, 8, nil)
+	want := put(t, h, 1)
+	got, m, kind, err := h.Get(key(1), nil)
+	if err != nil || !bytes.Equal(got, want) || kind != index.TierDRAM || m.Sum != tiers.Checksum(want) {
+		t.Fatalf("Get = %v %v %v", kind, m, err)
+	}
+}
+
+func TestFullDRAMDemotesLeastRecentToSSD(t *testing.T) {
+	h := twoLevels(t, 4, 8, nil)
+	for i := 1; i <= 6; i++ {
+		put(t, h, i)
+	}
+	for i, want := range map[int]string{1: "ssd", 2: "ssd", 3: "dram", 6: "dram"} {
+		if got := where(t, h, i); got != want {
+			t.Errorf("block %d in %s, want %s", i, got, want)
+		}
+	}
+	s := h.Stats()
+	if s.Levels[0].Evictions != 2 || s.Levels[1].Demotions != 2 || s.Levels[0].Drops != 0 {
+		t.Fatalf("stats %+v", s.Levels)
+	}
+}
+
+func TestSSDVictimsAreDroppedAtTheBottom(t *testing.T) {
+	h := twoLevels(t, 2, 2, nil)
+	for i := 1; i <= 6; i++ {
+		put(t, h, i)
+	}
+	if got := where(t, h, 1); got != "gone" {
+		t.Fatalf("oldest block still in %s", got)
+	}
+	if s := h.Stats(); s.Levels[1].Drops != 2 {
+		t.Fatalf("ssd drops = %d, want 2", s.Levels[1].Drops)
+	}
+}
+
+func TestSSDHitIsServedAndPromoted(t *testing.T) {
+	h := twoLevels(t, 2, 8, nil)
+	want := put(t, h, 1)
+	put(t, h, 2)
+	put(t, h, 3) // demotes 1
+	got, _, kind, err := h.Get(key(1), nil)
+	if err != nil || kind != index.TierSSD || !bytes.Equal(got, want) {
+		t.Fatalf("Get from ssd: %v %v", kind, err)
+	}
+	if where(t, h, 1) != "dram" {
+		t.Fatal("hit was not promoted to dram")
+	}
+	// The SSD copy stays, so the next eviction of block 1 writes nothing.
+	p := h.Lookup(7, []index.Hash{1})
+	if p.At(index.Location{Node: 1, Tier: index.TierSSD}) != 1 || p.At(index.Location{Node: 1, Tier: index.TierDRAM}) != 1 {
+		t.Fatalf("lookup after promotion: %+v", p)
+	}
+	if s := h.Stats(); s.Levels[0].Promotions != 1 || s.Levels[1].Hits != 1 {
+		t.Fatalf("stats %+v", s.Levels)
+	}
+}
+
+func TestNoPromoteLeavesHitsBelow(t *testing.T) {
+	h := twoLevels(t, 2, 8, func(c *tiers.Config) { c.NoPromote = true })
+	for i := 1; i <= 3; i++ {
+		put(t, h, i)
+	}
+	_, _, _, _ = h.Get(key(1), nil)
+	if where(t, h, 1) != "ssd" {
+		t.Fatal("promoted though NoPromote is set")
+	}
+}
+
+func TestAdmissionKeepsOneHitWondersOffSSD(t *testing.T) {
+	h := twoLevels(t, 2, 8, func(c *tiers.Config) { c.Levels[1].AdmitMinSeen = 2 })
+	put(t, h, 1)
+	put(t, h, 2)
+	_, _, _, _ = h.Get(key(2), nil) // block 2 is seen twice
+	put(t, h, 3)                    // evicts 1: seen once, dropped
+	put(t, h, 4)                    // evicts 2: seen twice, demoted
+	if where(t, h, 1) != "gone" || where(t, h, 2) != "ssd" {
+		t.Fatalf("block 1 in %s (want gone), block 2 in %s (want ssd)", where(t, h, 1), where(t, h, 2))
+	}
+}
+
+func TestPinnedBlocksAreNeverEvicted(t *testing.T) {
+	h := twoLevels(t, 2, 2, nil)
+	put(t, h, 1)
+	lease, err := h.Pin([]index.Key{key(1)}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= 10; i++ {
+		put(t, h, i)
+	}
+	if where(t, h, 1) != "dram" {
+		t.Fatal("pinned block left dram")
+	}
+	if err := h.Delete(key(1)); !errors.Is(err, tiers.ErrPinned) {
+		t.Fatalf("Delete of a pinned block: %v", err)
+	}
+	lease.Release()
+	put(t, h, 11)
+	put(t, h, 12)
+	if where(t, h, 1) == "dram" {
+		t.Fatal("released block still never evicted")
+	}
+}
+
+func TestPutFailsFullWhenEverythingIsPinned(t *testing.T) {
+	h := twoLevels(t, 2, 2, nil)
+	put(t, h, 1)
+	put(t, h, 2)
+	if _, err := h.Pin([]index.Key{key(1), key(2)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	m, b := tiertest.Block(3, blockSize)
+	if err := h.Put(m, b); !errors.Is(err, tiers.ErrFull) {
+		t.Fatalf("put with every block pinned: %v, want ErrFull", err)
+	}
+	if where(t, h, 3) != "gone" || where(t, h, 1) != "dram" {
+		t.Fatal("failed put changed the cache")
+	}
+}
+
+func TestExpiredPinsStopProtecting(t *testing.T) {
+	h := twoLevels(t, 1, 1, nil)
+	put(t, h, 1)
+	if _, err := h.Pin([]index.Key{key(1)}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Millisecond)
+	put(t, h, 2)
+	if where(t, h, 1) != "ssd" {
+		t.Fatalf("block under an expired lease in %s, want ssd", where(t, h, 1))
+	}
+}
+
+func TestPutReplacesTheBlockInEveryLevel(t *testing.T) {
+	h := twoLevels(t, 1, 4, nil)
+	put(t, h, 1)
+	put(t, h, 2) // 1 → ssd
+	m, b := tiertest.Block(1, 100)
+	if err := h.Put(m, b); err != nil {
+		t.Fatal(err)
+	}
+	got, gm, _, err := h.Get(key(1), nil)
+	if err != nil || !bytes.Equal(got, b) || gm.Size != 100 {
+		t.Fatalf("Get after replace: %v", err)
+	}
+	p := h.Lookup(7, []index.Hash{1})
+	if p.At(index.Location{Node: 1, Tier: index.TierSSD}) != 0 {
+		t.Fatal("old version still listed in ssd")
+	}
+}
+
+func TestDeleteFromOneTier(t *testing.T) {
+	h := twoLevels(t, 1, 4, nil)
+	put(t, h, 1)
+	put(t, h, 2) // 1 → ssd
+	_, _, _, _ = h.Get(key(1), nil)
+	if err := h.DeleteFrom(index.TierSSD, key(1)); err != nil {
+		t.Fatal(err)
+	}
+	if where(t, h, 1) != "dram" {
+		t.Fatal("DeleteFrom ssd removed the dram copy")
+	}
+	if err := h.DeleteFrom(index.TierSSD, key(1)); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("second DeleteFrom: %v", err)
+	}
+	if err := h.Delete(key(1)); err != nil || where(t, h, 1) != "gone" {
+		t.Fatalf("Delete: %v", err)
+	}
+}
+
+func TestPrefixPolicyKeepsChainsWhole(t *testing.T) {
+	// Chain A (blocks 1-4) then chain B (11-14) into a DRAM of 6 blocks with
+	// no level below. LRU gives up A's root first (touched first), which
+	// leaves the rest of A useless; the prefix policy gives up A's tail and
+	// keeps a usable prefix of A.
+	for _, tc := range []struct {
+		policy string
+		prefix int
+	}{{"lru", 0}, {"prefix", 2}} {
+		pol, err := policy.New(tc.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := tiers.New(tiers.Config{Inline: true, Levels: []tiers.LevelConfig{
+			{Kind: index.TierDRAM, Tier: newDRAM(t, 6), Policy: pol, HighWatermark: 1, LowWatermark: 1},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range []int{1, 2, 3, 4, 11, 12, 13, 14} {
+			put(t, h, i)
+		}
+		if got := h.Lookup(7, []index.Hash{1, 2, 3, 4}).Blocks; got != tc.prefix {
+			t.Errorf("%s: chain A keeps %d leading blocks, want %d", tc.policy, got, tc.prefix)
+		}
+		if got := h.Lookup(7, []index.Hash{11, 12, 13, 14}).Blocks; got != 4 {
+			t.Errorf("%s: chain B keeps %d leading blocks, want 4", tc.policy, got)
+		}
+		_ = h.Close()
+	}
+}
+
+func TestBackgroundMoverHonoursWatermarks(t *testing.T) {
+	h, err := tiers.New(tiers.Config{Levels: []tiers.LevelConfig{
+		{Kind: index.TierDRAM, Tier: newDRAM(t, 10), HighWatermark: 0.8, LowWatermark: 0.5},
+		{Kind: index.TierSSD, Tier: newDRAM(t, 20)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for i := 1; i <= 9; i++ { // 90 % > high watermark
+		put(t, h, i)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for h.Stats().Levels[0].Used > 5*blockSize {
+		if time.Now().After(deadline) {
+			t.Fatalf("dram still at %d bytes, want ≤ low watermark", h.Stats().Levels[0].Used)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s := h.Stats(); s.Levels[1].Blocks != 4 {
+		t.Fatalf("ssd holds %d blocks, want the 4 demoted", s.Levels[1].Blocks)
+	}
+}
+
+func TestConfigErrorsListEveryProblem(t *testing.T) {
+	_, err := tiers.New(tiers.Config{Levels: []tiers.LevelConfig{
+		{Kind: index.TierDRAM, HighWatermark: 1.5},
+		{Kind: index.TierDRAM, Tier: newDRAM(t, 1), LowWatermark: 0.99, HighWatermark: 0.9, AdmitMinSeen: 99},
+	}})
+	if !errors.Is(err, tiers.ErrInvalidConfig) {
+		t.Fatalf("got %v", err)
+	}
+	for _, want := range []string{"level 0 (dram): no tier", "high watermark 1.5", "kind used twice", "low watermark 0.99", "admit-min-seen 99"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+}
+
+// TestConcurrentUseKeepsDirectoryTrue hammers a small hierarchy with the
+// background mover on, then checks that no read was torn and that the
+// directory lists exactly what each tier holds.
+func TestConcurrentUseKeepsDirectoryTrue(t *testing.T) {
+	dramTier, ssdTier := newDRAM(t, 8), newDRAM(t, 16)
+	h, err := tiers.New(tiers.Config{Levels: []tiers.LevelConfig{
+		{Kind: index.TierDRAM, Tier: dramTier, HighWatermark: 0.75, LowWatermark: 0.5},
+		{Kind: index.TierSSD, Tier: ssdTier},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 9))
+			var buf []byte
+			for range 2000 {
+				i := 1 + r.IntN(40)
+				switch op := r.IntN(10); {
+				case op < 4:
+					m, b := tiertest.Block(index.Hash(i), 512+r.IntN(blockSize-512))
+					if err := h.Put(m, b); err != nil && !errors.Is(err, tiers.ErrFull) {
+						t.Error(err)
+					}
+				case op < 9:
+					got, m, _, err := h.Get(key(i), buf[:0])
+					if err == nil && (tiers.Checksum(got) != m.Sum || m.Key != key(i)) {
+						t.Errorf("torn read of %d", i)
+					}
+					if err != nil && !errors.Is(err, tiers.ErrNotFound) {
+						t.Error(err)
+					}
+					buf = got
+				default:
+					_ = h.Delete(key(i))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	h.Settle()
+	defer h.Close()
+	// Every copy a tier holds is in the directory at its tier, and the
+	// directory lists nothing more.
+	held := map[index.Location]int{}
+	for _, l := range []struct {
+		tr   tiers.Tier
+		kind index.TierKind
+	}{{dramTier, index.TierDRAM}, {ssdTier, index.TierSSD}} {
+		loc := index.Location{Node: 1, Tier: l.kind}
+		if err := l.tr.Scan(func(m tiers.Meta) bool {
+			e, ok := h.Directory().Get(m.Key)
+			if !ok || !slices.Contains(e.Locations, loc) {
+				t.Errorf("%v holds %v, the directory does not say so", l.kind, m.Key)
+			}
+			held[loc]++
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed := map[index.Location]int{}
+	h.Directory().Range(func(_ index.Key, e index.Entry) bool {
+		for _, l := range e.Locations {
+			listed[l]++
+		}
+		return true
+	})
+	if fmt.Sprint(held) != fmt.Sprint(listed) {
+		t.Fatalf("tiers hold %v, directory lists %v", held, listed)
+	}
+	if s := h.Stats(); s.Levels[0].Used > s.Levels[0].Capacity*3/4 {
+		t.Fatalf("dram above its high watermark after Settle: %+v", s.Levels[0])
+	}
+}
+
+func TestViewHandsOutDRAMBytesInPlace(t *testing.T) {
+	h := twoLevels(t, 2, 8, nil)
+	want := put(t, h, 1)
+	v, kind, err := h.View(key(1), time.Minute)
+	if err != nil || kind != index.TierDRAM || !bytes.Equal(v.Bytes(), want) {
+		t.Fatalf("View: %v %v", kind, err)
+	}
+	if err := v.Release(); err != nil {
+		t.Fatal(err)
+	}
+	put(t, h, 2)
+	put(t, h, 3) // 1 → ssd
+	v, kind, err = h.View(key(1), time.Minute)
+	if err != nil || kind != index.TierSSD || !bytes.Equal(v.Bytes(), want) {
+		t.Fatalf("View from ssd: %v %v", kind, err)
+	}
+	_ = v.Release()
+}
+
+func TestReserveCommitsLikePut(t *testing.T) {
+	h := twoLevels(t, 2, 8, nil)
+	put(t, h, 1)
+	put(t, h, 2)
+	m, b := tiertest.Block(3, blockSize)
+	r, err := h.Reserve(m) // evicts block 1 to make room
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(r.Bytes(), b)
+	if where(t, h, 3) != "gone" {
+		t.Fatal("reserved block visible before Commit")
+	}
+	if err := r.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got, _, kind, err := h.Get(key(3), nil)
+	if err != nil || kind != index.TierDRAM || !bytes.Equal(got, b) {
+		t.Fatalf("Get after Commit: %v %v", kind, err)
+	}
+	m4, _ := tiertest.Block(4, blockSize)
+	r, err = h.Reserve(m4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Abort()
+	// The room Reserve made stays made (its victim went to the ssd), but
+	// nothing of block 4 is left.
+	if where(t, h, 4) != "gone" || h.Stats().Levels[0].Used != blockSize || where(t, h, 2) != "ssd" {
+		t.Fatalf("after Abort: block 4 %s, dram %+v", where(t, h, 4), h.Stats().Levels[0])
+	}
+	// The key is free again after Abort.
+	put(t, h, 4)
+}
+
+func TestBlocksSnapshotSelects(t *testing.T) {
+	h := twoLevels(t, 2, 8, nil)
+	for i := 1; i <= 3; i++ {
+		put(t, h, i)
+	}
+	_, _ = h.Pin([]index.Key{key(3)}, time.Minute)
+	inSSD := h.Blocks(func(b tiers.BlockInfo) bool { return slices.Contains(b.Kinds, index.TierSSD) })
+	if len(inSSD) != 1 || inSSD[0].Key != key(1) {
+		t.Fatalf("blocks in ssd: %+v", inSSD)
+	}
+	pinned := h.Blocks(func(b tiers.BlockInfo) bool { return b.Pinned })
+	if len(pinned) != 1 || pinned[0].Key != key(3) || pinned[0].LastAccess.IsZero() {
+		t.Fatalf("pinned blocks: %+v", pinned)
+	}
+}

@@ -1,0 +1,206 @@
+package tiers
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvstrata/kvstrata/index"
+)
+
+// moveLease bounds how long a demotion may pin a block's bytes in place.
+const moveLease = time.Minute
+
+// store puts a block into level i, evicting victims from level i while the
+// tier reports it full. The caller owns m.Key.
+func (h *Hierarchy) store(i int, m Meta, value []byte) error {
+	l := h.levels[i]
+	for {
+		err := l.Tier.Put(m, value)
+		if !errors.Is(err, ErrFull) {
+			return err
+		}
+		if !h.evictOne(i) {
+			return fmt.Errorf("hierarchy: %v has no room and nothing evictable: %w", l.Kind, err)
+		}
+	}
+}
+
+// evictOne frees one victim of level i, demoting it when the next level
+// admits it. It reports false when every block of the level is pinned or
+// owned by another writer.
+func (h *Hierarchy) evictOne(i int) bool {
+	l := h.levels[i]
+	h.mu.Lock()
+	key, ok := l.Policy.Victim(func(k index.Key) bool {
+		e := h.entries[k]
+		return e == nil || e.busy || h.pinnedLocked(k)
+	})
+	if !ok {
+		h.mu.Unlock()
+		return false
+	}
+	e := h.entries[key]
+	e.busy = true
+	m, below := e.meta, e.in>>(i+1) != 0
+	admit := i+1 < len(h.levels) && !below && h.admitLocked(i+1, key)
+	h.mu.Unlock()
+
+	if admit {
+		if err := h.copyDown(i, m); err == nil {
+			h.mu.Lock()
+			h.setLocked(e, m, i+1)
+			h.levels[i+1].demotions++
+			h.mu.Unlock()
+			below = true
+		}
+	}
+	h.dropCopy(i, e, key)
+	h.mu.Lock()
+	l.evictions++
+	if !below {
+		l.drops++
+	}
+	h.mu.Unlock()
+	h.release(key, e)
+	return true
+}
+
+// copyDown writes level i's copy of a block into level i+1, reading it in
+// place when the tier allows.
+func (h *Hierarchy) copyDown(i int, m Meta) error {
+	from := h.levels[i].Tier
+	if v, ok := from.(Viewer); ok {
+		view, err := v.View(m.Key, moveLease)
+		if err != nil {
+			return err
+		}
+		err = h.store(i+1, view.Meta(), view.Bytes())
+		if rerr := view.Release(); err == nil {
+			err = rerr
+		}
+		return err
+	}
+	buf, vm, err := from.Get(m.Key, make([]byte, 0, m.Size))
+	if err != nil {
+		return err
+	}
+	return h.store(i+1, vm, buf)
+}
+
+func (h *Hierarchy) admitLocked(i int, key index.Key) bool {
+	min := h.levels[i].AdmitMinSeen
+	return min <= 1 || h.sketch.estimate(key) >= min
+}
+
+// promoteLater copies a lower-level hit up to level 0: now when the
+// hierarchy is inline, else through the mover (dropped if it is busy).
+func (h *Hierarchy) promoteLater(key index.Key, from int) {
+	if h.cfg.Inline {
+		h.promote(key, from)
+		return
+	}
+	select {
+	case h.promoteQ <- promotion{key, from}:
+	default:
+	}
+}
+
+// promote copies level from's copy of key into level 0 unless another
+// writer owns the key or level 0 already holds it.
+func (h *Hierarchy) promote(key index.Key, from int) {
+	h.mu.Lock()
+	e := h.entries[key]
+	if e == nil || e.busy || e.in&1 != 0 || e.in&(1<<from) == 0 || h.closed {
+		h.mu.Unlock()
+		return
+	}
+	e.busy = true
+	m := e.meta
+	h.mu.Unlock()
+	defer h.release(key, e)
+
+	buf, vm, err := h.levels[from].Tier.Get(key, make([]byte, 0, m.Size))
+	if errors.Is(err, ErrCorrupt) {
+		h.lost(from, key)
+		return
+	}
+	if err != nil || h.store(0, vm, buf) != nil {
+		return
+	}
+	h.mu.Lock()
+	h.setLocked(e, vm, 0)
+	h.levels[0].promotions++
+	h.mu.Unlock()
+	h.checkWatermark(0)
+}
+
+// checkWatermark demotes from level i down to its low watermark once it
+// passes its high one: inline, or by waking the mover.
+func (h *Hierarchy) checkWatermark(i int) {
+	l := h.levels[i]
+	s := l.Tier.Stats()
+	if float64(s.Used) <= l.HighWatermark*float64(s.Capacity) {
+		return
+	}
+	if h.cfg.Inline {
+		h.drain()
+		return
+	}
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// drain brings every level that passed its high watermark down to its low
+// one, top first, so that demotions into a level are settled in the same
+// pass.
+func (h *Hierarchy) drain() {
+	for i, l := range h.levels {
+		s := l.Tier.Stats()
+		if float64(s.Used) <= l.HighWatermark*float64(s.Capacity) {
+			continue
+		}
+		for float64(s.Used) > l.LowWatermark*float64(s.Capacity) && h.evictOne(i) {
+			s = l.Tier.Stats()
+		}
+	}
+}
+
+// run is the background mover: it promotes lower-level hits and keeps every
+// level under its watermarks.
+func (h *Hierarchy) run() {
+	defer h.mover.Done()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case p := <-h.promoteQ:
+			h.promote(p.key, p.from)
+		case <-h.kick:
+			h.drain()
+		case done := <-h.settle:
+			for n := len(h.promoteQ); n > 0; n-- {
+				p := <-h.promoteQ
+				h.promote(p.key, p.from)
+			}
+			h.drain()
+			close(done)
+		}
+	}
+}
+
+// Settle waits until the mover has carried out the promotions queued so far
+// and brought every level under its high watermark.
+func (h *Hierarchy) Settle() {
+	if h.cfg.Inline {
+		return
+	}
+	done := make(chan struct{})
+	select {
+	case h.settle <- done:
+		<-done
+	case <-h.stop:
+	}
+}

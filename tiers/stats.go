@@ -1,0 +1,46 @@
+package tiers
+
+import "github.com/kvstrata/kvstrata/index"
+
+// LevelStats is one level's accounting and movement counters, all counted
+// since the hierarchy was opened.
+type LevelStats struct {
+	Kind   index.TierKind
+	Policy string // the eviction policy's name
+	Stats
+	HighWatermark, LowWatermark float64
+	Hits                        int64 // gets served by this level
+	Evictions                   int64 // blocks this level gave up to make room
+	Drops                       int64 // evictions that kept no copy in a lower level
+	Demotions                   int64 // blocks this level received from the level above
+	Promotions                  int64 // blocks this level received from below
+}
+
+// HierarchyStats is a snapshot of a hierarchy's counters.
+type HierarchyStats struct {
+	Levels []LevelStats
+	Gets   int64 // Get calls that found the hierarchy open
+	Misses int64 // of which held nowhere
+	Pins   int   // keys under an unreleased lease
+	Keys   int   // distinct blocks held in some level
+}
+
+// Stats returns a snapshot of the hierarchy's counters.
+func (h *Hierarchy) Stats() HierarchyStats {
+	tierStats := make([]Stats, len(h.levels))
+	for i, l := range h.levels { // outside h.mu: tiers have locks of their own
+		tierStats[i] = l.Tier.Stats()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := HierarchyStats{Gets: h.gets, Misses: h.misses, Pins: len(h.pins), Keys: len(h.entries)}
+	for i, l := range h.levels {
+		ls := LevelStats{
+			Kind: l.Kind, Stats: tierStats[i], Hits: l.hits, Evictions: l.evictions,
+			Drops: l.drops, Demotions: l.demotions, Promotions: l.promotions,
+			HighWatermark: l.HighWatermark, LowWatermark: l.LowWatermark, Policy: l.Policy.Name(),
+		}
+		s.Levels = append(s.Levels, ls)
+	}
+	return s
+}
