@@ -209,7 +209,7 @@ func (m *model) Victim(skip func(index.Key) bool) (index.Key, bool) {
 	return k, true
 }
 
-func (m *model) Len() int { return len(m.blocks) }
+func (m *model) Len() int     { return len(m.blocks) }
 func (m *model) Name() string { return "model" }
 
 func lruRank(*model, *modelBlock) rank { return rank{} }
