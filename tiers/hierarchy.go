@@ -125,7 +125,8 @@ func (c *Config) validate() error {
 // demoted to the next level (if admitted there and not already held there)
 // or dropped. A hit in a lower level is returned at once and copied up to
 // level 0 (promotion) by the mover; the lower copy stays, so evicting the
-// promoted block later costs no write. Pinned blocks are never evicted.
+// promoted block later costs no write. A pinned block may be demoted but is
+// never dropped: the node keeps it until the lease ends.
 //
 // Every method is safe for concurrent use. Block bytes move outside the
 // hierarchy's lock; one writer at a time owns a key (Put, Delete or a move),

@@ -27,14 +27,18 @@ func (h *Hierarchy) store(i int, m Meta, value []byte) error {
 }
 
 // evictOne frees one victim of level i, demoting it when the next level
-// admits it. It reports false when every block of the level is pinned or
-// owned by another writer.
+// admits it. A pinned block may be demoted (the node still holds it) but is
+// never dropped. It reports false when no block of the level can go: all
+// are owned by other writers, or pinned with nowhere to go.
 func (h *Hierarchy) evictOne(i int) bool {
 	l := h.levels[i]
 	h.mu.Lock()
 	key, ok := l.Policy.Victim(func(k index.Key) bool {
 		e := h.entries[k]
-		return e == nil || e.busy || h.pinnedLocked(k)
+		if e == nil || e.busy {
+			return true
+		}
+		return h.pinnedLocked(k) && !h.canDemoteLocked(i, k, e)
 	})
 	if !ok {
 		h.mu.Unlock()
@@ -42,7 +46,7 @@ func (h *Hierarchy) evictOne(i int) bool {
 	}
 	e := h.entries[key]
 	e.busy = true
-	m, below := e.meta, e.in>>(i+1) != 0
+	m, below, pinned := e.meta, e.in>>(i+1) != 0, h.pinnedLocked(key)
 	admit := i+1 < len(h.levels) && !below && h.admitLocked(i+1, key)
 	h.mu.Unlock()
 
@@ -55,6 +59,10 @@ func (h *Hierarchy) evictOne(i int) bool {
 			below = true
 		}
 	}
+	if !below && pinned { // the demotion failed: a pinned block stays
+		h.release(key, e)
+		return false
+	}
 	h.dropCopy(i, e, key)
 	h.mu.Lock()
 	l.evictions++
@@ -64,6 +72,12 @@ func (h *Hierarchy) evictOne(i int) bool {
 	h.mu.Unlock()
 	h.release(key, e)
 	return true
+}
+
+// canDemoteLocked reports whether evicting key from level i keeps a copy on
+// the node: one is below already, or the next level admits it.
+func (h *Hierarchy) canDemoteLocked(i int, key index.Key, e *entry) bool {
+	return i+1 < len(h.levels) && (e.in>>(i+1) != 0 || h.admitLocked(i+1, key))
 }
 
 // copyDown writes level i's copy of a block into level i+1, reading it in

@@ -18,10 +18,12 @@ import (
 
 // simFlags are the flags of kvctl sim, as typed.
 type simFlags struct {
-	policies    []string
-	capacities  []string
-	blockTokens int
-	parallel    int
+	policies      []string
+	capacities    []string
+	ssdCapacities []string
+	admitMinSeen  int
+	blockTokens   int
+	parallel      int
 }
 
 var defaultCapacities = []string{"1e5", "1e6", "3e6", "1e7"}
@@ -56,6 +58,13 @@ Policies:
 Capacities are token counts: 1000000, 1e6, 2.5e6, or with a decimal suffix
 k, M, G (1M = 1e6 tokens, 500k = 5e5).
 
+Multi-tier mode: with --ssd-capacity-tokens, each capacity is a DRAM tier
+over an SSD tier of each SSD capacity, replayed through the node's real tier
+hierarchy: DRAM victims are demoted to the SSD (if seen --admit-min-seen
+times), SSD hits are promoted back with their SSD copy kept. Each row then
+also shows the share of blocks each tier served. Belady runs as one tier of
+DRAM + SSD capacity, the bound for the pair.
+
 Table output goes to stdout, with a progress bar on stderr when stderr is a
 terminal. Exit status: 0 on success, 1 when TRACE is missing or malformed
 (the message names the line), 2 for a bad flag or value.`,
@@ -64,6 +73,9 @@ terminal. Exit status: 0 on success, 1 when TRACE is missing or malformed
 
   # LRU and prefix against the optimum at 1M and 10M tokens, as JSON
   kvctl sim trace.jsonl --policy lru,prefix,belady --capacity-tokens 1M,10M -o json
+
+  # DRAM of 1M tokens over SSDs of 3M and 10M, SSD admission on second use
+  kvctl sim trace.jsonl -p lru,prefix -c 1M --ssd-capacity-tokens 3M,10M --admit-min-seen 2
 
   # A trace recorded with 256-token blocks
   kvctl sim trace.jsonl --block-tokens 256 -c 500k,2M`,
@@ -82,6 +94,10 @@ terminal. Exit status: 0 on success, 1 when TRACE is missing or malformed
 		"policies to replay, comma-separated: "+strings.Join(sim.Policies, ", "))
 	fl.StringSliceVarP(&f.capacities, "capacity-tokens", "c", defaultCapacities,
 		"cache capacities in tokens, comma-separated: 1000000, 1e6, 1M")
+	fl.StringSliceVar(&f.ssdCapacities, "ssd-capacity-tokens", nil,
+		"multi-tier mode: SSD capacities in tokens under each DRAM capacity")
+	fl.IntVar(&f.admitMinSeen, "admit-min-seen", 1,
+		"multi-tier mode: admit a DRAM victim to the SSD only if accessed this often (1: always)")
 	fl.IntVar(&f.blockTokens, "block-tokens", sim.DefaultBlockTokens,
 		"tokens per block of the trace's hash ids")
 	fl.IntVar(&f.parallel, "parallel", 0,
@@ -91,16 +107,18 @@ terminal. Exit status: 0 on success, 1 when TRACE is missing or malformed
 
 // simPlan is a checked sim command line.
 type simPlan struct {
-	policies    []string
-	capacities  []int64
-	blockTokens int
-	parallel    int
+	policies      []string
+	capacities    []int64
+	ssdCapacities []int64
+	admitMinSeen  int
+	blockTokens   int
+	parallel      int
 }
 
 // plan checks the flags and reports every problem at once as a usage
 // error.
 func (f simFlags) plan() (simPlan, error) {
-	p := simPlan{blockTokens: f.blockTokens, parallel: f.parallel}
+	p := simPlan{blockTokens: f.blockTokens, parallel: f.parallel, admitMinSeen: f.admitMinSeen}
 	var probs []string
 	for _, name := range f.policies {
 		name = strings.ToLower(strings.TrimSpace(name))
@@ -131,6 +149,20 @@ func (f simFlags) plan() (simPlan, error) {
 	if len(f.capacities) == 0 {
 		probs = append(probs, "no capacity given")
 	}
+	for _, s := range f.ssdCapacities {
+		n, err := parseTokenCount(s)
+		switch {
+		case err != nil:
+			probs = append(probs, "--ssd-capacity-tokens: "+err.Error())
+		case f.blockTokens >= 1 && n < int64(f.blockTokens):
+			probs = append(probs, fmt.Sprintf("--ssd-capacity-tokens: %d tokens hold no block of %d tokens", n, f.blockTokens))
+		case !slices.Contains(p.ssdCapacities, n):
+			p.ssdCapacities = append(p.ssdCapacities, n)
+		}
+	}
+	if f.admitMinSeen < 1 || f.admitMinSeen > 15 {
+		probs = append(probs, fmt.Sprintf("--admit-min-seen is %d, must be in [1, 15]", f.admitMinSeen))
+	}
 	if f.parallel < 0 {
 		probs = append(probs, fmt.Sprintf("--parallel is %d, must be ≥ 0", f.parallel))
 	}
@@ -143,12 +175,17 @@ func (f simFlags) plan() (simPlan, error) {
 // simRow is one line of sim's output; the JSON form is part of kvctl's
 // interface.
 type simRow struct {
-	Policy         string  `json:"policy"`
-	CapacityTokens int64   `json:"capacity_tokens"`
-	CapacityBlocks int64   `json:"capacity_blocks"`
-	BlockTokens    int     `json:"block_tokens"`
-	TokenHitRate   float64 `json:"token_hit_rate"`
-	BlockHitRate   float64 `json:"block_hit_rate"`
+	Policy         string `json:"policy"`
+	CapacityTokens int64  `json:"capacity_tokens"`
+	// Multi-tier rows: the SSD under a DRAM of CapacityTokens, and what
+	// each tier served.
+	SSDCapacityTokens int64          `json:"ssd_capacity_tokens,omitempty"`
+	AdmitMinSeen      int            `json:"admit_min_seen,omitempty"`
+	Tiers             []simTierShare `json:"tiers,omitempty"`
+	CapacityBlocks    int64          `json:"capacity_blocks"`
+	BlockTokens       int            `json:"block_tokens"`
+	TokenHitRate      float64        `json:"token_hit_rate"`
+	BlockHitRate      float64        `json:"block_hit_rate"`
 	// The gaps are Belady's hit rate minus this row's at the same
 	// capacity; present only when belady ran.
 	TokenGapToBelady *float64 `json:"token_gap_to_belady,omitempty"`
@@ -179,7 +216,17 @@ func (a *app) runSim(ctx context.Context, path string, f simFlags) error {
 	var specs []sim.Spec
 	for _, pol := range p.policies {
 		for _, c := range p.capacities {
-			specs = append(specs, sim.SingleTier{Policy: pol, CapacityTokens: c})
+			if len(p.ssdCapacities) == 0 {
+				specs = append(specs, sim.SingleTier{Policy: pol, CapacityTokens: c})
+				continue
+			}
+			for _, ssd := range p.ssdCapacities {
+				if pol == "belady" { // the bound for the pair: one tier of both
+					specs = append(specs, sim.SingleTier{Policy: pol, CapacityTokens: c + ssd})
+				} else {
+					specs = append(specs, sim.MultiTier{Policy: pol, DRAMTokens: c, SSDTokens: ssd, AdmitMinSeen: p.admitMinSeen})
+				}
+			}
 		}
 	}
 
@@ -211,7 +258,11 @@ func (a *app) runSim(ctx context.Context, path string, f simFlags) error {
 	}
 	fmt.Fprintf(a.stdout, "%s: %d requests, %d block references (%d distinct) of %d tokens\n\n",
 		filepath.Base(path), w.Requests(), w.Blocks(), w.DistinctBlocks(), w.BlockTokens())
+	multi := len(p.ssdCapacities) > 0
 	header := []string{"POLICY", "CAPACITY_TOKENS", "CAPACITY_BLOCKS", "TOKEN_HIT_RATE", "BLOCK_HIT_RATE"}
+	if multi {
+		header = []string{"POLICY", "DRAM_TOKENS", "SSD_TOKENS", "CAPACITY_BLOCKS", "TOKEN_HIT_RATE", "BLOCK_HIT_RATE", "DRAM_BLOCK_HITS", "SSD_BLOCK_HITS"}
+	}
 	withGap := slices.Contains(p.policies, "belady")
 	if withGap {
 		header = append(header, "TOKEN_GAP_TO_BELADY", "BLOCK_GAP_TO_BELADY")
@@ -219,43 +270,82 @@ func (a *app) runSim(ctx context.Context, path string, f simFlags) error {
 	var cells [][]string
 	for _, r := range rows {
 		c := []string{r.Policy, fmt.Sprint(r.CapacityTokens), fmt.Sprint(r.CapacityBlocks), percent(r.TokenHitRate), percent(r.BlockHitRate)}
+		if multi {
+			shares := []string{"-", "-"}
+			for i, t := range r.Tiers {
+				shares[i] = percent(t.BlockHitRate)
+			}
+			ssd := "-"
+			if r.SSDCapacityTokens > 0 {
+				ssd = fmt.Sprint(r.SSDCapacityTokens)
+			}
+			c = append([]string{r.Policy, fmt.Sprint(r.CapacityTokens), ssd}, append(c[2:], shares...)...)
+		}
 		if withGap {
-			c = append(c, points(*r.TokenGapToBelady), points(*r.BlockGapToBelady))
+			if r.TokenGapToBelady != nil {
+				c = append(c, points(*r.TokenGapToBelady), points(*r.BlockGapToBelady))
+			} else {
+				c = append(c, "-", "-")
+			}
 		}
 		cells = append(cells, c)
 	}
 	return writeTable(a.stdout, header, cells)
 }
 
+// simTierShare is what one tier of a multi-tier replay served.
+type simTierShare struct {
+	Tier         string  `json:"tier"`
+	HitBlocks    int64   `json:"hit_blocks"`
+	BlockHitRate float64 `json:"block_hit_rate"`
+	Demotions    int64   `json:"demotions"`
+	Promotions   int64   `json:"promotions"`
+}
+
 // simRows turns results into output rows, with the gap to Belady at the
-// same capacity when Belady is among them.
+// same total capacity when Belady is among them.
 func simRows(results []sim.Result, blockTokens int) []simRow {
 	belady := map[int64]sim.Result{}
 	for _, r := range results {
-		if s := r.Spec.(sim.SingleTier); s.Policy == "belady" {
+		if s, ok := r.Spec.(sim.SingleTier); ok && s.Policy == "belady" {
 			belady[s.CapacityTokens] = r
 		}
 	}
 	rows := make([]simRow, len(results))
 	for i, r := range results {
-		s := r.Spec.(sim.SingleTier)
-		rows[i] = simRow{
-			Policy:         s.Policy,
-			CapacityTokens: s.CapacityTokens,
-			CapacityBlocks: r.CapacityBlocks,
-			BlockTokens:    blockTokens,
-			TokenHitRate:   r.TokenHitRate(),
-			BlockHitRate:   r.BlockHitRate(),
-			Requests:       r.Requests,
-			Blocks:         r.Blocks,
-			HitBlocks:      r.HitBlocks,
-			InputTokens:    r.InputTokens,
-			HitTokens:      r.HitTokens,
-			Inserted:       r.Inserted,
-			Evicted:        r.Evicted,
-			Rejected:       r.Rejected,
+		var policy string
+		var capacity, total int64
+		switch s := r.Spec.(type) {
+		case sim.SingleTier:
+			policy, capacity, total = s.Policy, s.CapacityTokens, s.CapacityTokens
+		case sim.MultiTier:
+			policy, capacity, total = s.Policy, s.DRAMTokens, s.DRAMTokens+s.SSDTokens
+			rows[i].SSDCapacityTokens, rows[i].AdmitMinSeen = s.SSDTokens, max(s.AdmitMinSeen, 1)
+			for _, t := range r.Tiers {
+				rows[i].Tiers = append(rows[i].Tiers, simTierShare{Tier: t.Tier, HitBlocks: t.HitBlocks,
+					BlockHitRate: t.BlockHitRate(r), Demotions: t.Demotions, Promotions: t.Promotions})
+			}
 		}
-		if b, ok := belady[s.CapacityTokens]; ok {
+		rows[i] = simRow{
+			SSDCapacityTokens: rows[i].SSDCapacityTokens,
+			AdmitMinSeen:      rows[i].AdmitMinSeen,
+			Tiers:             rows[i].Tiers,
+			Policy:            policy,
+			CapacityTokens:    capacity,
+			CapacityBlocks:    r.CapacityBlocks,
+			BlockTokens:       blockTokens,
+			TokenHitRate:      r.TokenHitRate(),
+			BlockHitRate:      r.BlockHitRate(),
+			Requests:          r.Requests,
+			Blocks:            r.Blocks,
+			HitBlocks:         r.HitBlocks,
+			InputTokens:       r.InputTokens,
+			HitTokens:         r.HitTokens,
+			Inserted:          r.Inserted,
+			Evicted:           r.Evicted,
+			Rejected:          r.Rejected,
+		}
+		if b, ok := belady[total]; ok {
 			tg, bg := b.TokenHitRate()-r.TokenHitRate(), b.BlockHitRate()-r.BlockHitRate()
 			rows[i].TokenGapToBelady, rows[i].BlockGapToBelady = &tg, &bg
 		}

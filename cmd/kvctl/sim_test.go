@@ -192,3 +192,30 @@ func TestParseTokenCount(t *testing.T) {
 		}
 	}
 }
+
+func TestSimMultiTierReportsWhatEachTierServed(t *testing.T) {
+	// A DRAM of one block over an SSD of two: request 3 finds block 1 in
+	// the SSD (demoted when request 1's second block came in) and block 2
+	// in DRAM... or the SSD; either way every hit is served by some tier.
+	path := writeTrace(t, smallTrace)
+	code, out, stderr := run(t, "sim", path, "--block-tokens", "4", "-p", "lru", "-c", "4",
+		"--ssd-capacity-tokens", "8", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("status %d: %s", code, stderr)
+	}
+	var rows []simRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].SSDCapacityTokens != 8 || len(rows[0].Tiers) != 2 {
+		t.Fatalf("rows %+v", rows)
+	}
+	r := rows[0]
+	if r.HitBlocks != 2 || r.Tiers[0].HitBlocks+r.Tiers[1].HitBlocks != 2 || r.Tiers[1].HitBlocks == 0 {
+		t.Fatalf("hits %d, per tier %+v: want both blocks of request 3, some from the ssd", r.HitBlocks, r.Tiers)
+	}
+	code, _, stderr = run(t, "sim", path, "-c", "1e6", "--ssd-capacity-tokens", "1", "--admit-min-seen", "0")
+	if code != exitUsage || !strings.Contains(stderr, "--ssd-capacity-tokens: 1 tokens hold no block") || !strings.Contains(stderr, "--admit-min-seen is 0") {
+		t.Fatalf("bad multi-tier flags: status %d, %s", code, stderr)
+	}
+}

@@ -118,8 +118,9 @@ type block struct {
 }
 
 var (
-	_ tiers.Tier   = (*Tier)(nil)
-	_ tiers.Viewer = (*Tier)(nil)
+	_ tiers.Tier     = (*Tier)(nil)
+	_ tiers.Viewer   = (*Tier)(nil)
+	_ tiers.Reserver = (*Tier)(nil)
 )
 
 // New maps an arena of cfg.Capacity bytes.
@@ -156,9 +157,8 @@ func (t *Tier) bytes(b *block) []byte {
 	return t.arena[off : off+int64(b.meta.Size) : off+int64(b.meta.Size)]
 }
 
-// Reservation is room for one block in the arena, to be filled in place and
-// then published with Commit or given back with Abort.
-type Reservation struct {
+// reservation is room for one block in the arena.
+type reservation struct {
 	t    *Tier
 	b    *block
 	done bool
@@ -167,7 +167,7 @@ type Reservation struct {
 // Reserve allocates room for the block m describes (m.Size bytes). It fails
 // with a *tiers.SizeError over the block limit and with tiers.ErrFull when no
 // run of free pages is large enough.
-func (t *Tier) Reserve(m tiers.Meta) (*Reservation, error) {
+func (t *Tier) Reserve(m tiers.Meta) (tiers.Reservation, error) {
 	if int64(m.Size) > t.cfg.MaxBlockSize {
 		return nil, &tiers.SizeError{Size: int64(m.Size), Limit: t.cfg.MaxBlockSize}
 	}
@@ -184,15 +184,15 @@ func (t *Tier) Reserve(m tiers.Meta) (*Reservation, error) {
 	}
 	t.used += int64(pages) * t.page
 	t.inflight++
-	return &Reservation{t: t, b: &block{meta: m, start: start, pages: pages}}, nil
+	return &reservation{t: t, b: &block{meta: m, start: start, pages: pages}}, nil
 }
 
 // Bytes returns the reserved room, len(Bytes()) == m.Size.
-func (r *Reservation) Bytes() []byte { return r.t.bytes(r.b) }
+func (r *reservation) Bytes() []byte { return r.t.bytes(r.b) }
 
 // Commit publishes the block, replacing any block under its key. The caller
 // must have filled Bytes() and checked them against the Meta's Sum.
-func (r *Reservation) Commit() error {
+func (r *reservation) Commit() error {
 	t := r.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -214,7 +214,7 @@ func (r *Reservation) Commit() error {
 }
 
 // Abort gives the reserved room back; it is a no-op after Commit.
-func (r *Reservation) Abort() {
+func (r *reservation) Abort() {
 	t := r.t
 	t.mu.Lock()
 	defer t.mu.Unlock()

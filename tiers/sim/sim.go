@@ -3,8 +3,8 @@
 // deterministically.
 //
 // A Workload is a trace turned into block keys. A Spec says what cache to
-// replay it through; SingleTier (one tier, one policy, one capacity) is the
-// kind there is today. Run replays one workload through many specs, in
+// replay it through: SingleTier (one tier, one policy, one capacity) or
+// MultiTier (DRAM over SSD through the node's real tier hierarchy). Run replays one workload through many specs, in
 // parallel, and returns a Result per spec.
 //
 // The replay, for each request in file order:
@@ -20,11 +20,6 @@
 //
 // Hit rates are totals over the trace: token hit rate = Σ token hits /
 // Σ input lengths, block hit rate = Σ hit blocks / Σ blocks.
-//
-// Adding a cache kind (a multi-tier hierarchy, say) means a new Spec type
-// whose cache implements the same lookup-then-store step; Workload, Run and
-// the totals in Result stay as they are, and kind-specific counters go
-// beside the shared ones.
 //
 // A Workload is safe for concurrent use; everything else here is used from
 // one goroutine at a time, and Run does its own parallelism.
@@ -73,8 +68,11 @@ type Result struct {
 	HitTokens   int64
 
 	Inserted int64 // blocks stored
-	Evicted  int64 // blocks evicted to make room
+	Evicted  int64 // blocks evicted to make room (multi-tier: dropped from the last tier holding them)
 	Rejected int64 // blocks not stored: every held block was of their own request
+
+	// Tiers has one entry per tier of a multi-tier replay, fastest first.
+	Tiers []TierResult
 }
 
 // TokenHitRate returns Σ token hits / Σ input tokens (0 for no input).
