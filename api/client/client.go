@@ -1,0 +1,244 @@
+// Package client is the Go client of a kvstrata cache node, used by engines,
+// the router and kvctl. It speaks gRPC for control and, when the node offers
+// one, the data plane for block bytes; it splits large requests into batches
+// the node accepts, retries transient failures with backoff, honours
+// context deadlines and returns errors callers can test (ErrNotFound,
+// ErrInvalid, ErrFull, ErrUnavailable).
+//
+// A Client is safe for concurrent use.
+package client
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/transfer"
+	"github.com/kvstrata/kvstrata/transfer/tcp"
+)
+
+// Options configure a Client; zero fields take their defaults.
+type Options struct {
+	// Timeout bounds each call whose ctx has no deadline. Default 30s.
+	Timeout time.Duration
+	// MaxRetries is how often a call that failed transiently (node
+	// unavailable) is tried again. Default 3; negative: never.
+	MaxRetries int
+	// Backoff is the wait before the first retry, doubled for each next one
+	// up to MaxBackoff, with jitter. Defaults 50ms and 2s.
+	Backoff, MaxBackoff time.Duration
+	// NoDataPlane moves block bytes over gRPC even when the node offers a
+	// data plane.
+	NoDataPlane bool
+	// Transports are the data-plane backends the client can use; it picks
+	// the one the node names. Default: tcp.
+	Transports []transfer.Transport
+	// PoolSize is how many idle data-plane connections the client keeps.
+	// Default 8.
+	PoolSize int
+	// DialOptions are added to the gRPC dial.
+	DialOptions []grpc.DialOption
+}
+
+func (o *Options) setDefaults() {
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = 3
+	}
+	if o.Backoff == 0 {
+		o.Backoff = 50 * time.Millisecond
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 2 * time.Second
+	}
+	if o.Transports == nil {
+		o.Transports = []transfer.Transport{tcp.New(tcp.Options{})}
+	}
+	if o.PoolSize == 0 {
+		o.PoolSize = 8
+	}
+}
+
+// Client talks to one cache node.
+type Client struct {
+	opts Options
+	cc   *grpc.ClientConn
+	api  pb.CacheClient
+	info *pb.NodeInfo
+	data *pool // nil: bytes go over gRPC
+}
+
+// Dial connects to the node whose gRPC address is addr and asks it for its
+// Info (data-plane address, limits).
+func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
+	opts.setDefaults()
+	dopts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
+	}, opts.DialOptions...)
+	cc, err := grpc.NewClient(addr, dopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kvstrata: dial %s: %w", addr, err)
+	}
+	c := &Client{opts: opts, cc: cc, api: pb.NewCacheClient(cc)}
+	err = c.call(ctx, "info", func(ctx context.Context) error {
+		var err error
+		c.info, err = c.api.Info(ctx, &pb.InfoRequest{})
+		return err
+	})
+	if err != nil {
+		cc.Close()
+		return nil, err
+	}
+	if !opts.NoDataPlane && c.info.DataAddr != "" {
+		for _, t := range opts.Transports {
+			if t.Name() == c.info.Transport {
+				c.data = newPool(t, c.info.DataAddr, opts.PoolSize)
+			}
+		}
+	}
+	return c, nil
+}
+
+// Info returns what the node said about itself when the client dialled.
+func (c *Client) Info() *pb.NodeInfo { return c.info }
+
+// DataPlane names the transport block bytes travel over: the data-plane
+// backend's name, or "grpc".
+func (c *Client) DataPlane() string {
+	if c.data == nil {
+		return "grpc"
+	}
+	return c.data.t.Name()
+}
+
+// Close closes the client's connections.
+func (c *Client) Close() error {
+	if c.data != nil {
+		c.data.close()
+	}
+	return c.cc.Close()
+}
+
+// call runs fn with the client's default deadline, retrying transient
+// failures with exponential backoff and jitter while ctx allows.
+func (c *Client) call(ctx context.Context, op string, fn func(context.Context) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.Timeout)
+		defer cancel()
+	}
+	wait := c.opts.Backoff
+	for attempt := 0; ; attempt++ {
+		err := wrap(op, fn(ctx))
+		if err == nil || !transient(err) || attempt >= c.opts.MaxRetries {
+			return err
+		}
+		jittered := wait/2 + rand.N(wait/2+1)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(jittered):
+		}
+		wait = min(2*wait, c.opts.MaxBackoff)
+	}
+}
+
+// Lookup returns how many leading blocks of chain the node holds, in all and
+// per tier.
+func (c *Client) Lookup(ctx context.Context, ns index.NamespaceID, chain []index.Hash) (*pb.LookupResponse, error) {
+	req := &pb.LookupRequest{Namespace: uint64(ns), Hashes: make([]uint64, len(chain))}
+	for i, h := range chain {
+		req.Hashes[i] = uint64(h)
+	}
+	var resp *pb.LookupResponse
+	err := c.call(ctx, "lookup", func(ctx context.Context) (err error) {
+		resp, err = c.api.Lookup(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// Exists says for each key whether the node holds it.
+func (c *Client) Exists(ctx context.Context, keys []index.Key) ([]bool, error) {
+	out := make([]bool, 0, len(keys))
+	for _, batch := range chunks(len(keys), int(c.info.MaxBatchBlocks)) {
+		var resp *pb.ExistsResponse
+		err := c.call(ctx, "exists", func(ctx context.Context) (err error) {
+			resp, err = c.api.Exists(ctx, &pb.ExistsRequest{Keys: keysToPB(keys[batch[0]:batch[1]])})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.Exists...)
+	}
+	return out, nil
+}
+
+// Evict removes the blocks req selects (see EvictRequest).
+func (c *Client) Evict(ctx context.Context, req *pb.EvictRequest) (*pb.EvictResponse, error) {
+	var resp *pb.EvictResponse
+	err := c.call(ctx, "evict", func(ctx context.Context) (err error) {
+		resp, err = c.api.Evict(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// Stats returns the node's tier statistics.
+func (c *Client) Stats(ctx context.Context) (*pb.StatsResponse, error) {
+	var resp *pb.StatsResponse
+	err := c.call(ctx, "stats", func(ctx context.Context) (err error) {
+		resp, err = c.api.Stats(ctx, &pb.StatsRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// Pin leases keys for ttl and returns the lease id and its expiry.
+func (c *Client) Pin(ctx context.Context, keys []index.Key, ttl time.Duration) (uint64, time.Time, error) {
+	var resp *pb.PinResponse
+	err := c.call(ctx, "pin", func(ctx context.Context) (err error) {
+		resp, err = c.api.Pin(ctx, &pb.PinRequest{Keys: keysToPB(keys), TtlMs: ttl.Milliseconds()})
+		return err
+	})
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return resp.LeaseId, time.UnixMilli(resp.ExpiresUnixMs), nil
+}
+
+// Release ends a lease.
+func (c *Client) Release(ctx context.Context, lease uint64) error {
+	return c.call(ctx, "release", func(ctx context.Context) error {
+		_, err := c.api.Release(ctx, &pb.ReleaseRequest{LeaseId: lease})
+		return err
+	})
+}
+
+// chunks splits n items into [from, to) ranges of at most size items.
+func chunks(n, size int) [][2]int {
+	size = max(size, 1)
+	var out [][2]int
+	for from := 0; from < n; from += size {
+		out = append(out, [2]int{from, min(from+size, n)})
+	}
+	return out
+}
+
+func keysToPB(keys []index.Key) []*pb.BlockKey {
+	out := make([]*pb.BlockKey, len(keys))
+	for i, k := range keys {
+		out[i] = &pb.BlockKey{Namespace: uint64(k.NS), Hash: uint64(k.Hash)}
+	}
+	return out
+}

@@ -1,0 +1,66 @@
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+)
+
+// Check is one readiness check: nil when the part it checks is ready.
+type Check struct {
+	Name string
+	Fn   func() error
+}
+
+// Handler serves /metrics, /healthz (the process is up) and /readyz (every
+// check passes; the body lists each check's state either way).
+func (m *Metrics) Handler(checks ...Check) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		var b strings.Builder
+		ready := true
+		for _, c := range checks {
+			if err := c.Fn(); err != nil {
+				ready = false
+				fmt.Fprintf(&b, "[-] %s: %v\n", c.Name, err)
+			} else {
+				fmt.Fprintf(&b, "[+] %s ok\n", c.Name)
+			}
+		}
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprint(w, b.String())
+	})
+	return mux
+}
+
+// UnaryInterceptor times unary gRPC calls.
+func (m *Metrics) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		defer m.Observe("grpc", method(info.FullMethod), time.Now())
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor times streaming gRPC calls.
+func (m *Metrics) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		defer m.Observe("grpc", method(info.FullMethod), time.Now())
+		return handler(srv, ss)
+	}
+}
+
+// method turns "/kvstrata.v1.Cache/Get" into "get".
+func method(full string) string {
+	return strings.ToLower(full[strings.LastIndexByte(full, '/')+1:])
+}

@@ -1,0 +1,158 @@
+// Package metrics exports a cache node to Prometheus. Tier state is read
+// from the node when Prometheus scrapes; request latencies and data-plane
+// bytes are observed by thin wrappers around the front ends (a gRPC
+// interceptor, a data-plane handler, a RESP command hook), so no front end
+// knows Prometheus exists. Every method is safe on a nil *Metrics.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+const namespace = "kvstrata"
+
+// Metrics holds a node's Prometheus registry and the collectors the front
+// ends feed.
+type Metrics struct {
+	Registry  *prometheus.Registry
+	latency   *prometheus.HistogramVec
+	dataBytes *prometheus.CounterVec
+}
+
+// StatsFunc returns a hierarchy's counters at scrape time.
+type StatsFunc func() tiers.HierarchyStats
+
+// New registers the node's metrics (and the Go runtime's and process's).
+func New(stats StatsFunc, info map[string]string) *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "request_duration_seconds",
+			Help:    "Time to serve a request, by front end (grpc, data, resp) and operation.",
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 18), // 25µs … 3.3s
+		}, []string{"api", "op"}),
+		dataBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "data_plane_bytes_total",
+			Help: "Block bytes moved by the data plane, by direction (in: puts, out: gets).",
+		}, []string{"direction"}),
+	}
+	m.Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.latency, m.dataBytes,
+		&tierCollector{stats: stats},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "build_info", Help: "Build and node information; always 1.",
+			ConstLabels: info,
+		}, func() float64 { return 1 }),
+	)
+	return m
+}
+
+// Observe records the latency of one request that started at start.
+func (m *Metrics) Observe(api, op string, start time.Time) {
+	if m == nil {
+		return
+	}
+	m.latency.WithLabelValues(api, op).Observe(time.Since(start).Seconds())
+}
+
+// DataBytes counts block bytes moved by the data plane.
+func (m *Metrics) DataBytes(direction string, n int) {
+	if m == nil {
+		return
+	}
+	m.dataBytes.WithLabelValues(direction).Add(float64(n))
+}
+
+// RESPStats is what the RESP server counts, read at scrape time.
+type RESPStats func() (commands map[string]uint64, clients int)
+
+// WatchRESP exports the RESP server's command counts and connections.
+func (m *Metrics) WatchRESP(stats RESPStats) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(respCollector(stats))
+}
+
+var (
+	descCommands = prometheus.NewDesc(namespace+"_resp_commands_total", "Redis-protocol commands served, by command.", []string{"command"}, nil)
+	descClients  = prometheus.NewDesc(namespace+"_resp_connected_clients", "Open Redis-protocol connections.", nil, nil)
+)
+
+type respCollector RESPStats
+
+func (c respCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descCommands; ch <- descClients }
+
+func (c respCollector) Collect(ch chan<- prometheus.Metric) {
+	cmds, clients := c()
+	for name, n := range cmds {
+		ch <- prometheus.MustNewConstMetric(descCommands, prometheus.CounterValue, float64(n), name)
+	}
+	ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(clients))
+}
+
+// tierCollector reads the hierarchy's counters when Prometheus scrapes.
+type tierCollector struct{ stats StatsFunc }
+
+var (
+	tierLabels     = []string{"tier"}
+	descCapacity   = desc("tier_capacity_bytes", "Bytes a tier may hold.")
+	descUsed       = desc("tier_used_bytes", "Bytes a tier holds, allocation overhead included.")
+	descBlocks     = desc("tier_blocks", "Blocks a tier holds.")
+	descHits       = desc("tier_hits_total", "Gets served by a tier.")
+	descMissesTier = desc("tier_misses_total", "Gets that reached a tier (missed every faster one) and were not served by it.")
+	descEvictions  = desc("tier_evictions_total", "Blocks a tier gave up to make room.")
+	descDrops      = desc("tier_drops_total", "Evictions that kept no copy in a lower tier.")
+	descDemotions  = desc("tier_demotions_total", "Blocks a tier received from the tier above.")
+	descPromotions = desc("tier_promotions_total", "Blocks a tier received from below.")
+	descGets       = prometheus.NewDesc(namespace+"_gets_total", "Block gets.", nil, nil)
+	descMisses     = prometheus.NewDesc(namespace+"_misses_total", "Block gets that found the block in no tier.", nil, nil)
+	descKeys       = prometheus.NewDesc(namespace+"_blocks", "Distinct blocks held in some tier.", nil, nil)
+	descPins       = prometheus.NewDesc(namespace+"_pinned_blocks", "Blocks under an unreleased lease.", nil, nil)
+)
+
+func desc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(namespace+"_"+name, help, tierLabels, nil)
+}
+
+func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descBlocks, descHits, descMissesTier, descEvictions,
+		descDrops, descDemotions, descPromotions, descGets, descMisses, descKeys, descPins} {
+		ch <- d
+	}
+}
+
+func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	reached := s.Gets // gets that reached the current level
+	for _, l := range s.Levels {
+		t := l.Kind.String()
+		gauge := func(d *prometheus.Desc, v int64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), t)
+		}
+		counter := func(d *prometheus.Desc, v int64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), t)
+		}
+		gauge(descCapacity, l.Capacity)
+		gauge(descUsed, l.Used)
+		gauge(descBlocks, l.Blocks)
+		counter(descHits, l.Hits)
+		reached -= l.Hits
+		counter(descMissesTier, reached)
+		counter(descEvictions, l.Evictions)
+		counter(descDrops, l.Drops)
+		counter(descDemotions, l.Demotions)
+		counter(descPromotions, l.Promotions)
+	}
+	ch <- prometheus.MustNewConstMetric(descGets, prometheus.CounterValue, float64(s.Gets))
+	ch <- prometheus.MustNewConstMetric(descMisses, prometheus.CounterValue, float64(s.Misses))
+	ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(s.Keys))
+	ch <- prometheus.MustNewConstMetric(descPins, prometheus.GaugeValue, float64(s.Pins))
+}

@@ -1,0 +1,291 @@
+// Package node is one cache node's operations: the limits that protect it,
+// checksum checks where bytes enter it, leases, eviction by selector, and
+// statistics, over a tiers.Hierarchy. The gRPC, RESP and data-plane front
+// ends all call a Node, so a block put through one is seen by the others.
+//
+// A Node is safe for concurrent use.
+package node
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+// Errors of the node layer; tiers' errors (ErrNotFound, ErrFull, …) pass
+// through wrapped.
+var (
+	// ErrLimit marks a request over one of the node's limits; it was
+	// refused before anything was applied. *LimitError carries the detail.
+	ErrLimit = errors.New("node: over a limit")
+	// ErrChecksum marks bytes that do not match the checksum sent with them.
+	ErrChecksum = errors.New("node: checksum mismatch")
+	// ErrUnknownLease is returned by Release for a lease that is unknown
+	// or already released.
+	ErrUnknownLease = errors.New("node: unknown lease")
+)
+
+// LimitError says which limit a request broke; it matches ErrLimit.
+type LimitError struct{ Msg string }
+
+func (e *LimitError) Error() string        { return e.Msg }
+func (e *LimitError) Is(target error) bool { return target == ErrLimit }
+
+// Config holds a node's limits; zero fields take their defaults.
+type Config struct {
+	// MaxBlockSize is the largest block accepted, in bytes. The default is
+	// 4 MiB.
+	MaxBlockSize int64
+	// MaxBatchBlocks is the most blocks one put or get may carry. The
+	// default is 1024.
+	MaxBatchBlocks int
+	// MaxBatchBytes is the most bytes one put may carry. The default is
+	// 256 MiB.
+	MaxBatchBytes int64
+	// MaxLease caps a pin's lease; the default is 5 minutes.
+	MaxLease time.Duration
+	// ViewLease is how long a read may pin a block's bytes in place while
+	// they are written to a socket. The default is 30 seconds.
+	ViewLease time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxBlockSize   = 4 << 20
+	DefaultMaxBatchBlocks = 1024
+	DefaultMaxBatchBytes  = 256 << 20
+)
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.MaxBlockSize == 0 {
+		c.MaxBlockSize = DefaultMaxBlockSize
+	}
+	if c.MaxBatchBlocks == 0 {
+		c.MaxBatchBlocks = DefaultMaxBatchBlocks
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.MaxLease == 0 {
+		c.MaxLease = 5 * time.Minute
+	}
+	if c.ViewLease == 0 {
+		c.ViewLease = 30 * time.Second
+	}
+	return c
+}
+
+// Validate reports every problem with c (after defaults) in one error.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var probs []string
+	if c.MaxBlockSize < 0 || c.MaxBlockSize > 1<<31 {
+		probs = append(probs, fmt.Sprintf("max block size %d outside (0, 2 GiB]", c.MaxBlockSize))
+	}
+	if c.MaxBatchBlocks < 0 {
+		probs = append(probs, fmt.Sprintf("max batch blocks %d is negative", c.MaxBatchBlocks))
+	}
+	if c.MaxBatchBytes < c.MaxBlockSize {
+		probs = append(probs, fmt.Sprintf("max batch bytes %d is below the max block size %d", c.MaxBatchBytes, c.MaxBlockSize))
+	}
+	if c.MaxLease < 0 || c.ViewLease < 0 {
+		probs = append(probs, "leases must not be negative")
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: node: %s", tiers.ErrInvalidConfig, strings.Join(probs, "; "))
+}
+
+// Node is a cache node.
+type Node struct {
+	h       *tiers.Hierarchy
+	cfg     Config
+	started time.Time
+
+	mu        sync.Mutex
+	leases    map[uint64]*tiers.Lease
+	nextLease uint64
+	addrs     Addrs
+}
+
+// Addrs are the endpoints a node serves on, for Info.
+type Addrs struct {
+	GRPC, Data, RESP, HTTP string
+	Transport              string // data-plane transport name
+}
+
+// New returns a node over h. The node owns h: Close closes it.
+func New(h *tiers.Hierarchy, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Node{h: h, cfg: cfg.WithDefaults(), started: time.Now(), leases: map[uint64]*tiers.Lease{}}, nil
+}
+
+// Config returns the node's limits.
+func (n *Node) Config() Config { return n.cfg }
+
+// Hierarchy returns the node's storage.
+func (n *Node) Hierarchy() *tiers.Hierarchy { return n.h }
+
+// SetAddrs records where the node's servers listen.
+func (n *Node) SetAddrs(a Addrs) {
+	n.mu.Lock()
+	n.addrs = a
+	n.mu.Unlock()
+}
+
+// Info describes a node.
+type Info struct {
+	ID      index.NodeID
+	Addrs   Addrs
+	Config  Config
+	Tiers   []index.TierKind
+	Started time.Time
+}
+
+// Info returns the node's identity, addresses and limits.
+func (n *Node) Info() Info {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return Info{ID: n.h.Node(), Addrs: n.addrs, Config: n.cfg, Tiers: n.h.Kinds(), Started: n.started}
+}
+
+// CheckBatch refuses a batch of blocks over the node's limits, naming the
+// first offending block.
+func (n *Node) CheckBatch(metas []tiers.Meta) error {
+	if len(metas) > n.cfg.MaxBatchBlocks {
+		return &LimitError{fmt.Sprintf("batch of %d blocks, over the %d-block limit", len(metas), n.cfg.MaxBatchBlocks)}
+	}
+	var total int64
+	for i, m := range metas {
+		if int64(m.Size) > n.cfg.MaxBlockSize {
+			return &LimitError{fmt.Sprintf("block %d is %s, over the %s limit", i, tiers.FormatBytes(int64(m.Size)), tiers.FormatBytes(n.cfg.MaxBlockSize))}
+		}
+		total += int64(m.Size)
+	}
+	if total > n.cfg.MaxBatchBytes {
+		return &LimitError{fmt.Sprintf("batch of %s, over the %s limit", tiers.FormatBytes(total), tiers.FormatBytes(n.cfg.MaxBatchBytes))}
+	}
+	return nil
+}
+
+// CheckKeys refuses a read of more keys than a batch may hold.
+func (n *Node) CheckKeys(count int) error {
+	if count > n.cfg.MaxBatchBlocks {
+		return &LimitError{fmt.Sprintf("request for %d blocks, over the %d-block limit", count, n.cfg.MaxBatchBlocks)}
+	}
+	return nil
+}
+
+// Put stores one block after checking its size and checksum.
+func (n *Node) Put(m tiers.Meta, value []byte) error {
+	if err := n.CheckBatch([]tiers.Meta{m}); err != nil {
+		return err
+	}
+	if int(m.Size) != len(value) {
+		return fmt.Errorf("%w: block %v: meta says %d bytes, %d came", tiers.ErrInvalid, m.Key, m.Size, len(value))
+	}
+	if sum := tiers.Checksum(value); sum != m.Sum {
+		return fmt.Errorf("block %v: bytes hash to %016x, sent with %016x: %w", m.Key, sum, m.Sum, ErrChecksum)
+	}
+	return n.h.Put(m, value)
+}
+
+// Reserve makes room for a block in the fastest tier; the caller fills it
+// and calls Commit (see CommitChecked) or Abort.
+func (n *Node) Reserve(m tiers.Meta) (*tiers.PutReservation, error) {
+	if err := n.CheckBatch([]tiers.Meta{m}); err != nil {
+		return nil, err
+	}
+	return n.h.Reserve(m)
+}
+
+// CommitChecked commits r if its bytes match sum, else aborts it.
+func CommitChecked(r *tiers.PutReservation, m tiers.Meta) error {
+	if sum := tiers.Checksum(r.Bytes()); sum != m.Sum {
+		r.Abort()
+		return fmt.Errorf("block %v: bytes hash to %016x, sent with %016x: %w", m.Key, sum, m.Sum, ErrChecksum)
+	}
+	return r.Commit()
+}
+
+// Get appends a block's bytes to dst.
+func (n *Node) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, index.TierKind, error) {
+	return n.h.Get(key, dst)
+}
+
+// View returns a block's bytes pinned in place where possible; release the
+// View once they are written out.
+func (n *Node) View(key index.Key) (tiers.View, index.TierKind, error) {
+	return n.h.View(key, n.cfg.ViewLease)
+}
+
+// Lookup returns the longest prefix of chain this node holds, per tier.
+func (n *Node) Lookup(ns index.NamespaceID, chain []index.Hash) (index.Prefix, error) {
+	if len(chain) > n.cfg.MaxBatchBlocks*64 {
+		return index.Prefix{}, &LimitError{fmt.Sprintf("lookup of %d hashes, over the %d-hash limit", len(chain), n.cfg.MaxBatchBlocks*64)}
+	}
+	return n.h.Lookup(ns, chain), nil
+}
+
+// Exists reports for each key whether some tier holds it.
+func (n *Node) Exists(keys []index.Key) ([]bool, error) {
+	if err := n.CheckKeys(len(keys)); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		_, _, err := n.h.Stat(k)
+		out[i] = err == nil
+	}
+	return out, nil
+}
+
+// Pin leases keys for ttl and returns the lease's id.
+func (n *Node) Pin(keys []index.Key, ttl time.Duration) (uint64, time.Time, error) {
+	if err := n.CheckKeys(len(keys)); err != nil {
+		return 0, time.Time{}, err
+	}
+	if ttl <= 0 || ttl > n.cfg.MaxLease {
+		return 0, time.Time{}, &LimitError{fmt.Sprintf("lease of %v outside (0, %v]", ttl, n.cfg.MaxLease)}
+	}
+	l, err := n.h.Pin(keys, ttl)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	for id, old := range n.leases { // forget leases that ran out unreleased
+		if old.Expires().Before(now) {
+			delete(n.leases, id)
+		}
+	}
+	n.nextLease++
+	n.leases[n.nextLease] = l
+	return n.nextLease, l.Expires(), nil
+}
+
+// Release ends a lease.
+func (n *Node) Release(id uint64) error {
+	n.mu.Lock()
+	l := n.leases[id]
+	delete(n.leases, id)
+	n.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("lease %d: %w", id, ErrUnknownLease)
+	}
+	l.Release()
+	return nil
+}
+
+// Close closes the node's storage (persistent tiers keep their blocks).
+func (n *Node) Close() error { return n.h.Close() }

@@ -1,0 +1,144 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+// RESPNamespace holds the values stored through the Redis protocol: key k is
+// block {RESPNamespace, xxhash64(k)}.
+var RESPNamespace = index.NamespaceID(xxhash.Sum64String("kvstrata-resp-v1"))
+
+// respHeader is the length prefix of the key stored in front of each value:
+// a read checks the key, so two keys whose hashes collide read as missing,
+// never as each other's value.
+const respHeader = 4
+
+// RESPStore serves a node's blocks to Redis clients (resp.Store). Values go
+// through the same tiers as every other block.
+type RESPStore struct{ n *Node }
+
+var _ resp.Store = (*RESPStore)(nil)
+
+// RESPStore returns the node as a resp.Store.
+func (n *Node) RESPStore() *RESPStore { return &RESPStore{n: n} }
+
+func respKey(key string) index.Key {
+	return index.Key{NS: RESPNamespace, Hash: index.Hash(xxhash.Sum64String(key))}
+}
+
+// View returns the value in place (no copy from DRAM).
+func (s *RESPStore) View(_ context.Context, key string) ([]byte, func(), error) {
+	v, _, err := s.n.View(respKey(key))
+	if err != nil {
+		return nil, nil, respError(err)
+	}
+	b := v.Bytes()
+	if len(b) < respHeader {
+		v.Release()
+		return nil, nil, fmt.Errorf("key %q: %w", key, resp.ErrNotFound)
+	}
+	kl := int(binary.LittleEndian.Uint32(b))
+	if kl != len(key) || len(b) < respHeader+kl || string(b[respHeader:respHeader+kl]) != key {
+		v.Release()
+		return nil, nil, fmt.Errorf("key %q: %w", key, resp.ErrNotFound)
+	}
+	return b[respHeader+kl:], func() { _ = v.Release() }, nil
+}
+
+// Set stores value, copying it once, straight into the fastest tier.
+func (s *RESPStore) Set(_ context.Context, key string, value []byte) error {
+	size := respHeader + len(key) + len(value)
+	if int64(size) > s.n.cfg.MaxBlockSize {
+		return resp.Mark(&LimitError{fmt.Sprintf("value of %s with its key is over the %s limit (limits.max-block-size)",
+			tiers.FormatBytes(int64(size)), tiers.FormatBytes(s.n.cfg.MaxBlockSize))}, resp.ErrTooLarge)
+	}
+	var hdr [respHeader]byte
+	binary.LittleEndian.PutUint32(hdr[:], uint32(len(key)))
+	d := xxhash.New()
+	_, _ = d.Write(hdr[:])
+	_, _ = d.WriteString(key)
+	_, _ = d.Write(value)
+	m := tiers.Meta{Key: respKey(key), Sum: d.Sum64()}
+	m.Size = uint32(size)
+	r, err := s.n.Reserve(m)
+	if err != nil {
+		return respError(err)
+	}
+	b := r.Bytes()
+	copy(b, hdr[:])
+	copy(b[respHeader:], key)
+	copy(b[respHeader+len(key):], value)
+	return respError(r.Commit())
+}
+
+// Exists reports whether some tier holds key's block. It trusts the 64-bit
+// hash (a collision, about 1 in 10^19 per pair of keys, would read as
+// present); GET checks the stored key.
+func (s *RESPStore) Exists(_ context.Context, key string) (bool, error) {
+	_, _, err := s.n.h.Stat(respKey(key))
+	if errors.Is(err, tiers.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, respError(err)
+}
+
+// Delete removes key from every tier.
+func (s *RESPStore) Delete(_ context.Context, key string) (bool, error) {
+	err := s.n.h.Delete(respKey(key))
+	if errors.Is(err, tiers.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, respError(err)
+}
+
+// Len counts the keys stored through the Redis protocol. It walks the
+// node's block table, so it costs time in the number of blocks.
+func (s *RESPStore) Len(context.Context) (int64, error) {
+	return int64(len(s.n.h.Blocks(func(b tiers.BlockInfo) bool { return b.Key.NS == RESPNamespace }))), nil
+}
+
+// Info adds the tiers to INFO.
+func (s *RESPStore) Info(context.Context) []resp.InfoField {
+	hs := s.n.h.Stats()
+	var out []resp.InfoField
+	for _, l := range hs.Levels {
+		t := l.Kind.String()
+		for _, f := range []struct {
+			name string
+			v    int64
+		}{{"capacity_bytes", l.Capacity}, {"used_bytes", l.Used}, {"blocks", l.Blocks}, {"hits", l.Hits},
+			{"evictions", l.Evictions}, {"demotions", l.Demotions}, {"promotions", l.Promotions}} {
+			out = append(out, resp.InfoField{Section: "tiers", Name: t + "_" + f.name, Value: strconv.FormatInt(f.v, 10)})
+		}
+	}
+	if len(hs.Levels) > 0 {
+		out = append(out, resp.InfoField{Section: "memory", Name: "used_memory", Value: strconv.FormatInt(hs.Levels[0].Used, 10)},
+			resp.InfoField{Section: "memory", Name: "maxmemory", Value: strconv.FormatInt(hs.Levels[0].Capacity, 10)})
+	}
+	return out
+}
+
+// respError tags the node's errors for the RESP server's replies.
+func respError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, tiers.ErrNotFound):
+		return resp.Mark(err, resp.ErrNotFound)
+	case errors.Is(err, tiers.ErrTooLarge), errors.Is(err, ErrLimit):
+		return resp.Mark(err, resp.ErrTooLarge)
+	case errors.Is(err, tiers.ErrFull):
+		return resp.Mark(err, resp.ErrFull)
+	}
+	return err
+}

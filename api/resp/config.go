@@ -1,0 +1,154 @@
+package resp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// ErrInvalidConfig marks a Config that fails validation.
+var ErrInvalidConfig = errors.New("resp: invalid config")
+
+// Config configures a Server; the zero value of a field means its default.
+// A nil *Config means all defaults.
+type Config struct {
+	// MaxClients is the most connections served at once. A connection over
+	// it is answered "-ERR max number of clients reached" and closed. The
+	// default is 10000, Redis's maxclients.
+	MaxClients int
+	// MaxBulkLen is the longest bulk string (one argument: a key or a SET
+	// value) a client may send, in bytes. A longer one is a protocol error
+	// that closes the connection, so keep it above the store's largest
+	// value: an oversized SET then reaches the store and gets its clear
+	// "value too large" reply instead. The default is 16 MiB (four times
+	// the largest usual KV block); at most 1 GiB. Redis: proto-max-bulk-len.
+	MaxBulkLen int64
+	// MaxArgs is the most arguments one command may have, its name
+	// included. The default is 1048576, Redis's limit.
+	MaxArgs int
+	// MaxCommandBytes bounds the bytes of all arguments of one command
+	// (MSET of many values, say), and with it the memory one connection
+	// holds. The default is 128 MiB; it must be at least MaxBulkLen.
+	MaxCommandBytes int64
+	// ReadBufferSize is each connection's read buffer in bytes. It is also
+	// the longest inline command (a plain text line, as typed over telnet).
+	// Arguments longer than 32 KiB (or half the buffer, if that is less)
+	// bypass it: they are read straight into a buffer of their own. The
+	// default is 64 KiB; at least 4 KiB.
+	ReadBufferSize int
+	// WriteBufferSize is how many bytes of replies a connection gathers
+	// before it writes them, unless its input runs dry first. Values of 16
+	// KiB or more are not copied into it: they are written from the
+	// store's memory. The default is 64 KiB; at least 4 KiB.
+	WriteBufferSize int
+	// IdleTimeout closes a connection that sends nothing for this long.
+	// The default, 0, never does (Redis's timeout 0); it must not be
+	// negative.
+	IdleTimeout time.Duration
+	// Version is reported by INFO as kvstrata_version. The default is the
+	// main module's version from the build info, else "dev".
+	Version string
+	// OnCommand, if set, is called after each known command has run (its
+	// reply is buffered, maybe not yet written) with the command's name
+	// ("get", or "client|setname" style for subcommands as the table names
+	// them) and when it started: the hook for latency metrics. It runs on
+	// the connection's goroutine and must be quick.
+	OnCommand func(name string, start time.Time)
+	// Logger receives accept errors. The default is slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxClients      = 10000
+	DefaultMaxBulkLen      = 16 << 20
+	DefaultMaxArgs         = 1 << 20
+	DefaultMaxCommandBytes = 128 << 20
+	DefaultReadBufferSize  = 64 << 10
+	DefaultWriteBufferSize = 64 << 10
+
+	maxBulkLenLimit = 1 << 30
+	minBufferSize   = 4 << 10
+)
+
+// EnsureDefaults replaces the zero value of every field with its default.
+// It leaves invalid values for Validate to report.
+func (c *Config) EnsureDefaults() {
+	if c.MaxClients == 0 {
+		c.MaxClients = DefaultMaxClients
+	}
+	if c.MaxBulkLen == 0 {
+		c.MaxBulkLen = DefaultMaxBulkLen
+	}
+	if c.MaxArgs == 0 {
+		c.MaxArgs = DefaultMaxArgs
+	}
+	if c.MaxCommandBytes == 0 {
+		c.MaxCommandBytes = max(DefaultMaxCommandBytes, c.MaxBulkLen)
+	}
+	if c.ReadBufferSize == 0 {
+		c.ReadBufferSize = DefaultReadBufferSize
+	}
+	if c.WriteBufferSize == 0 {
+		c.WriteBufferSize = DefaultWriteBufferSize
+	}
+	if c.Version == "" {
+		c.Version = buildVersion()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports every problem of c in one error wrapping
+// ErrInvalidConfig. Call it after EnsureDefaults: zero values are reported
+// as invalid.
+func (c *Config) Validate() error {
+	var probs []string
+	bad := func(format string, args ...any) {
+		probs = append(probs, fmt.Sprintf(format, args...))
+	}
+	if c.MaxClients <= 0 {
+		bad("max clients is %d, must be > 0", c.MaxClients)
+	}
+	if c.MaxBulkLen <= 0 || c.MaxBulkLen > maxBulkLenLimit {
+		bad("max bulk length is %d, must be in [1, %d]", c.MaxBulkLen, maxBulkLenLimit)
+	}
+	if c.MaxArgs <= 0 {
+		bad("max args is %d, must be > 0", c.MaxArgs)
+	}
+	if c.MaxCommandBytes < c.MaxBulkLen || c.MaxCommandBytes <= 0 {
+		bad("max command bytes is %d, must be at least max bulk length (%d)", c.MaxCommandBytes, c.MaxBulkLen)
+	}
+	if c.ReadBufferSize < minBufferSize {
+		bad("read buffer size is %d, must be at least %d", c.ReadBufferSize, minBufferSize)
+	}
+	if c.WriteBufferSize < minBufferSize {
+		bad("write buffer size is %d, must be at least %d", c.WriteBufferSize, minBufferSize)
+	}
+	if c.IdleTimeout < 0 {
+		bad("idle timeout is %v, must not be negative", c.IdleTimeout)
+	}
+	if strings.ContainsAny(c.Version, "\r\n") {
+		bad("version %q contains a line break", c.Version)
+	}
+	if c.Logger == nil {
+		bad("logger is nil")
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(probs, "; "))
+}
+
+// buildVersion is the main module's version, or "dev" when the binary was
+// not built from a tagged module (go run, go test).
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

@@ -1,0 +1,459 @@
+package resp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// ProtocolError is input that is not RESP: the server replies
+// "-ERR Protocol error: <Msg>" and closes that connection.
+type ProtocolError struct{ Msg string }
+
+func (e *ProtocolError) Error() string { return "resp: protocol error: " + e.Msg }
+
+func protoErr(format string, args ...any) error {
+	return &ProtocolError{Msg: fmt.Sprintf(format, args...)}
+}
+
+const (
+	// maxHeaderLine bounds a "*<count>" or "$<length>" line, CRLF included;
+	// the longest valid one is 23 bytes.
+	maxHeaderLine = 64
+	// maxSmallArg is the longest argument copied out of the read buffer;
+	// longer ones are read straight from the socket into a slab.
+	maxSmallArg = 32 << 10
+	// keepArena and keepArgs bound what a reader keeps between commands.
+	keepArena = 64 << 10
+	keepArgs  = 1024
+)
+
+// reader reads commands from one connection: RESP arrays of bulk strings
+// ("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n") and inline commands ("GET k\r\n").
+// It reads through a fixed buffer, so pipelined commands cost one read
+// for many; it never allocates for a length a client declared beyond the
+// limits of its Config. Not safe for concurrent use.
+type reader struct {
+	src io.Reader
+	// beforeRead runs before every read of src that may block: the
+	// connection flushes its replies there and sets its idle deadline.
+	beforeRead func() error
+
+	buf  []byte // fixed size; unread input is buf[r:w]
+	r, w int
+
+	maxArgs  int
+	maxBulk  int64
+	maxCmd   int64
+	smallArg int
+
+	// The current command: refs locate its arguments, in arena (copies of
+	// short ones) or in slabs (long ones); args is built from refs once
+	// the command is complete, since arena may move as it grows.
+	refs  []argRef
+	args  [][]byte
+	arena []byte
+	slabs []*[]byte
+
+	nread *atomic.Uint64 // counts the bytes read from src, if not nil
+}
+
+type argRef struct {
+	slab *[]byte // nil: arena[off:off+n]
+	off  int
+	n    int
+}
+
+func newReader(src io.Reader, cfg *Config) *reader {
+	return &reader{
+		src:      src,
+		buf:      make([]byte, cfg.ReadBufferSize),
+		maxArgs:  cfg.MaxArgs,
+		maxBulk:  cfg.MaxBulkLen,
+		maxCmd:   cfg.MaxCommandBytes,
+		smallArg: min(maxSmallArg, cfg.ReadBufferSize/2),
+	}
+}
+
+// next reads the next command, skipping empty ones, and returns its
+// arguments, which stay valid until the next call or release. At the end
+// of input between commands it returns io.EOF; inside one,
+// io.ErrUnexpectedEOF; on malformed input, a *ProtocolError.
+func (r *reader) next() ([][]byte, error) {
+	r.release()
+	for len(r.refs) == 0 {
+		if r.r == r.w {
+			if err := r.fill(); err != nil {
+				return nil, err
+			}
+		}
+		var err error
+		if r.buf[r.r] == '*' {
+			err = r.multibulk()
+		} else {
+			err = r.inline()
+		}
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, ref := range r.refs {
+		if ref.slab != nil {
+			r.args = append(r.args, (*ref.slab)[:ref.n:ref.n])
+		} else {
+			r.args = append(r.args, r.arena[ref.off:ref.off+ref.n:ref.off+ref.n])
+		}
+	}
+	return r.args, nil
+}
+
+// release ends the current command: its arguments become invalid, slabs
+// go back to the pool, and oversized scratch space is dropped.
+func (r *reader) release() {
+	for i, s := range r.slabs {
+		putSlab(s)
+		r.slabs[i] = nil
+	}
+	r.slabs = r.slabs[:0]
+	clear(r.args)
+	r.args, r.refs, r.arena = r.args[:0], r.refs[:0], r.arena[:0]
+	if cap(r.arena) > keepArena {
+		r.arena = nil
+	}
+	if cap(r.args) > keepArgs {
+		r.args, r.refs = nil, nil
+	}
+}
+
+// fill reads more input into buf, moving unread bytes to its front when
+// there is no room behind them. It fails if buf is full.
+func (r *reader) fill() error {
+	if r.r == r.w {
+		r.r, r.w = 0, 0
+	}
+	if r.w == len(r.buf) {
+		if r.r == 0 {
+			return errors.New("resp: read buffer full")
+		}
+		r.w = copy(r.buf, r.buf[r.r:r.w])
+		r.r = 0
+	}
+	if r.beforeRead != nil {
+		if err := r.beforeRead(); err != nil {
+			return err
+		}
+	}
+	for range 100 {
+		n, err := r.src.Read(r.buf[r.w:])
+		r.w += n
+		r.count(n)
+		if n > 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return io.ErrNoProgress
+}
+
+// line returns the next line without its terminator and consumes it. With
+// crlf the line must end in "\r\n" (protocol headers); otherwise "\n" with
+// an optional '\r' before it (inline commands). A line longer than limit
+// bytes, terminator included, is a protocol error saying tooBig.
+func (r *reader) line(limit int, crlf bool, tooBig string) ([]byte, error) {
+	limit = min(limit, len(r.buf))
+	scanned := 0
+	for {
+		if i := bytes.IndexByte(r.buf[r.r+scanned:r.w], '\n'); i >= 0 {
+			end := r.r + scanned + i
+			if end+1-r.r > limit {
+				return nil, protoErr("%s", tooBig)
+			}
+			line := r.buf[r.r:end]
+			r.r = end + 1
+			if n := len(line); n > 0 && line[n-1] == '\r' {
+				return line[:n-1], nil
+			}
+			if crlf {
+				return nil, protoErr("expected '\\r\\n' at the end of %q", line)
+			}
+			return line, nil
+		}
+		scanned = r.w - r.r
+		if scanned >= limit {
+			return nil, protoErr("%s", tooBig)
+		}
+		if err := r.fill(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// multibulk reads an array of bulk strings.
+func (r *reader) multibulk() error {
+	line, err := r.line(maxHeaderLine, true, "too big mbulk count string")
+	if err != nil {
+		return err
+	}
+	n, ok := parseInt(line[1:])
+	if !ok || n > int64(r.maxArgs) {
+		return protoErr("invalid multibulk length")
+	}
+	var total int64
+	for range n { // n ≤ 0: an empty command, which is skipped
+		line, err := r.line(maxHeaderLine, true, "too big bulk count string")
+		if err != nil {
+			return err
+		}
+		if len(line) == 0 || line[0] != '$' {
+			got := byte('\r')
+			if len(line) > 0 {
+				got = line[0]
+			}
+			return protoErr("expected '$', got %s", strconv.QuoteRuneToASCII(rune(got)))
+		}
+		l, ok := parseInt(line[1:])
+		if !ok || l < 0 || l > r.maxBulk {
+			return protoErr("invalid bulk length")
+		}
+		if total += l; total > r.maxCmd {
+			return protoErr("command is over the %d-byte limit", r.maxCmd)
+		}
+		if err := r.bulk(int(l)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bulk reads the n bytes of one bulk string and the CRLF after them.
+func (r *reader) bulk(n int) error {
+	if n <= r.smallArg {
+		for r.w-r.r < n+2 {
+			if err := r.fill(); err != nil {
+				return err
+			}
+		}
+		if err := r.crlfAt(r.r + n); err != nil {
+			return err
+		}
+		r.refs = append(r.refs, argRef{off: len(r.arena), n: n})
+		r.arena = append(r.arena, r.buf[r.r:r.r+n]...)
+		r.r += n + 2
+		return nil
+	}
+	slab := getSlab(n)
+	r.slabs = append(r.slabs, slab)
+	dst := (*slab)[:n]
+	k := copy(dst, r.buf[r.r:r.w])
+	r.r += k
+	for k < n { // straight into the slab, each read under a fresh idle deadline
+		if r.beforeRead != nil {
+			if err := r.beforeRead(); err != nil {
+				return err
+			}
+		}
+		m, err := r.src.Read(dst[k:])
+		r.count(m)
+		k += m
+		if err != nil && k < n {
+			return err
+		}
+	}
+	for r.w-r.r < 2 {
+		if err := r.fill(); err != nil {
+			return err
+		}
+	}
+	if err := r.crlfAt(r.r); err != nil {
+		return err
+	}
+	r.r += 2
+	r.refs = append(r.refs, argRef{slab: slab, n: n})
+	return nil
+}
+
+func (r *reader) count(n int) {
+	if r.nread != nil {
+		r.nread.Add(uint64(n))
+	}
+}
+
+func (r *reader) crlfAt(i int) error {
+	if r.buf[i] != '\r' || r.buf[i+1] != '\n' {
+		return protoErr("expected '\\r\\n' after bulk string, got %q", r.buf[i:i+2])
+	}
+	return nil
+}
+
+// inline reads a command typed as one line of space-separated words.
+func (r *reader) inline() error {
+	line, err := r.line(len(r.buf), false, "too big inline request")
+	if err != nil {
+		return err
+	}
+	r.arena, r.refs, err = splitInline(line, r.arena, r.refs, r.maxArgs)
+	return err
+}
+
+// parseInt parses a decimal integer strictly, as Redis does: an optional
+// '-', no '+', no spaces, no leading zeros, no overflow.
+func parseInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 || (b[0] == '0' && (len(b) > 1 || neg)) {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	switch {
+	case !neg && n <= 1<<63-1:
+		return int64(n), true
+	case neg && n <= 1<<63:
+		return -int64(n), true
+	}
+	return 0, false
+}
+
+// splitInline splits an inline command into arguments the way redis-cli
+// and Redis do: words separated by spaces, "double quotes" with C escapes
+// (\n, \r, \t, \b, \a, \\, \", \xHH) and 'single quotes' with only \'. It
+// appends the words to arena and their places to refs; more than maxArgs
+// words is an error.
+func splitInline(line, arena []byte, refs []argRef, maxArgs int) ([]byte, []argRef, error) {
+	i := 0
+	for {
+		for i < len(line) && isSpace(line[i]) {
+			i++
+		}
+		if i == len(line) {
+			return arena, refs, nil
+		}
+		if len(refs) == maxArgs {
+			return arena, refs, protoErr("invalid multibulk length")
+		}
+		start := len(arena)
+		inDouble, inSingle := false, false
+	word:
+		for ; ; i++ {
+			if i == len(line) {
+				if inDouble || inSingle {
+					return arena, refs, protoErr("unbalanced quotes in request")
+				}
+				break
+			}
+			c := line[i]
+			switch {
+			case inDouble:
+				switch {
+				case c == '\\' && i+3 < len(line) && line[i+1] == 'x' && isHex(line[i+2]) && isHex(line[i+3]):
+					arena = append(arena, unhex(line[i+2])<<4|unhex(line[i+3]))
+					i += 3
+				case c == '\\' && i+1 < len(line):
+					i++
+					arena = append(arena, unescape(line[i]))
+				case c == '"':
+					// A closing quote must end the word.
+					if i+1 < len(line) && !isSpace(line[i+1]) {
+						return arena, refs, protoErr("unbalanced quotes in request")
+					}
+					i++
+					break word
+				default:
+					arena = append(arena, c)
+				}
+			case inSingle:
+				switch {
+				case c == '\\' && i+1 < len(line) && line[i+1] == '\'':
+					i++
+					arena = append(arena, '\'')
+				case c == '\'':
+					if i+1 < len(line) && !isSpace(line[i+1]) {
+						return arena, refs, protoErr("unbalanced quotes in request")
+					}
+					i++
+					break word
+				default:
+					arena = append(arena, c)
+				}
+			case isSpace(c):
+				break word
+			case c == '"':
+				inDouble = true
+			case c == '\'':
+				inSingle = true
+			default:
+				arena = append(arena, c)
+			}
+		}
+		refs = append(refs, argRef{off: start, n: len(arena) - start})
+	}
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+func unescape(c byte) byte {
+	switch c {
+	case 'n':
+		return '\n'
+	case 'r':
+		return '\r'
+	case 't':
+		return '\t'
+	case 'b':
+		return '\b'
+	case 'a':
+		return '\a'
+	}
+	return c
+}
+
+// Slabs hold long arguments. They are pooled by power-of-two size class so
+// that a connection streaming 1 MiB SETs reuses the same few buffers.
+var slabPools [31]sync.Pool // class k holds *[]byte of length 1<<k
+
+// getSlab returns a slab of at least n > 0 bytes, at most 2n.
+func getSlab(n int) *[]byte {
+	k := bits.Len(uint(n - 1))
+	if s, ok := slabPools[k].Get().(*[]byte); ok {
+		return s
+	}
+	s := make([]byte, 1<<k)
+	return &s
+}
+
+func putSlab(s *[]byte) {
+	slabPools[bits.Len(uint(len(*s)-1))].Put(s)
+}

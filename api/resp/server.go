@@ -1,0 +1,269 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("resp: server closed")
+
+// Server serves a Store over RESP2. Create it with NewServer, give it
+// listeners with Serve, stop it with Close.
+type Server struct {
+	store Store
+	cond  ConditionalSetter // store's optional power, or nil
+	cfg   Config
+	cmds  *commandTable
+	start time.Time
+	runID string
+
+	ctx    context.Context // cancelled by Close; passed to the Store
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	wg        sync.WaitGroup // connection goroutines
+	lastID    atomic.Uint64
+
+	st counters
+}
+
+// counters are the server's statistics, updated lock-free.
+type counters struct {
+	calls                         []atomic.Uint64 // by command id
+	unknown, accepted, rejected   atomic.Uint64
+	protocolErrors, errorReplies  atomic.Uint64
+	hits, misses, netIn, netOut   atomic.Uint64
+	commandsProcessed, idleClosed atomic.Uint64
+}
+
+// Stats is a snapshot of a Server's counters, for metrics.
+type Stats struct {
+	// Commands counts calls per command, by lower-case name ("get",
+	// "client"), whether they succeeded or not; commands never called are
+	// left out. Calls of unknown commands are in UnknownCommands.
+	Commands            map[string]uint64
+	UnknownCommands     uint64
+	ConnectedClients    int
+	AcceptedConnections uint64 // since start, the rejected ones included
+	RejectedConnections uint64 // over MaxClients
+	IdleClosed          uint64 // closed after IdleTimeout
+	ProtocolErrors      uint64 // connections closed for malformed input
+	ErrorReplies        uint64
+	KeyspaceHits        uint64 // GET and MGET keys found
+	KeyspaceMisses      uint64
+	NetInputBytes       uint64
+	NetOutputBytes      uint64
+}
+
+// NewServer returns a Server for store; cfg nil means the defaults.
+func NewServer(store Store, cfg *Config) (*Server, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.EnsureDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		store:     store,
+		cfg:       c,
+		cmds:      newCommandTable(),
+		start:     time.Now(),
+		runID:     newRunID(),
+		ctx:       ctx,
+		cancel:    cancel,
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[*conn]struct{}{},
+	}
+	s.cond, _ = store.(ConditionalSetter)
+	s.st.calls = make([]atomic.Uint64, len(s.cmds.list))
+	return s, nil
+}
+
+// ListenAndServe listens on the TCP address addr and serves it until
+// Close; see Serve.
+func (s *Server) ListenAndServe(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("resp: listen on %s: %w", addr, err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve accepts connections on ln and serves each in its own goroutine
+// until Close, when it returns ErrServerClosed. It closes ln on return.
+// Errors accepting are logged and retried with backoff; Serve returns
+// early only if ln is closed by someone else.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.isClosed() {
+				return ErrServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("resp: accept on %s: %w", ln.Addr(), err)
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.cfg.Logger.Warn("resp: accept failed; retrying", "addr", ln.Addr().String(), "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		s.accept(nc)
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// accept starts serving nc, or turns it away when the server is full.
+func (s *Server) accept(nc net.Conn) {
+	s.st.accepted.Add(1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.wg.Add(1)
+	if len(s.conns) >= s.cfg.MaxClients {
+		s.mu.Unlock()
+		s.st.rejected.Add(1)
+		go func() {
+			defer s.wg.Done()
+			nc.SetWriteDeadline(time.Now().Add(time.Second))
+			n, _ := io.WriteString(nc, "-ERR max number of clients reached\r\n")
+			s.st.netOut.Add(uint64(n))
+			lingerClose(nc)
+		}()
+		return
+	}
+	c := newConn(s, nc, s.lastID.Add(1))
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	go c.serve()
+}
+
+// drop forgets a connection whose goroutine is ending.
+func (s *Server) drop(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// Close stops the server: it closes the listeners and every connection,
+// cancels the context passed to the Store and waits for the connection
+// goroutines to end. Replies not yet written are lost. Close is
+// idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	for ln := range s.listeners {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("resp: close listener %s: %w", ln.Addr(), err))
+		}
+	}
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Stats returns a snapshot of the server's counters.
+func (s *Server) Stats() Stats {
+	st := Stats{
+		Commands:            map[string]uint64{},
+		UnknownCommands:     s.st.unknown.Load(),
+		ConnectedClients:    s.clientCount(),
+		AcceptedConnections: s.st.accepted.Load(),
+		RejectedConnections: s.st.rejected.Load(),
+		IdleClosed:          s.st.idleClosed.Load(),
+		ProtocolErrors:      s.st.protocolErrors.Load(),
+		ErrorReplies:        s.st.errorReplies.Load(),
+		KeyspaceHits:        s.st.hits.Load(),
+		KeyspaceMisses:      s.st.misses.Load(),
+		NetInputBytes:       s.st.netIn.Load(),
+		NetOutputBytes:      s.st.netOut.Load(),
+	}
+	for i, cmd := range s.cmds.list {
+		if n := s.st.calls[i].Load(); n > 0 {
+			st.Commands[cmd.name] = n
+		}
+	}
+	return st
+}
+
+func (s *Server) clientCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// clients returns the connections being served, in no order.
+func (s *Server) clients() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// lingerClose closes nc after a last reply: it shuts down the sending side
+// and reads what the client still sends for a moment, so that closing does
+// not reset the connection and destroy the reply before the client reads
+// it.
+func lingerClose(nc net.Conn) {
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		io.CopyN(io.Discard, nc, 1<<20)
+	}
+	nc.Close()
+}

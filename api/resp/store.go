@@ -1,0 +1,121 @@
+// Package resp serves a Store over the Redis protocol (RESP2), so that
+// existing Redis clients — redis-cli, redis-benchmark, LMCache's redis://
+// and resp:// connectors, redis-py — read and write a kvstrata node with no
+// new code. It speaks the subset of Redis those clients use: GET, SET (with
+// NX and XX), MGET, MSET, EXISTS, DEL/UNLINK, and the connection and
+// introspection commands clients send on their own (PING, INFO, COMMAND,
+// CLIENT, CONFIG GET, HELLO, …). Keys never expire: the cache evicts by
+// policy, so SET's expiry options are refused.
+//
+// The package is independent of the rest of the node: it talks to it only
+// through the Store interface it owns. Store errors become error replies a
+// person can act on (see ErrTooLarge and ErrFull).
+//
+// A Server is safe for concurrent use; each connection is served by one
+// goroutine, which reads commands, runs them against the Store in order and
+// batches the replies of pipelined commands into few writes.
+package resp
+
+import (
+	"context"
+	"errors"
+	"strings"
+)
+
+// Store is what a Server serves. Implementations must be safe for
+// concurrent use: every connection calls them from its own goroutine.
+// Keys and values are opaque bytes; ctx is cancelled when the Server closes.
+type Store interface {
+	// View returns key's value, without copying where the store can. The
+	// server calls release exactly once, after the bytes are written to the
+	// socket; until then the store must keep them unchanged. A missing key
+	// is an error matching ErrNotFound (release may then be nil).
+	View(ctx context.Context, key string) (value []byte, release func(), err error)
+	// Set stores value under key, replacing any value there. value is only
+	// valid during the call: the store copies what it keeps.
+	Set(ctx context.Context, key string, value []byte) error
+	// Exists reports whether key holds a value.
+	Exists(ctx context.Context, key string) (bool, error)
+	// Delete removes key and reports whether it held a value.
+	Delete(ctx context.Context, key string) (bool, error)
+	// Len is the number of keys held (DBSIZE, INFO keyspace).
+	Len(ctx context.Context) (int64, error)
+	// Info returns the store's own lines for INFO: extra fields for the
+	// server's sections (keyspace, memory) or fields of new ones (tiers).
+	Info(ctx context.Context) []InfoField
+}
+
+// ConditionalSetter is an optional power of a Store. A Store that has it
+// makes SET … NX and SET … XX atomic; without it the server checks with
+// Exists and then calls Set, which another client may race.
+type ConditionalSetter interface {
+	// SetIf stores value under key only if key's presence equals exists
+	// (false for NX, true for XX) and reports whether it stored.
+	SetIf(ctx context.Context, key string, value []byte, exists bool) (stored bool, err error)
+}
+
+// InfoField is one "name:value" line of an INFO reply.
+type InfoField struct {
+	// Section is the lower-case section the line belongs to. Lines of the
+	// server's own sections ("server", "clients", "memory", "stats",
+	// "keyspace") are appended to them; others form new sections, in the
+	// order they first appear, titled with Section capitalised ("tiers" →
+	// "# Tiers").
+	Section string
+	Name    string // no ':' and no line breaks
+	Value   string // no line breaks
+}
+
+// Errors a Store returns, matched with errors.Is; they decide the error
+// reply. A Store may return them bare, wrap them (fmt.Errorf("…: %w",
+// resp.ErrFull)) or tag an error of its own with Mark. The reply shows the
+// error's text, so say what failed: "-ERR tiers: block is 5.0 MiB, over the
+// 4.0 MiB limit".
+var (
+	// ErrNotFound marks a missing key: GET replies with a null bulk string.
+	ErrNotFound = errors.New("resp: key not found")
+	// ErrTooLarge marks a value over the store's size limit: "-ERR <text>".
+	ErrTooLarge = errors.New("resp: value too large")
+	// ErrFull marks a store with no room it can make (nothing evictable):
+	// "-OOM <text>", the reply Redis gives over maxmemory.
+	ErrFull = errors.New("resp: store full")
+	// Any other error replies "-ERR <text>".
+)
+
+// Mark returns an error that reads as err and matches kind (ErrNotFound,
+// ErrTooLarge or ErrFull) as well as everything err matches. It lets a
+// Store tag its own errors without changing their text:
+//
+//	if errors.Is(err, tiers.ErrTooLarge) {
+//		return resp.Mark(err, resp.ErrTooLarge)
+//	}
+func Mark(err, kind error) error {
+	if err == nil {
+		return nil
+	}
+	return &marked{err: err, kind: kind}
+}
+
+type marked struct{ err, kind error }
+
+func (m *marked) Error() string        { return m.err.Error() }
+func (m *marked) Unwrap() error        { return m.err }
+func (m *marked) Is(target error) bool { return target == m.kind }
+
+// storeErrorReply is the error reply, without the leading '-', for an error
+// a Store returned.
+func storeErrorReply(err error) string {
+	msg := err.Error()
+	switch {
+	case err == ErrFull:
+		return "OOM the store is full and cannot make room for this value"
+	case err == ErrTooLarge:
+		return "ERR value is over the store's size limit"
+	case errors.Is(err, ErrFull):
+		return "OOM " + msg
+	case errors.Is(err, context.Canceled):
+		return "ERR server is shutting down: " + msg
+	default:
+		return "ERR " + strings.TrimSpace(msg)
+	}
+}

@@ -1,0 +1,286 @@
+// Package server exposes a node over gRPC as the kvstrata.v1.Cache service.
+// Bulk bytes have a faster path (the data plane); the byte-carrying calls
+// here stream blocks in chunks so that no message grows with the batch.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvstrata/kvstrata/api/node"
+	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+// ChunkSize is the most block bytes one Get response message carries.
+const ChunkSize = 1 << 20
+
+// Version is reported in NodeInfo; the daemon sets it at build time.
+var Version = "dev"
+
+// Server implements pb.CacheServer over a node.
+type Server struct {
+	pb.UnimplementedCacheServer
+	n *node.Node
+}
+
+// Register adds the Cache service for n to g.
+func Register(g *grpc.Server, n *node.Node) *Server {
+	s := &Server{n: n}
+	pb.RegisterCacheServer(g, s)
+	return s
+}
+
+// Info describes the node.
+func (s *Server) Info(context.Context, *pb.InfoRequest) (*pb.NodeInfo, error) {
+	return s.info(), nil
+}
+
+func (s *Server) info() *pb.NodeInfo {
+	i := s.n.Info()
+	out := &pb.NodeInfo{
+		NodeId: uint32(i.ID), Version: Version,
+		GrpcAddr: i.Addrs.GRPC, DataAddr: i.Addrs.Data, Transport: i.Addrs.Transport,
+		RespAddr: i.Addrs.RESP, HttpAddr: i.Addrs.HTTP,
+		MaxBlockSize: uint64(i.Config.MaxBlockSize), MaxBatchBlocks: uint32(i.Config.MaxBatchBlocks),
+		MaxBatchBytes: uint64(i.Config.MaxBatchBytes), StartedUnixMs: i.Started.UnixMilli(),
+	}
+	for _, t := range i.Tiers {
+		out.Tiers = append(out.Tiers, t.String())
+	}
+	return out
+}
+
+// Put receives a batch header, checks the batch against the node's limits,
+// then fills each block's reservation from the data messages that follow.
+func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResponse]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return toStatus(err)
+	}
+	hdr := first.GetHeader()
+	if hdr == nil {
+		return status.Error(codes.InvalidArgument, "put: the first message must be the batch header")
+	}
+	metas := make([]tiers.Meta, len(hdr.Blocks))
+	for i, m := range hdr.Blocks {
+		if m.GetKey() == nil {
+			return status.Errorf(codes.InvalidArgument, "put: block %d has no key", i)
+		}
+		metas[i] = metaFromPB(m)
+	}
+	if err := s.n.CheckBatch(metas); err != nil {
+		return toStatus(err)
+	}
+	in := &chunkReader{stream: stream}
+	results := make([]*pb.BlockResult, len(metas))
+	for i, m := range metas {
+		err := s.putOne(in, m)
+		if errors.Is(err, errStream) {
+			return toStatus(err)
+		}
+		results[i] = &pb.BlockResult{Code: int32(Code(err))}
+		if err != nil {
+			results[i].Message = err.Error()
+		}
+	}
+	if _, err := in.next(); err != io.EOF {
+		return status.Error(codes.InvalidArgument, "put: more bytes than the batch header announced")
+	}
+	return stream.SendAndClose(&pb.PutResponse{Results: results})
+}
+
+// errStream marks a failure of the stream itself, which ends the call.
+var errStream = errors.New("put stream")
+
+// putOne reads one block's bytes into a reservation and commits it; when
+// the node refuses the block, its bytes are read and dropped.
+func (s *Server) putOne(in *chunkReader, m tiers.Meta) error {
+	r, err := s.n.Reserve(m)
+	if err != nil {
+		if _, derr := io.CopyN(io.Discard, in, int64(m.Size)); derr != nil {
+			return fmt.Errorf("%w: block %v: %v", errStream, m.Key, derr)
+		}
+		return err
+	}
+	if _, err := io.ReadFull(in, r.Bytes()); err != nil {
+		r.Abort()
+		return fmt.Errorf("%w: block %v: %v", errStream, m.Key, err)
+	}
+	return node.CommitChecked(r, m)
+}
+
+// chunkReader reads the data messages of a Put stream as one byte stream.
+type chunkReader struct {
+	stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResponse]
+	buf    []byte
+}
+
+func (c *chunkReader) next() ([]byte, error) {
+	for len(c.buf) == 0 {
+		msg, err := c.stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		if msg.GetHeader() != nil {
+			return nil, status.Error(codes.InvalidArgument, "put: a second batch header in one stream")
+		}
+		c.buf = msg.GetData()
+	}
+	return c.buf, nil
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	b, err := c.next()
+	if err == io.EOF {
+		return 0, io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := copy(p, b)
+	c.buf = b[n:]
+	return n, nil
+}
+
+// Get streams blocks back in request order.
+func (s *Server) Get(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetResponse]) error {
+	if err := s.n.CheckKeys(len(req.Keys)); err != nil {
+		return toStatus(err)
+	}
+	for i, k := range req.Keys {
+		if err := stream.Context().Err(); err != nil {
+			return toStatus(err)
+		}
+		found, err := s.sendBlock(stream, uint32(i), keyFromPB(k))
+		if err != nil {
+			return toStatus(err)
+		}
+		if !found && req.StopAtMiss {
+			break
+		}
+	}
+	return nil
+}
+
+func (s *Server) sendBlock(stream grpc.ServerStreamingServer[pb.GetResponse], i uint32, key index.Key) (bool, error) {
+	v, kind, err := s.n.View(key)
+	if errors.Is(err, tiers.ErrNotFound) {
+		return false, stream.Send(&pb.GetResponse{Index: i})
+	}
+	if err != nil {
+		return false, err
+	}
+	defer v.Release()
+	b := v.Bytes()
+	first := min(len(b), ChunkSize)
+	if err := stream.Send(&pb.GetResponse{Index: i, Found: true, Meta: metaToPB(v.Meta()), Tier: kind.String(), Data: b[:first]}); err != nil {
+		return true, err
+	}
+	for b = b[first:]; len(b) > 0; {
+		n := min(len(b), ChunkSize)
+		if err := stream.Send(&pb.GetResponse{Index: i, Data: b[:n]}); err != nil {
+			return true, err
+		}
+		b = b[n:]
+	}
+	return true, nil
+}
+
+// Lookup answers a longest-prefix query.
+func (s *Server) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
+	chain := make([]index.Hash, len(req.Hashes))
+	for i, h := range req.Hashes {
+		chain[i] = index.Hash(h)
+	}
+	p, err := s.n.Lookup(index.NamespaceID(req.Namespace), chain)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.LookupResponse{Blocks: uint32(p.Blocks)}
+	for _, lb := range p.ByLocation {
+		out.Tiers = append(out.Tiers, &pb.TierBlocks{NodeId: uint32(lb.Location.Node), Tier: lb.Location.Tier.String(), Blocks: uint32(lb.Blocks)})
+	}
+	return out, nil
+}
+
+// Exists reports which keys the node holds.
+func (s *Server) Exists(_ context.Context, req *pb.ExistsRequest) (*pb.ExistsResponse, error) {
+	ex, err := s.n.Exists(keysFromPB(req.Keys))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ExistsResponse{Exists: ex}, nil
+}
+
+// Evict removes the blocks a selector picks.
+func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictResponse, error) {
+	sel := node.Selector{
+		Keys: keysFromPB(req.Keys), OlderThan: time.Duration(req.OlderThanMs) * time.Millisecond,
+		Bytes: int64(req.Bytes), All: req.All, DryRun: req.DryRun,
+	}
+	if req.HasNamespace {
+		ns := index.NamespaceID(req.Namespace)
+		sel.Namespace = &ns
+	}
+	if req.Tier != "" {
+		kind, err := index.ParseTierKind(req.Tier)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		sel.Tier = kind
+	}
+	res, err := s.n.Evict(sel)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.EvictResponse{Blocks: uint64(res.Blocks), Bytes: uint64(res.Bytes)}
+	listed := int(req.MaxListed)
+	if listed == 0 {
+		listed = 100
+	}
+	for _, e := range res.Removed[:min(listed, len(res.Removed))] {
+		out.Listed = append(out.Listed, &pb.EvictedBlock{Meta: metaToPB(e.Meta), Tier: e.Tier.String()})
+	}
+	return out, nil
+}
+
+// Stats reports the node's tiers and counters.
+func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, error) {
+	hs := s.n.Hierarchy().Stats()
+	out := &pb.StatsResponse{Node: s.info(), Gets: uint64(hs.Gets), Misses: uint64(hs.Misses), Pins: uint32(hs.Pins), Keys: uint64(hs.Keys)}
+	for _, l := range hs.Levels {
+		out.Tiers = append(out.Tiers, &pb.TierStats{
+			Tier: l.Kind.String(), Policy: l.Policy, CapacityBytes: uint64(l.Capacity), UsedBytes: uint64(l.Used),
+			Blocks: uint64(l.Blocks), Hits: uint64(l.Hits), Evictions: uint64(l.Evictions), Drops: uint64(l.Drops),
+			Demotions: uint64(l.Demotions), Promotions: uint64(l.Promotions),
+			HighWatermark: l.HighWatermark, LowWatermark: l.LowWatermark,
+		})
+	}
+	return out, nil
+}
+
+// Pin leases blocks.
+func (s *Server) Pin(_ context.Context, req *pb.PinRequest) (*pb.PinResponse, error) {
+	id, exp, err := s.n.Pin(keysFromPB(req.Keys), time.Duration(req.TtlMs)*time.Millisecond)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.PinResponse{LeaseId: id, ExpiresUnixMs: exp.UnixMilli()}, nil
+}
+
+// Release ends a lease.
+func (s *Server) Release(_ context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	if err := s.n.Release(req.LeaseId); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ReleaseResponse{}, nil
+}

@@ -1,0 +1,220 @@
+// Package config is the configuration of `kvstrata serve`: a documented
+// struct, its defaults, and one table of settings that binds every field to
+// a config-file key, an environment variable and a flag.
+//
+// Precedence, lowest first: built-in defaults, the config file (--config or
+// KVSTRATA_CONFIG), environment variables (KVSTRATA_…), command-line flags.
+// Every layer is parsed by the same code, so "64MiB" means the same in all
+// of them, and Validate reports every problem at once.
+package config
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kvstrata/kvstrata/tiers/policy"
+)
+
+// Config is the whole configuration of a cache node. Zero sizes marked
+// "auto" are resolved from the machine by Resolve.
+type Config struct {
+	// NodeID identifies the node in its cluster; > 0. Default 1.
+	NodeID uint32
+	// DataDir holds the node's persistent state (the SSD tier). Default
+	// "./data".
+	DataDir string
+	Listen  Listen
+	DRAM    DRAM
+	SSD     SSD
+	Limits  Limits
+	// Transport is the data-plane backend: "tcp" (default) or "ucx" (in
+	// binaries built with the ucx tag).
+	Transport string
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel string
+	// LogFormat is text (default) or json.
+	LogFormat string
+	// ShutdownTimeout bounds a graceful shutdown. Default 30s.
+	ShutdownTimeout time.Duration
+}
+
+// Listen holds the addresses the node serves on; an empty address turns that
+// server off (except gRPC).
+type Listen struct {
+	GRPC string // control plane; default 127.0.0.1:7070
+	Data string // data plane; default 127.0.0.1:7071
+	RESP string // Redis protocol; default 127.0.0.1:6380
+	HTTP string // /metrics, /healthz, /readyz; default 127.0.0.1:9090
+}
+
+// DRAM configures the host-memory tier.
+type DRAM struct {
+	// Capacity in bytes; 0 (auto, the default) takes a quarter of the
+	// available memory, at least 64 MiB and at most 64 GiB.
+	Capacity ByteSize
+	// PageSize is the arena's allocation unit. Default 4KiB.
+	PageSize ByteSize
+	// Policy is lru (default), lfu or prefix.
+	Policy string
+	// HighWatermark and LowWatermark bound background demotion, as
+	// fractions of capacity. Defaults 0.95 and 0.85.
+	HighWatermark, LowWatermark float64
+}
+
+// SSD configures the local-SSD tier.
+type SSD struct {
+	// Enabled turns the tier on. Default true.
+	Enabled bool
+	// Dir is where Pebble keeps its files. Default <DataDir>/ssd.
+	Dir string
+	// Capacity in bytes; 0 (auto, the default) takes a quarter of the free
+	// space of Dir's file system, at most 256 GiB.
+	Capacity ByteSize
+	// Policy is lru (default), lfu or prefix.
+	Policy string
+	// AdmitMinSeen admits a DRAM victim only if it was accessed at least
+	// this often lately. Default 1 (admit every victim).
+	AdmitMinSeen int
+	// HighWatermark and LowWatermark as for DRAM. Defaults 0.95 and 0.85.
+	HighWatermark, LowWatermark float64
+	// WAL makes every acknowledged block survive a crash, at about twice
+	// the bytes written. Default false: a crash may lose the blocks of the
+	// last flush interval, never return a corrupt one.
+	WAL bool
+}
+
+// Limits protect the node; requests over them are refused whole.
+type Limits struct {
+	MaxBlockSize   ByteSize // default 4MiB
+	MaxBatchBlocks int      // default 1024
+	MaxBatchBytes  ByteSize // default 256MiB
+	// MaxConnections caps the data-plane and RESP connections each. Default
+	// 1024.
+	MaxConnections int
+}
+
+// Default returns the built-in defaults.
+func Default() Config {
+	return Config{
+		NodeID:  1,
+		DataDir: "./data",
+		Listen: Listen{
+			GRPC: "127.0.0.1:7070", Data: "127.0.0.1:7071",
+			RESP: "127.0.0.1:6380", HTTP: "127.0.0.1:9090",
+		},
+		DRAM: DRAM{PageSize: 4 << 10, Policy: "lru", HighWatermark: 0.95, LowWatermark: 0.85},
+		SSD: SSD{Enabled: true, Policy: "lru", AdmitMinSeen: 1,
+			HighWatermark: 0.95, LowWatermark: 0.85},
+		Limits: Limits{
+			MaxBlockSize: 4 << 20, MaxBatchBlocks: 1024,
+			MaxBatchBytes: 256 << 20, MaxConnections: 1024,
+		},
+		Transport:       "tcp",
+		LogLevel:        "info",
+		LogFormat:       "text",
+		ShutdownTimeout: 30 * time.Second,
+	}
+}
+
+// Transports lists the data-plane backends this binary was built with; the
+// daemon extends it.
+var Transports = []string{"tcp"}
+
+// Validate reports every problem with c in one error, one line each.
+func (c *Config) Validate() error {
+	var probs []string
+	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	if c.NodeID == 0 {
+		bad("node-id must be > 0")
+	}
+	if c.DataDir == "" {
+		bad("data-dir is empty")
+	}
+	if c.Listen.GRPC == "" {
+		bad("listen.grpc is empty: the control plane cannot be turned off")
+	}
+	for _, a := range []struct{ name, addr string }{
+		{"listen.grpc", c.Listen.GRPC}, {"listen.data", c.Listen.Data},
+		{"listen.resp", c.Listen.RESP}, {"listen.http", c.Listen.HTTP},
+	} {
+		if a.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			bad("%s %q is not host:port", a.name, a.addr)
+		}
+	}
+	if c.DRAM.Capacity < 0 {
+		bad("dram.capacity %d is negative", c.DRAM.Capacity)
+	}
+	if ps := c.DRAM.PageSize; ps < 512 || ps > 1<<20 || ps&(ps-1) != 0 {
+		bad("dram.page-size %v must be a power of two from 512B to 1MiB", ps)
+	}
+	checkTier := func(name, pol string, hi, lo float64) {
+		if !policy.Valid(pol) {
+			bad("%s.policy %q is unknown (want %s)", name, pol, strings.Join(policy.Names, ", "))
+		}
+		if hi <= 0 || hi > 1 {
+			bad("%s.high-watermark %v outside (0, 1]", name, hi)
+		}
+		if lo <= 0 || lo > hi {
+			bad("%s.low-watermark %v outside (0, high-watermark]", name, lo)
+		}
+	}
+	checkTier("dram", c.DRAM.Policy, c.DRAM.HighWatermark, c.DRAM.LowWatermark)
+	if c.SSD.Enabled {
+		checkTier("ssd", c.SSD.Policy, c.SSD.HighWatermark, c.SSD.LowWatermark)
+		if c.SSD.Capacity < 0 {
+			bad("ssd.capacity %d is negative", c.SSD.Capacity)
+		}
+		if c.SSD.AdmitMinSeen < 1 || c.SSD.AdmitMinSeen > 15 {
+			bad("ssd.admit-min-seen %d outside [1, 15]", c.SSD.AdmitMinSeen)
+		}
+	}
+	l := c.Limits
+	if l.MaxBlockSize <= 0 || l.MaxBlockSize > 1<<31 {
+		bad("limits.max-block-size %v outside (0, 2GiB]", l.MaxBlockSize)
+	}
+	if c.DRAM.Capacity > 0 && c.DRAM.Capacity < l.MaxBlockSize {
+		bad("dram.capacity %v is below limits.max-block-size %v", c.DRAM.Capacity, l.MaxBlockSize)
+	}
+	if l.MaxBatchBlocks < 1 {
+		bad("limits.max-batch-blocks %d must be ≥ 1", l.MaxBatchBlocks)
+	}
+	if l.MaxBatchBytes < l.MaxBlockSize {
+		bad("limits.max-batch-bytes %v is below limits.max-block-size %v", l.MaxBatchBytes, l.MaxBlockSize)
+	}
+	if l.MaxConnections < 1 {
+		bad("limits.max-connections %d must be ≥ 1", l.MaxConnections)
+	}
+	if !slices.Contains(Transports, c.Transport) {
+		if c.Transport == "ucx" {
+			bad("transport ucx: this binary was built without UCX support; build it with `make build-ucx` (needs libucx-dev)")
+		} else {
+			bad("transport %q is unknown (this binary has %s)", c.Transport, strings.Join(Transports, ", "))
+		}
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		bad("log-level %q is unknown (want debug, info, warn or error)", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log-format %q is unknown (want text or json)", c.LogFormat)
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown-timeout %v must be > 0", c.ShutdownTimeout)
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return &Error{Problems: probs}
+}
+
+// Error lists every problem found in a configuration.
+type Error struct{ Problems []string }
+
+func (e *Error) Error() string {
+	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
+}

@@ -1,0 +1,157 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Setting binds one field of a Config to its file key, environment variable
+// and flag. Values of every layer are parsed by Set.
+type Setting struct {
+	Key   string // config-file key: "dram.capacity"
+	Usage string
+	set   func(string) error
+	get   func() string
+}
+
+// Flag is the command-line flag of s: "dram-capacity".
+func (s *Setting) Flag() string { return strings.ReplaceAll(s.Key, ".", "-") }
+
+// Env is the environment variable of s: "KVSTRATA_DRAM_CAPACITY".
+func (s *Setting) Env() string {
+	return "KVSTRATA_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(s.Key))
+}
+
+// Set parses v into the bound field.
+func (s *Setting) Set(v string) error {
+	if err := s.set(strings.TrimSpace(v)); err != nil {
+		return fmt.Errorf("%s: %w", s.Key, err)
+	}
+	return nil
+}
+
+// Value formats the bound field as Set would read it.
+func (s *Setting) Value() string { return s.get() }
+
+// Settings returns the table of c's settings, bound to c's fields.
+func (c *Config) Settings() []*Setting {
+	return []*Setting{
+		uintSetting("node-id", "node id within the cluster", &c.NodeID),
+		strSetting("data-dir", "directory for persistent state", &c.DataDir),
+		strSetting("listen.grpc", "gRPC control-plane address", &c.Listen.GRPC),
+		strSetting("listen.data", "data-plane address (empty: off)", &c.Listen.Data),
+		strSetting("listen.resp", "Redis-protocol address (empty: off)", &c.Listen.RESP),
+		strSetting("listen.http", "metrics and health address (empty: off)", &c.Listen.HTTP),
+		sizeSetting("dram.capacity", "DRAM tier size, e.g. 8GiB (0: a quarter of available memory, ≤ 64GiB)", &c.DRAM.Capacity),
+		sizeSetting("dram.page-size", "DRAM arena allocation unit", &c.DRAM.PageSize),
+		strSetting("dram.policy", "DRAM eviction policy: lru, lfu or prefix", &c.DRAM.Policy),
+		floatSetting("dram.high-watermark", "fraction of DRAM capacity that starts demotion", &c.DRAM.HighWatermark),
+		floatSetting("dram.low-watermark", "fraction of DRAM capacity demotion stops at", &c.DRAM.LowWatermark),
+		boolSetting("ssd.enabled", "use a local-SSD tier", &c.SSD.Enabled),
+		strSetting("ssd.dir", "SSD tier directory (empty: <data-dir>/ssd)", &c.SSD.Dir),
+		sizeSetting("ssd.capacity", "SSD tier size (0: a quarter of the free disk space, ≤ 256GiB)", &c.SSD.Capacity),
+		strSetting("ssd.policy", "SSD eviction policy: lru, lfu or prefix", &c.SSD.Policy),
+		intSetting("ssd.admit-min-seen", "admit DRAM victims to the SSD only if accessed this often", &c.SSD.AdmitMinSeen),
+		floatSetting("ssd.high-watermark", "fraction of SSD capacity that starts eviction", &c.SSD.HighWatermark),
+		floatSetting("ssd.low-watermark", "fraction of SSD capacity eviction stops at", &c.SSD.LowWatermark),
+		boolSetting("ssd.wal", "write-ahead log: acknowledged blocks survive a crash, at 2x the writes", &c.SSD.WAL),
+		sizeSetting("limits.max-block-size", "largest block accepted", &c.Limits.MaxBlockSize),
+		intSetting("limits.max-batch-blocks", "most blocks in one request", &c.Limits.MaxBatchBlocks),
+		sizeSetting("limits.max-batch-bytes", "most bytes in one put", &c.Limits.MaxBatchBytes),
+		intSetting("limits.max-connections", "most data-plane and RESP connections, each", &c.Limits.MaxConnections),
+		strSetting("transport", "data-plane transport: tcp or ucx", &c.Transport),
+		strSetting("log-level", "debug, info, warn or error", &c.LogLevel),
+		strSetting("log-format", "text or json", &c.LogFormat),
+		durationSetting("shutdown-timeout", "how long a graceful shutdown may take", &c.ShutdownTimeout),
+	}
+}
+
+func strSetting(key, usage string, p *string) *Setting {
+	return &Setting{Key: key, Usage: usage,
+		set: func(v string) error { *p = v; return nil },
+		get: func() string { return *p }}
+}
+
+func intSetting(key, usage string, p *int) *Setting {
+	return &Setting{Key: key, Usage: usage,
+		set: func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("%q is not an integer", v)
+			}
+			*p = n
+			return nil
+		},
+		get: func() string { return strconv.Itoa(*p) }}
+}
+
+func uintSetting(key, usage string, p *uint32) *Setting {
+	return &Setting{Key: key, Usage: usage,
+		set: func(v string) error {
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil {
+				return fmt.Errorf("%q is not an integer in [0, 4294967295]", v)
+			}
+			*p = uint32(n)
+			return nil
+		},
+		get: func() string { return strconv.FormatUint(uint64(*p), 10) }}
+}
+
+func floatSetting(key, usage string, p *float64) *Setting {
+	return &Setting{Key: key, Usage: usage,
+		set: func(v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return fmt.Errorf("%q is not a number", v)
+			}
+			*p = f
+			return nil
+		},
+		get: func() string { return strconv.FormatFloat(*p, 'g', -1, 64) }}
+}
+
+func boolSetting(key, usage string, p *bool) *Setting {
+	return &Setting{Key: key, Usage: usage,
+		set: func(v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", v)
+			}
+			*p = b
+			return nil
+		},
+		get: func() string { return strconv.FormatBool(*p) }}
+}
+
+func sizeSetting(key, usage string, p *ByteSize) *Setting {
+	return &Setting{Key: key, Usage: usage,
+		set: func(v string) error {
+			if v == "auto" {
+				*p = 0
+				return nil
+			}
+			b, err := ParseByteSize(v)
+			if err != nil {
+				return err
+			}
+			*p = b
+			return nil
+		},
+		get: func() string { return p.String() }}
+}
+
+func durationSetting(key, usage string, p *time.Duration) *Setting {
+	return &Setting{Key: key, Usage: usage,
+		set: func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("%q is not a duration like 30s or 2m", v)
+			}
+			*p = d
+			return nil
+		},
+		get: func() string { return p.String() }}
+}

@@ -1,0 +1,437 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/transfer"
+)
+
+// ErrRemote marks an error the server reported for one block (its Handler
+// failed: the store is full, a disk error); the message is the server's.
+var ErrRemote = errors.New("tcp: server error")
+
+// aLongTimeAgo is a deadline in the past: setting it fails blocked I/O now.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// conn is the client side of one connection.
+type conn struct {
+	nc   net.Conn
+	addr string
+	opts *Options
+
+	closed atomic.Bool // Close was called
+
+	mu        sync.Mutex // held for a whole request
+	broken    error      // why the connection carries no more requests
+	deadline  time.Time  // the deadline set on nc
+	stop      func() bool
+	cur       request       // the request in flight, for errors
+	intr      chan struct{} // interrupt signals here once it set aLongTimeAgo
+	interrupt func()
+
+	small   [headerSize]byte
+	msg     [maxMsg]byte
+	out     []byte // a request's header and keys or block headers
+	iov     net.Buffers
+	nb      net.Buffers
+	scratch []byte
+	digest  xxhash.Digest
+}
+
+// Dial connects to a node's data plane at addr and exchanges hellos.
+func (t *Transport) Dial(ctx context.Context, addr string) (transfer.Conn, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	d := net.Dialer{KeepAlive: t.opts.KeepAlive}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: dial %s: %w", addr, err)
+	}
+	tune(nc, &t.opts)
+	c := &conn{nc: nc, addr: addr, opts: &t.opts, intr: make(chan struct{}, 1)}
+	c.interrupt = func() {
+		_ = c.nc.SetDeadline(aLongTimeAgo)
+		c.intr <- struct{}{}
+	}
+	if err := c.handshake(ctx); err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *conn) handshake(ctx context.Context) error {
+	hsCtx, cancel := context.WithTimeout(ctx, c.opts.HandshakeTimeout)
+	defer cancel()
+	c.arm(hsCtx)
+	defer c.disarm()
+	var b [helloSize]byte
+	putHello(b[:], statusOK, 0)
+	if _, err := c.nc.Write(b[:]); err != nil {
+		return c.ioError(hsCtx, "handshake with "+c.addr, err)
+	}
+	if _, err := io.ReadFull(c.nc, b[:]); err != nil {
+		return c.ioError(hsCtx, "handshake with "+c.addr, err)
+	}
+	ver, st, msgLen, err := decodeHello(b[:])
+	if err != nil {
+		return fmt.Errorf("tcp: handshake with %s: %w", c.addr, err)
+	}
+	msg := c.msg[:msgLen]
+	if _, err := io.ReadFull(c.nc, msg); err != nil {
+		return c.ioError(hsCtx, "handshake with "+c.addr, err)
+	}
+	switch {
+	case st == statusRefused:
+		return fmt.Errorf("tcp: dial %s: %w: %s", c.addr, transfer.ErrRefused, msg)
+	case st != statusOK:
+		return fmt.Errorf("tcp: dial %s: the node answered: %s", c.addr, msg)
+	case ver != version:
+		return fmt.Errorf("tcp: dial %s: the node speaks protocol version %d, this client %d", c.addr, ver, version)
+	}
+	return nil
+}
+
+// Get fetches keys and hands each block to r, in order, as it arrives.
+func (c *conn) Get(ctx context.Context, keys []index.Key, r transfer.Receiver) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur = request{opGet, len(keys)}
+	if err := c.usable(ctx); err != nil || len(keys) == 0 {
+		return err
+	}
+	if len(keys) > MaxBlocksLimit {
+		return fmt.Errorf("tcp: %v: %w: over the protocol's %d-block limit",
+			c.cur.in(c.addr), transfer.ErrRefused, MaxBlocksLimit)
+	}
+	c.arm(ctx)
+	defer c.disarm()
+	out := grow(&c.out, requestSize+len(keys)*keySize)
+	putRequest(out, opGet, len(keys))
+	for i, k := range keys {
+		putKey(out[requestSize+i*keySize:], k)
+	}
+	if _, err := c.nc.Write(out); err != nil {
+		return c.fail(ctx, err)
+	}
+	if err := c.response(ctx, len(keys)); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		if err := c.block(ctx, i, k, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// block reads block i of a Get and reports it to r.
+func (c *conn) block(ctx context.Context, i int, k index.Key, r transfer.Receiver) error {
+	if _, err := io.ReadFull(c.nc, c.small[:headerSize]); err != nil {
+		return c.fail(ctx, err)
+	}
+	h, st, msgLen, err := decodeHeader(c.small[:headerSize])
+	switch {
+	case err != nil:
+		return c.fail(ctx, fmt.Errorf("block %d: %w", i, err))
+	case h.Key != k:
+		return c.fail(ctx, fmt.Errorf("%w: block %d is %v, want %v", errProtocol, i, h.Key, k))
+	case st == statusOK && int64(h.Size) > int64(c.opts.MaxBlockSize):
+		return c.fail(ctx, fmt.Errorf("%w: block %d is %s, over this client's %s limit",
+			errProtocol, i, formatBytes(int64(h.Size)), formatBytes(int64(c.opts.MaxBlockSize))))
+	}
+	msg := c.msg[:msgLen]
+	if _, err := io.ReadFull(c.nc, msg); err != nil {
+		return c.fail(ctx, err)
+	}
+	if st != statusOK {
+		r.Done(i, h, c.blockError(i, h.Key, st, msg))
+		return nil
+	}
+	buf := r.Buffer(i, h)
+	if len(buf) != int(h.Size) {
+		if err := c.discard(int64(h.Size)); err != nil {
+			return c.fail(ctx, err)
+		}
+		r.Done(i, h, fmt.Errorf("tcp: block %d (%v): the receiver gave a %d-byte buffer for %d bytes",
+			i, h.Key, len(buf), h.Size))
+		return nil
+	}
+	sum, err := c.readSummed(buf)
+	if err != nil {
+		return c.fail(ctx, err)
+	}
+	if sum != h.Sum {
+		r.Done(i, h, fmt.Errorf("tcp: block %d (%v) from %s: %w", i, h.Key, c.addr, transfer.ErrCorrupt))
+		return nil
+	}
+	r.Done(i, h, nil)
+	return nil
+}
+
+// Put sends blocks, headers first and then the bytes straight from each
+// block's Data, and returns the server's outcome per block.
+func (c *conn) Put(ctx context.Context, blocks []transfer.Block) ([]error, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur = request{opPut, len(blocks)}
+	if err := c.usable(ctx); err != nil || len(blocks) == 0 {
+		return nil, err
+	}
+	if err := checkBlocks(blocks); err != nil {
+		return nil, fmt.Errorf("tcp: %v: %w: %w", c.cur.in(c.addr), transfer.ErrRefused, err)
+	}
+	c.arm(ctx)
+	defer c.disarm()
+	out := grow(&c.out, requestSize+len(blocks)*headerSize)
+	putRequest(out, opPut, len(blocks))
+	iov := append(c.iov[:0], out)
+	for i := range blocks {
+		putHeader(out[requestSize+i*headerSize:], &blocks[i].Header, statusOK, 0)
+		if len(blocks[i].Data) > 0 {
+			iov = append(iov, blocks[i].Data)
+		}
+	}
+	c.iov, c.nb = iov, iov
+	_, werr := c.nb.WriteTo(c.nc)
+	clear(c.iov) // keep no reference to the caller's bytes
+	if werr != nil {
+		// A server that refused the request and then closed may have
+		// answered before the write failed: prefer its reason.
+		if err := c.response(ctx, len(blocks)); err != nil && errors.Is(err, transfer.ErrRefused) {
+			c.markBroken(err)
+			return nil, err
+		}
+		return nil, c.fail(ctx, werr)
+	}
+	if err := c.response(ctx, len(blocks)); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(blocks))
+	for i := range blocks {
+		if _, err := io.ReadFull(c.nc, c.small[:resultSize]); err != nil {
+			return nil, c.fail(ctx, err)
+		}
+		st, msgLen, err := decodeResult(c.small[:resultSize])
+		if err != nil {
+			return nil, c.fail(ctx, fmt.Errorf("block %d: %w", i, err))
+		}
+		msg := c.msg[:msgLen]
+		if _, err := io.ReadFull(c.nc, msg); err != nil {
+			return nil, c.fail(ctx, err)
+		}
+		if st != statusOK {
+			errs[i] = c.blockError(i, blocks[i].Key, st, msg)
+		}
+	}
+	return errs, nil
+}
+
+// checkBlocks checks what the client can before sending anything.
+func checkBlocks(blocks []transfer.Block) error {
+	if len(blocks) > MaxBlocksLimit {
+		return fmt.Errorf("%d blocks, over the protocol's %d-block limit", len(blocks), MaxBlocksLimit)
+	}
+	for i, b := range blocks {
+		if len(b.Data) > math.MaxUint32 || len(b.Data) != int(b.Size) {
+			return fmt.Errorf("block %d (%v) has %d bytes but its header says %d", i, b.Key, len(b.Data), b.Size)
+		}
+	}
+	return nil
+}
+
+// response reads a response header and its message. A refusal comes back
+// as an error that wraps transfer.ErrRefused; the connection stays usable
+// unless the server said it is closing it.
+func (c *conn) response(ctx context.Context, count int) error {
+	if _, err := io.ReadFull(c.nc, c.small[:responseSize]); err != nil {
+		return c.fail(ctx, err)
+	}
+	st, flags, msgLen, n, err := decodeResponse(c.small[:responseSize])
+	if err != nil {
+		return c.fail(ctx, err)
+	}
+	msg := c.msg[:msgLen]
+	if _, err := io.ReadFull(c.nc, msg); err != nil {
+		return c.fail(ctx, err)
+	}
+	switch {
+	case st == statusRefused:
+		err := fmt.Errorf("tcp: %v: %w: %s", c.cur.in(c.addr), transfer.ErrRefused, msg)
+		if flags&flagClosing != 0 {
+			c.markBroken(err)
+		}
+		return err
+	case st != statusOK:
+		return c.fail(ctx, fmt.Errorf("the node answered: %s", msg))
+	case int(n) != count:
+		return c.fail(ctx, fmt.Errorf("%w: response for %d blocks, want %d", errProtocol, n, count))
+	}
+	return nil
+}
+
+// blockError is the error of block i that the server reported with st.
+func (c *conn) blockError(i int, k index.Key, st status, msg []byte) error {
+	switch st {
+	case statusNotFound:
+		return transfer.ErrNotFound
+	case statusCorrupt:
+		if len(msg) == 0 {
+			return fmt.Errorf("tcp: block %d (%v) at %s: %w", i, k, c.addr, transfer.ErrCorrupt)
+		}
+		return fmt.Errorf("tcp: block %d (%v) at %s: %s: %w", i, k, c.addr, msg, transfer.ErrCorrupt)
+	case statusFull:
+		return fmt.Errorf("tcp: block %d (%v) at %s: %s: %w", i, k, c.addr, msg, transfer.ErrFull)
+	}
+	return fmt.Errorf("%w at %s: block %d (%v): %s", ErrRemote, c.addr, i, k, msg)
+}
+
+// Close closes the connection; a request in flight fails with ErrClosed.
+func (c *conn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if err := c.nc.Close(); err != nil {
+		return fmt.Errorf("tcp: close connection to %s: %w", c.addr, err)
+	}
+	return nil
+}
+
+// usable says why the connection cannot carry a request now, if it cannot.
+func (c *conn) usable(ctx context.Context) error {
+	switch {
+	case c.closed.Load():
+		return fmt.Errorf("tcp: %v: the connection is closed: %w", c.cur.in(c.addr), transfer.ErrClosed)
+	case c.broken != nil:
+		return fmt.Errorf("tcp: %v: the connection failed earlier (%v): %w",
+			c.cur.in(c.addr), c.broken, transfer.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tcp: %v: %w", c.cur.in(c.addr), err)
+	}
+	return nil
+}
+
+// arm makes blocking I/O on the connection honour ctx: it sets ctx's
+// deadline, and when ctx is cancelled a deadline in the past. disarm ends
+// it; only then may the next request arm.
+func (c *conn) arm(ctx context.Context) {
+	d, _ := ctx.Deadline()
+	if !d.Equal(c.deadline) {
+		_ = c.nc.SetDeadline(d)
+		c.deadline = d
+	}
+	if ctx.Done() != nil {
+		c.stop = context.AfterFunc(ctx, c.interrupt)
+	}
+}
+
+func (c *conn) disarm() {
+	if c.stop != nil && !c.stop() {
+		<-c.intr // interrupt ran or is running: wait until it set its deadline
+		c.deadline = aLongTimeAgo
+	}
+	c.stop = nil
+}
+
+// fail marks the connection broken after an I/O or protocol error in the
+// middle of a request, closes it, and returns the request's error.
+func (c *conn) fail(ctx context.Context, err error) error {
+	err = c.ioError(ctx, c.cur.in(c.addr).String(), err)
+	c.markBroken(err)
+	return err
+}
+
+func (c *conn) markBroken(err error) {
+	c.broken = err
+	_ = c.nc.Close()
+}
+
+// ioError says what made a request fail: the caller's ctx, a Close, the
+// peer going away, or the error itself. It wraps transfer.ErrClosed, for the
+// connection is of no more use.
+func (c *conn) ioError(ctx context.Context, what string, err error) error {
+	switch {
+	case c.closed.Load():
+		return fmt.Errorf("tcp: %s: the connection was closed: %w", what, transfer.ErrClosed)
+	case ctx.Err() != nil:
+		return fmt.Errorf("tcp: %s: %w (%w)", what, ctx.Err(), transfer.ErrClosed)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The connection's only deadline is ctx's, whose own timer may
+		// not have fired yet.
+		return fmt.Errorf("tcp: %s: %w (%w)", what, context.DeadlineExceeded, transfer.ErrClosed)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+		return fmt.Errorf("tcp: %s: the node closed the connection (%v): %w", what, err, transfer.ErrClosed)
+	}
+	return fmt.Errorf("tcp: %s: %w (%w)", what, err, transfer.ErrClosed)
+}
+
+// readSummed fills buf from the connection and returns its xxhash64. It
+// hashes each read's bytes as soon as they arrive, while they are still in
+// the CPU's cache: a second pass over a 4 MiB block would read it back from
+// memory.
+func (c *conn) readSummed(buf []byte) (uint64, error) {
+	c.digest.Reset()
+	for n := 0; n < len(buf); {
+		m, err := c.nc.Read(buf[n:])
+		_, _ = c.digest.Write(buf[n : n+m])
+		n += m
+		if err != nil && n < len(buf) {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+	}
+	return c.digest.Sum64(), nil
+}
+
+func (c *conn) discard(n int64) error {
+	if c.scratch == nil {
+		c.scratch = make([]byte, 64<<10)
+	}
+	for n > 0 {
+		m := int(min(n, int64(len(c.scratch))))
+		if _, err := io.ReadFull(c.nc, c.scratch[:m]); err != nil {
+			return err
+		}
+		n -= int64(m)
+	}
+	return nil
+}
+
+// request names the request in flight, for errors.
+type request struct {
+	op op
+	n  int
+}
+
+// in names the request to the node at addr: "get of 16 blocks from host:port".
+func (r request) in(addr string) requestAt { return requestAt{r, addr} }
+
+type requestAt struct {
+	request
+	addr string
+}
+
+func (r requestAt) String() string {
+	if r.op == opGet {
+		return fmt.Sprintf("get of %d blocks from %s", r.n, r.addr)
+	}
+	return fmt.Sprintf("put of %d blocks to %s", r.n, r.addr)
+}

@@ -1,0 +1,173 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kvstrata/kvstrata/transfer"
+)
+
+// ErrInvalidOptions marks Options that Validate rejects. A Transport made
+// from invalid Options returns it, with every problem, from Listen and Dial.
+var ErrInvalidOptions = errors.New("tcp: invalid options")
+
+// Defaults and limits of Options.
+const (
+	DefaultMaxBlockSize     = 4 << 20
+	DefaultMaxBlocks        = 1024
+	DefaultMaxConns         = 1024
+	DefaultWriteBatch       = 256 << 10
+	DefaultIdleTimeout      = 2 * time.Minute
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultKeepAlive        = 15 * time.Second
+
+	// MaxBlockSizeLimit is the largest MaxBlockSize allowed.
+	MaxBlockSizeLimit = 1 << 30
+	// MaxBlocksLimit is the largest MaxBlocks allowed.
+	MaxBlocksLimit = 1 << 20
+)
+
+// Options configures a Transport. The zero value of every field means its
+// default, so Options{} is a working configuration.
+type Options struct {
+	// MaxBlockSize is the largest block in bytes that a server accepts in a
+	// Put and a client accepts in a Get response. At most MaxBlockSizeLimit.
+	// The default is 4 MiB, the largest KV block engines use.
+	MaxBlockSize int
+	// MaxBlocks is the most blocks one request may carry, Get or Put. A
+	// server refuses a request over it as a whole. At most MaxBlocksLimit.
+	// The default is 1024: a 4 GiB put of the largest blocks.
+	MaxBlocks int
+	// MaxConns is the most connections one Listener serves at once; a
+	// connection over it gets a hello that refuses it, and is closed. The
+	// default is 1024.
+	MaxConns int
+	// ReadBufferSize and WriteBufferSize set the kernel's receive and send
+	// buffers (SO_RCVBUF, SO_SNDBUF) of every connection, in bytes. The
+	// default, 0, leaves them to the kernel's autotuning, which grows them
+	// up to net.ipv4.tcp_rmem and tcp_wmem's maxima as a connection needs;
+	// on Linux a fixed size turns autotuning off and is capped at
+	// net.core.rmem_max and wmem_max, so set one only to bound memory.
+	ReadBufferSize  int
+	WriteBufferSize int
+	// WriteBatch is the most bytes of small blocks a server gathers into one
+	// writev: it holds the blocks it has opened until they reach it (or 32
+	// blocks), then writes and releases them together. A block of at least
+	// WriteBatch bytes goes out on its own. The default is 256 KiB.
+	WriteBatch int
+	// IdleTimeout bounds how long a server waits on a peer: for its next
+	// request, for each part of a request, and to take each write of a
+	// response. A peer silent for longer is disconnected. The default is
+	// 2 minutes.
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds the exchange of hellos that opens a
+	// connection, on both sides (Dial also honours its ctx). The default is
+	// 10 seconds.
+	HandshakeTimeout time.Duration
+	// KeepAlive is the TCP keep-alive period of every connection, which
+	// notices a peer whose machine went away while a connection is idle or
+	// waiting; negative turns keep-alives off. The default is 15 seconds.
+	KeepAlive time.Duration
+}
+
+// EnsureDefaults replaces the zero value of every field with its default. It
+// leaves invalid values for Validate to report.
+func (o *Options) EnsureDefaults() {
+	if o.MaxBlockSize == 0 {
+		o.MaxBlockSize = DefaultMaxBlockSize
+	}
+	if o.MaxBlocks == 0 {
+		o.MaxBlocks = DefaultMaxBlocks
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	if o.WriteBatch == 0 {
+		o.WriteBatch = DefaultWriteBatch
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = DefaultKeepAlive
+	}
+}
+
+// Validate reports every problem of o in one error that wraps
+// ErrInvalidOptions. Call it after EnsureDefaults: zero values are reported
+// as invalid.
+func (o *Options) Validate() error {
+	var problems []string
+	bad := func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf(format, args...))
+	}
+	if o.MaxBlockSize <= 0 || o.MaxBlockSize > MaxBlockSizeLimit {
+		bad("MaxBlockSize is %d, want 1 to %d bytes", o.MaxBlockSize, MaxBlockSizeLimit)
+	}
+	if o.MaxBlocks <= 0 || o.MaxBlocks > MaxBlocksLimit {
+		bad("MaxBlocks is %d, want 1 to %d", o.MaxBlocks, MaxBlocksLimit)
+	}
+	if o.MaxConns <= 0 {
+		bad("MaxConns is %d, want > 0", o.MaxConns)
+	}
+	if o.ReadBufferSize < 0 {
+		bad("ReadBufferSize is %d, want >= 0 (0 leaves it to the kernel)", o.ReadBufferSize)
+	}
+	if o.WriteBufferSize < 0 {
+		bad("WriteBufferSize is %d, want >= 0 (0 leaves it to the kernel)", o.WriteBufferSize)
+	}
+	if o.WriteBatch <= 0 {
+		bad("WriteBatch is %d, want > 0", o.WriteBatch)
+	}
+	if o.IdleTimeout <= 0 {
+		bad("IdleTimeout is %v, want > 0", o.IdleTimeout)
+	}
+	if o.HandshakeTimeout <= 0 {
+		bad("HandshakeTimeout is %v, want > 0", o.HandshakeTimeout)
+	}
+	if o.KeepAlive == 0 {
+		bad("KeepAlive is 0, want > 0 (or negative for none)")
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(problems, "; "))
+}
+
+// Transport is the TCP backend of transfer.Transport.
+type Transport struct {
+	opts Options
+	err  error // from Validate; returned by Listen and Dial
+}
+
+var _ transfer.Transport = (*Transport)(nil)
+
+// New returns a TCP transport configured by opts (zero fields take their
+// defaults). Invalid options make every Listen and Dial fail with an error
+// that wraps ErrInvalidOptions and lists every problem.
+func New(opts Options) transfer.Transport {
+	opts.EnsureDefaults()
+	return &Transport{opts: opts, err: opts.Validate()}
+}
+
+// Name returns "tcp".
+func (t *Transport) Name() string { return "tcp" }
+
+// formatBytes formats n for a person: "512 B", "64.0 KiB", "5.0 MiB".
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}

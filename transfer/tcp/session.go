@@ -1,0 +1,421 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvstrata/kvstrata/transfer"
+)
+
+// lingerTimeout bounds how long a server reads on, discarding, after it
+// answered a request it cannot follow and half-closed the connection, so
+// that the peer reads the answer before the connection is reset.
+const lingerTimeout = time.Second
+
+// errClosing ends a session after a response that said it would.
+var errClosing = errors.New("closing after a fatal response")
+
+// session serves the requests of one connection, one at a time. Its buffers
+// live as long as the connection and never outgrow the limits: in holds at
+// most MaxBlocks block headers, out at most MaxBlocks results.
+type session struct {
+	c    net.Conn
+	h    transfer.Handler
+	opts *Options
+
+	small   [requestSize]byte
+	in      []byte // a request's keys or block headers
+	hdrs    []transfer.Header
+	results []result
+	out     []byte // a put's response
+	scratch []byte // payload bytes read only to be discarded
+	batch   batch
+	nb      net.Buffers // the batch's iov as WriteTo consumes it
+}
+
+// result is the outcome of one block of a put.
+type result struct {
+	st  status
+	msg string
+}
+
+func (s *session) run() {
+	for {
+		if err := s.read(s.small[:]); err != nil {
+			return // the peer went away, went silent, or the listener closed
+		}
+		o, count, err := decodeRequest(s.small[:])
+		if err != nil {
+			s.fatal(err)
+			return
+		}
+		if o == opGet {
+			err = s.get(count)
+		} else {
+			err = s.put(count)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// get answers a Get: it reads every key, then streams the blocks in order.
+func (s *session) get(count uint32) error {
+	if int64(count) > int64(s.opts.MaxBlocks) {
+		return s.refuse(fmt.Sprintf("get of %d blocks, over the %d-block limit; split it",
+			count, s.opts.MaxBlocks), int64(count)*keySize)
+	}
+	n := int(count)
+	keys := s.input(n * keySize)
+	if err := s.read(keys); err != nil {
+		return err
+	}
+	b := &s.batch
+	b.reset(s.opts.WriteBatch)
+	putResponse(b.frame(responseSize), statusOK, 0, 0, n)
+	for i := range n {
+		k := decodeKey(keys[i*keySize:])
+		h, data, release, err := s.h.Open(k)
+		if err == nil && len(data) != int(h.Size) {
+			release()
+			err = fmt.Errorf("tcp: handler opened %d bytes for %v, a block of %d bytes", len(data), k, h.Size)
+		}
+		st := statusOf(err)
+		if st != statusOK {
+			h, data, release = transfer.Header{}, nil, nil
+		}
+		h.Key = k
+		msg := message(st, err)
+		f := b.frame(headerSize + len(msg))
+		putHeader(f, &h, st, len(msg))
+		copy(f[headerSize:], msg)
+		b.add(data, release)
+		if b.full() {
+			if err := s.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return s.flush()
+}
+
+// flush writes the gathered frames and payloads in one writev and releases
+// the blocks, whether the write succeeded or not.
+func (s *session) flush() error {
+	b := &s.batch
+	b.cut()
+	var err error
+	if len(b.iov) > 0 {
+		_ = s.c.SetWriteDeadline(time.Now().Add(s.opts.IdleTimeout))
+		s.nb = b.iov
+		_, err = s.nb.WriteTo(s.c)
+	}
+	for _, release := range b.releases {
+		release()
+	}
+	b.reset(b.limit)
+	return err
+}
+
+// put answers a Put: it reads and checks every block header, refuses the
+// whole request if any is out of bounds, and only then reads the payloads,
+// each straight into the buffer the Handler reserved for it.
+func (s *session) put(count uint32) error {
+	if int64(count) > int64(s.opts.MaxBlocks) {
+		rest, err := s.skipHeaders(count)
+		if err != nil {
+			return err
+		}
+		return s.refuse(fmt.Sprintf("put of %d blocks, over the %d-block limit; split it",
+			count, s.opts.MaxBlocks), rest)
+	}
+	n := int(count)
+	raw := s.input(n * headerSize)
+	if err := s.read(raw); err != nil {
+		return err
+	}
+	hdrs := s.hdrs[:0]
+	var problems []string
+	var payload int64
+	for i := range n {
+		h, st, msgLen, err := decodeHeader(raw[i*headerSize:])
+		payload += int64(h.Size)
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("block %d: %v", i, err))
+		case st != statusOK || msgLen != 0:
+			problems = append(problems, fmt.Sprintf(
+				"block %d: a put's header carries status %d and a %d-byte message, want neither", i, st, msgLen))
+		case int64(h.Size) > int64(s.opts.MaxBlockSize):
+			problems = append(problems, fmt.Sprintf("block %d is %s, over the %s limit",
+				i, formatBytes(int64(h.Size)), formatBytes(int64(s.opts.MaxBlockSize))))
+		}
+		hdrs = append(hdrs, h)
+	}
+	s.hdrs = hdrs
+	if len(problems) > 0 {
+		return s.refuse(summarize(problems), payload)
+	}
+	results := s.results[:0]
+	for _, h := range hdrs {
+		r, err := s.receive(h)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	s.results = results
+	return s.writeResults(results)
+}
+
+// receive reads one block of a put into the buffer the Handler reserved and
+// commits it if its bytes match its checksum. Only a failure to read from
+// the connection is returned as an error.
+func (s *session) receive(h transfer.Header) (result, error) {
+	buf, commit, err := s.h.Reserve(h)
+	if err == nil && len(buf) != int(h.Size) {
+		_ = commit(false)
+		err = fmt.Errorf("tcp: handler reserved %d bytes for %v, a block of %d bytes", len(buf), h.Key, h.Size)
+	}
+	if err != nil {
+		if err := s.discard(int64(h.Size)); err != nil {
+			return result{}, err
+		}
+		st := statusOf(err)
+		if st == statusOK || st == statusNotFound {
+			st = statusError
+		}
+		return result{st, clip(err.Error())}, nil
+	}
+	if err := s.read(buf); err != nil {
+		_ = commit(false)
+		return result{}, err
+	}
+	if xxhash.Sum64(buf) != h.Sum {
+		_ = commit(false)
+		return result{statusCorrupt, ""}, nil
+	}
+	if err := commit(true); err != nil {
+		return result{statusError, clip(err.Error())}, nil
+	}
+	return result{}, nil
+}
+
+func (s *session) writeResults(results []result) error {
+	size := responseSize
+	for _, r := range results {
+		size += resultSize + len(r.msg)
+	}
+	out := grow(&s.out, size)
+	putResponse(out, statusOK, 0, 0, len(results))
+	o := responseSize
+	for i, r := range results {
+		putResult(out[o:], r.st, len(r.msg))
+		o += resultSize + copy(out[o+resultSize:], r.msg)
+		results[i].msg = ""
+	}
+	return s.write(out)
+}
+
+// skipHeaders reads the block headers of a put over the count limit in
+// MaxBlocks-sized chunks, without keeping them, and returns the payload
+// bytes they declare, or -1 when the headers alone pass the most a valid
+// request holds (they are not read then).
+func (s *session) skipHeaders(count uint32) (int64, error) {
+	if int64(count)*headerSize > s.maxRequest() {
+		return -1, nil
+	}
+	var payload int64
+	for left := int(count); left > 0; {
+		n := min(left, s.opts.MaxBlocks)
+		raw := s.input(n * headerSize)
+		if err := s.read(raw); err != nil {
+			return 0, err
+		}
+		for i := range n {
+			h, _, _, _ := decodeHeader(raw[i*headerSize:])
+			payload += int64(h.Size)
+		}
+		left -= n
+	}
+	return payload, nil
+}
+
+// refuse answers a request refused as a whole, then reads and discards the
+// rest bytes of it still on the way, so that the next request can follow. A
+// request that declares more than a valid request could hold (rest over
+// maxRequest, or -1) is not read on: the answer says so and the connection
+// is closed.
+func (s *session) refuse(msg string, rest int64) error {
+	msg = clip(msg)
+	closing := rest < 0 || rest > s.maxRequest()
+	var flags uint8
+	if closing {
+		flags = flagClosing
+	}
+	out := grow(&s.out, responseSize+len(msg))
+	putResponse(out, statusRefused, flags, len(msg), 0)
+	copy(out[responseSize:], msg)
+	if err := s.write(out); err != nil {
+		return err
+	}
+	if closing {
+		s.linger()
+		return errClosing
+	}
+	return s.discard(rest)
+}
+
+// fatal answers a request that cannot be framed and ends the session.
+func (s *session) fatal(err error) {
+	msg := clip(err.Error())
+	out := grow(&s.out, responseSize+len(msg))
+	putResponse(out, statusError, flagClosing, len(msg), 0)
+	copy(out[responseSize:], msg)
+	if s.write(out) == nil {
+		s.linger()
+	}
+}
+
+// linger half-closes the connection and reads on until the peer stops
+// sending, for at most lingerTimeout.
+func (s *session) linger() {
+	if tc, ok := s.c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	_ = s.c.SetReadDeadline(time.Now().Add(lingerTimeout))
+	buf := s.scratchBuf()
+	for {
+		if _, err := s.c.Read(buf); err != nil {
+			return
+		}
+	}
+}
+
+// maxRequest is the most bytes past its 8-byte header a valid request holds.
+func (s *session) maxRequest() int64 {
+	return int64(s.opts.MaxBlocks) * (headerSize + int64(s.opts.MaxBlockSize))
+}
+
+// read fills b from the connection, waiting at most IdleTimeout for it.
+func (s *session) read(b []byte) error {
+	_ = s.c.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
+	_, err := io.ReadFull(s.c, b)
+	return err
+}
+
+func (s *session) write(b []byte) error {
+	_ = s.c.SetWriteDeadline(time.Now().Add(s.opts.IdleTimeout))
+	_, err := s.c.Write(b)
+	return err
+}
+
+// discard reads n bytes and drops them.
+func (s *session) discard(n int64) error {
+	buf := s.scratchBuf()
+	for n > 0 {
+		m := int(min(n, int64(len(buf))))
+		if err := s.read(buf[:m]); err != nil {
+			return err
+		}
+		n -= int64(m)
+	}
+	return nil
+}
+
+func (s *session) scratchBuf() []byte {
+	if s.scratch == nil {
+		s.scratch = make([]byte, 64<<10)
+	}
+	return s.scratch
+}
+
+// input returns s.in resized to n bytes; callers bound n by the limits.
+func (s *session) input(n int) []byte { return grow(&s.in, n) }
+
+// grow returns (*b)[:n], reallocating *b when it is shorter.
+func grow(b *[]byte, n int) []byte {
+	if cap(*b) < n {
+		*b = make([]byte, n)
+	}
+	*b = (*b)[:n]
+	return *b
+}
+
+// summarize joins the problems of a refused put: the first three, then how
+// many more there are.
+func summarize(problems []string) string {
+	const shown = 3
+	if len(problems) <= shown {
+		return strings.Join(problems, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more", strings.Join(problems[:shown], "; "), len(problems)-shown)
+}
+
+// batch gathers the frames and payloads of consecutive blocks of a Get for
+// one writev. Frames are encoded into one fixed buffer; each run of frames
+// between two payloads becomes one iovec, each payload another.
+type batch struct {
+	frames   []byte
+	used     int // bytes of frames encoded
+	run      int // start of the frames not yet in iov
+	iov      net.Buffers
+	releases []func()
+	blocks   int
+	bytes    int
+	limit    int // WriteBatch
+}
+
+func (b *batch) reset(limit int) {
+	if b.frames == nil {
+		b.frames = make([]byte, responseSize+maxBatchBlocks*(headerSize+maxMsg))
+	}
+	clear(b.iov)
+	clear(b.releases)
+	b.iov, b.releases = b.iov[:0], b.releases[:0]
+	b.used, b.run, b.blocks, b.bytes, b.limit = 0, 0, 0, 0, limit
+}
+
+// frame returns the next n bytes of the frame buffer; n is at most
+// headerSize+maxMsg, and full keeps that much room.
+func (b *batch) frame(n int) []byte {
+	f := b.frames[b.used : b.used+n]
+	b.used += n
+	b.bytes += n
+	return f
+}
+
+// add appends a block's payload, and the release that unpins it (nil for a
+// block sent without one).
+func (b *batch) add(data []byte, release func()) {
+	b.blocks++
+	if release != nil {
+		b.releases = append(b.releases, release)
+	}
+	if len(data) > 0 {
+		b.cut()
+		b.iov = append(b.iov, data)
+		b.bytes += len(data)
+	}
+}
+
+// cut closes the run of frames encoded since the last payload into an iovec.
+func (b *batch) cut() {
+	if b.used > b.run {
+		b.iov = append(b.iov, b.frames[b.run:b.used])
+		b.run = b.used
+	}
+}
+
+// full says the batch must be written before the next block is added.
+func (b *batch) full() bool {
+	return b.blocks >= maxBatchBlocks || b.bytes >= b.limit ||
+		len(b.frames)-b.used < headerSize+maxMsg
+}

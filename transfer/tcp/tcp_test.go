@@ -1,0 +1,188 @@
+package tcp_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/transfer"
+	"github.com/kvstrata/kvstrata/transfer/tcp"
+	"github.com/kvstrata/kvstrata/transfer/transfertest"
+)
+
+func TestConformance(t *testing.T) {
+	transfertest.Run(t, transfertest.Factory{
+		New: func(t *testing.T, lim transfertest.Limits) transfer.Transport {
+			return tcp.New(tcp.Options{MaxBlockSize: lim.MaxBlockSize, MaxBlocks: lim.MaxBlocks})
+		},
+	})
+}
+
+func TestZeroOptionsAreTheDefaults(t *testing.T) {
+	var o tcp.Options
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	if o.MaxBlockSize != 4<<20 || o.MaxBlocks != 1024 || o.MaxConns != 1024 {
+		t.Errorf("defaults = %+v, want 4 MiB blocks, 1024 blocks a request, 1024 connections", o)
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	o := tcp.Options{MaxBlockSize: 2 << 30, MaxBlocks: -1, MaxConns: -5, ReadBufferSize: -1, IdleTimeout: -time.Second}
+	o.EnsureDefaults()
+	err := o.Validate()
+	if !errors.Is(err, tcp.ErrInvalidOptions) {
+		t.Fatalf("Validate = %v, want ErrInvalidOptions", err)
+	}
+	for _, field := range []string{"MaxBlockSize", "MaxBlocks", "MaxConns", "ReadBufferSize", "IdleTimeout"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("%q does not name %s", err, field)
+		}
+	}
+}
+
+func TestInvalidOptionsFailListenAndDial(t *testing.T) {
+	tr := tcp.New(tcp.Options{MaxBlocks: -1})
+	if _, err := tr.Listen("127.0.0.1:0", transfertest.NewMemory()); !errors.Is(err, tcp.ErrInvalidOptions) {
+		t.Errorf("Listen = %v, want ErrInvalidOptions", err)
+	}
+	if _, err := tr.Dial(context.Background(), "127.0.0.1:1"); !errors.Is(err, tcp.ErrInvalidOptions) {
+		t.Errorf("Dial = %v, want ErrInvalidOptions", err)
+	}
+}
+
+func TestConnectionsOverTheLimitAreRefusedWithAReason(t *testing.T) {
+	tr := tcp.New(tcp.Options{MaxConns: 2})
+	ln := listen(t, tr, transfertest.NewMemory())
+	ctx := context.Background()
+	var conns []transfer.Conn
+	for range 2 {
+		c, err := tr.Dial(ctx, ln.Addr())
+		if err != nil {
+			t.Fatalf("Dial within the limit: %v", err)
+		}
+		conns = append(conns, c)
+	}
+	_, err := tr.Dial(ctx, ln.Addr())
+	if !errors.Is(err, transfer.ErrRefused) || !strings.Contains(err.Error(), "limit of 2") {
+		t.Fatalf("Dial over the limit = %v, want ErrRefused naming the limit of 2", err)
+	}
+	// The connections within the limit still work.
+	if err := conns[1].Get(ctx, []index.Key{transfertest.Key(1)}, transfertest.NewCollector(1)); err != nil {
+		t.Errorf("Get within the limit: %v", err)
+	}
+	// A connection that closes makes room for a new one.
+	_ = conns[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := tr.Dial(ctx, ln.Addr())
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Dial after a connection closed: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = conns[1].Close()
+}
+
+// TestGetAllocatesNothingPerBlock checks the hot path on both sides: a Get
+// of 16 blocks costs a handful of allocations, however many blocks it has.
+func TestGetAllocatesNothingPerBlock(t *testing.T) {
+	h := newStatic(16, 64<<10)
+	ln := listen(t, tcp.New(tcp.Options{}), h)
+	c := dial(t, tcp.New(tcp.Options{}), ln.Addr())
+	r := newSink(16, 64<<10)
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := c.Get(ctx, h.keys, r); err != nil || r.err != nil {
+			t.Fatalf("Get: %v, %v", err, r.err)
+		}
+	})
+	if allocs > 4 {
+		t.Errorf("a Get of 16 blocks allocates %.1f times, want at most 4", allocs)
+	}
+}
+
+// listen serves h on a free loopback port until the test ends.
+func listen(t testing.TB, tr transfer.Transport, h transfer.Handler) transfer.Listener {
+	t.Helper()
+	ln, err := tr.Listen("127.0.0.1:0", h)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln
+}
+
+// dial connects to addr until the test ends.
+func dial(t testing.TB, tr transfer.Transport, addr string) transfer.Conn {
+	t.Helper()
+	c, err := tr.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// static is a Handler that serves n fixed blocks and costs nothing per
+// Open, so that allocation counts and benchmarks measure the transport.
+type static struct {
+	blocks map[index.Key]transfer.Block
+	keys   []index.Key
+}
+
+func newStatic(n, size int) *static {
+	s := &static{blocks: make(map[index.Key]transfer.Block)}
+	for i := range n {
+		b := transfertest.MakeBlock(index.Hash(i+1), size)
+		s.blocks[b.Key] = b
+		s.keys = append(s.keys, b.Key)
+	}
+	return s
+}
+
+func noRelease() {}
+
+func (s *static) Open(k index.Key) (transfer.Header, []byte, func(), error) {
+	b, ok := s.blocks[k]
+	if !ok {
+		return transfer.Header{}, nil, nil, transfer.ErrNotFound
+	}
+	return b.Header, b.Data, noRelease, nil
+}
+
+func (s *static) Reserve(transfer.Header) ([]byte, func(bool) error, error) {
+	return nil, nil, errors.New("static: read-only")
+}
+
+// sink is a Receiver that reuses one buffer per block and keeps the first
+// error.
+type sink struct {
+	bufs [][]byte
+	err  error
+}
+
+func newSink(n, size int) *sink {
+	s := &sink{bufs: make([][]byte, n)}
+	for i := range s.bufs {
+		s.bufs[i] = make([]byte, size)
+	}
+	return s
+}
+
+func (s *sink) Buffer(i int, h transfer.Header) []byte { return s.bufs[i][:h.Size] }
+
+func (s *sink) Done(i int, h transfer.Header, err error) {
+	if err != nil && s.err == nil {
+		s.err = err
+	}
+}

@@ -1,0 +1,103 @@
+// Package transfer is the data plane: it moves block bytes between a node and
+// its clients and peers, from a tier's memory to the wire and from the wire
+// straight into the destination buffer, with no per-block protobuf copy.
+//
+// A Transport has one server side (Listen, serving a Handler) and one client
+// side (Dial, giving a Conn). Backends live in subpackages: tcp (pure Go, the
+// default) and ucx (cgo, build tag ucx). Every backend passes the suite in
+// transfer/transfertest.
+package transfer
+
+import (
+	"context"
+	"errors"
+
+	"github.com/kvstrata/kvstrata/index"
+)
+
+// Errors a Conn reports per block or per call; test with errors.Is.
+var (
+	ErrNotFound = errors.New("transfer: block not found")
+	// ErrCorrupt marks bytes that arrived but failed their checksum.
+	ErrCorrupt = errors.New("transfer: block failed its checksum")
+	// ErrRefused marks a request the server refused as a whole (over a
+	// limit, malformed); nothing of it was applied.
+	ErrRefused = errors.New("transfer: request refused")
+	ErrClosed  = errors.New("transfer: connection closed")
+	// ErrFull marks a block the server had no room for.
+	ErrFull = errors.New("transfer: no room for the block")
+)
+
+// Header describes one block on the wire.
+type Header struct {
+	Key       index.Key
+	Parent    index.Hash
+	HasParent bool
+	Size      uint32 // length of the bytes
+	Sum       uint64 // xxhash64 of the bytes
+}
+
+// Handler is what a server serves: a node's storage, adapted. A server calls
+// it from many connections at once, so it must be safe for concurrent use.
+type Handler interface {
+	// Open returns a block's header and its bytes, pinned (not copied where
+	// the storage allows) until release is called. The transport calls
+	// release exactly once when err is nil, and ignores h, data and release
+	// otherwise. A missing block is reported as ErrNotFound.
+	Open(key index.Key) (h Header, data []byte, release func(), err error)
+	// Reserve returns a buffer of h.Size bytes for an incoming block; the
+	// transport fills it and calls commit(true) once the bytes match h.Sum,
+	// commit(false) otherwise, exactly once either way. An error refuses
+	// the block (and commit is not called).
+	Reserve(h Header) (buf []byte, commit func(ok bool) error, err error)
+}
+
+// Receiver takes the blocks of a Get as they arrive, in request order. For
+// each block i the transport calls Buffer at most once (only for a block
+// that arrives with bytes) and then Done exactly once, from the goroutine
+// that called Get. When a Get fails as a whole, the blocks it had not
+// reported yet get no Done.
+type Receiver interface {
+	// Buffer returns where block i goes: len(buf) must be h.Size.
+	Buffer(i int, h Header) []byte
+	// Done reports block i: err is nil (its buffer holds verified bytes),
+	// ErrNotFound, ErrCorrupt, or another error from the server.
+	Done(i int, h Header, err error)
+}
+
+// Block is one block to put.
+type Block struct {
+	Header
+	Data []byte
+}
+
+// Conn is a client connection to one node. A Conn carries one request at a
+// time; pool Conns for concurrency. Every call honours ctx's deadline and
+// cancellation; a connection that failed mid-request is closed and must be
+// redialled: its later calls return an error wrapping ErrClosed.
+type Conn interface {
+	// Get fetches keys, calling r for each in order. It returns an error
+	// only when the request as a whole failed.
+	Get(ctx context.Context, keys []index.Key, r Receiver) error
+	// Put stores blocks and returns one error per block (nil if stored).
+	// Each block's Size must be len(Data) and its Sum the xxhash64 of Data;
+	// a block whose bytes do not match its Sum is reported ErrCorrupt.
+	// A request refused as a whole returns ErrRefused and stores nothing.
+	Put(ctx context.Context, blocks []Block) ([]error, error)
+	Close() error
+}
+
+// Listener is a serving endpoint.
+type Listener interface {
+	Addr() string
+	// Close stops accepting, closes the live connections and waits for the
+	// Handler calls in flight to return.
+	Close() error
+}
+
+// Transport is one data-plane backend.
+type Transport interface {
+	Name() string
+	Listen(addr string, h Handler) (Listener, error)
+	Dial(ctx context.Context, addr string) (Conn, error)
+}
