@@ -329,6 +329,13 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, error)) (Meta, inde
 			return m, l.Kind, nil
 		case errors.Is(err, ErrCorrupt):
 			h.lost(i, key)
+		case errors.Is(err, ErrUnavailable):
+			// The copy is there but out of reach for now: a miss today.
+			h.mu.Lock()
+			h.misses++
+			h.gets++
+			h.mu.Unlock()
+			return Meta{}, 0, fmt.Errorf("hierarchy: %v: %w (%v)", key, ErrNotFound, err)
 		case !errors.Is(err, ErrNotFound):
 			return Meta{}, 0, err
 		}

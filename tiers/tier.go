@@ -24,6 +24,10 @@ var (
 	// checksum. The tier drops such a block; callers treat it as a miss.
 	ErrCorrupt = errors.New("tiers: block corrupt")
 	ErrClosed  = errors.New("tiers: closed")
+	// ErrUnavailable marks a tier that cannot be reached for now (an
+	// object store that is down); its blocks are not lost, and callers
+	// treat the request as a miss and try again later.
+	ErrUnavailable = errors.New("tiers: tier unavailable")
 	// ErrInvalid marks a request that breaks the API contract (a Meta whose
 	// size or checksum does not match the bytes, say).
 	ErrInvalid = errors.New("tiers: invalid request")

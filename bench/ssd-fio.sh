@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# ssd-fio.sh — the SSD tier against its limit, fio, on the same disk, side
+# by side in one run.
+#
+# Each round runs fio sequential 1 MiB writes and reads of SIZE bytes
+# (O_DIRECT, and buffered: the buffered write ends with an fsync, the
+# buffered read starts with the file dropped from the page cache), then the
+# Go benchmarks of tiers/ssd once each: BenchmarkPut1MiB in both durability
+# modes and BenchmarkPlainFileWrite1MiB (the same bytes, sequential writes
+# to one os.File, then fsync), BenchmarkGet1MiB and
+# BenchmarkPlainFileRead1MiB (round-robin over 256 MiB written just before,
+# so from the page cache). Rounds alternate so that all see the same
+# machine; the figures printed are the medians over ROUNDS rounds, in MB/s
+# (10^6 bytes a second, as `go test -bench` prints them), with the tier's
+# write amplification (bytes written to disk / bytes put).
+#
+# Usage: bench/ssd-fio.sh [DIR]
+#   DIR   a directory on the disk to measure (default: a new one under
+#         ${TMPDIR:-/tmp}); the script works in a subdirectory it removes.
+# Environment: SIZE (1g, fio's file size), BENCHTIME (1024x: 1 GiB a write
+#              benchmark), ROUNDS (3).
+set -euo pipefail
+
+SIZE=${SIZE:-1g}
+BENCHTIME=${BENCHTIME:-1024x}
+ROUNDS=${ROUNDS:-3}
+
+cd "$(dirname "$0")/.."
+command -v fio >/dev/null || { echo "ssd-fio: fio is not installed (apt-get install fio)" >&2; exit 1; }
+
+base=${1:-${TMPDIR:-/tmp}}
+mkdir -p "$base"
+work=$(mktemp -d "$base/kvstrata-ssd-fio.XXXXXX")
+cleanup() { rm -rf "$work"; }
+trap cleanup EXIT
+
+go test -c -o "$work/ssd.test" ./tiers/ssd
+
+# fio_mbs JOBNAME FIO-ARGS...: one fio job on $work/fio.dat; prints MB/s.
+fio_mbs() {
+	local name=$1
+	shift
+	fio --name="$name" --filename="$work/fio.dat" --size="$SIZE" --bs=1M --ioengine=psync \
+		--numjobs=1 "$@" |
+		sed -nE 's/.*(READ|WRITE): bw=[^(]*\(([0-9.]+)([kMG]?)B\/s\).*/\2 \3/p' |
+		awk '{ m = ($2 == "G") ? 1000 : ($2 == "k") ? 0.001 : ($2 == "") ? 0.000001 : 1; printf "%.1f\n", $1 * m; found = 1 }
+			END { if (!found) exit 1 }'
+}
+
+# median of numbers on stdin.
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+: >"$work/results"
+for round in $(seq "$ROUNDS"); do
+	echo "round $round of $ROUNDS" >&2
+	{
+		echo "fio-write-direct $(fio_mbs write-direct --rw=write --direct=1)"
+		echo "fio-write-buffered $(fio_mbs write-buffered --rw=write --direct=0 --end_fsync=1)"
+		echo "fio-read-direct $(fio_mbs read-direct --rw=read --direct=1)"
+		echo "fio-read-buffered $(fio_mbs read-buffered --rw=read --direct=0 --invalidate=1)"
+		rm -f "$work/fio.dat"
+		KVSTRATA_BENCH_DIR=$work "$work/ssd.test" -test.run '^$' \
+			-test.bench '^Benchmark(Put1MiB|PlainFileWrite1MiB|Get1MiB|PlainFileRead1MiB)$' \
+			-test.benchtime "$BENCHTIME" |
+			awk '/^Benchmark/ {
+				name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
+				for (i = 2; i < NF; i++) {
+					if ($(i + 1) == "MB/s") print name, $i
+					if ($(i + 1) == "write-amp") print name "/write-amp", $i
+				}
+			}'
+	} | tee -a "$work/results" >&2
+done
+
+get() { awk -v k="$1" '$1 == k { print $2 }' "$work/results" | median; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+
+fwd=$(get fio-write-direct) fwb=$(get fio-write-buffered) frd=$(get fio-read-direct) frb=$(get fio-read-buffered)
+pw=$(get PlainFileWrite1MiB) pr=$(get PlainFileRead1MiB)
+pf=$(get Put1MiB/durability=flush) pwal=$(get Put1MiB/durability=wal) g=$(get Get1MiB)
+
+echo
+echo "disk: $(df -h "$work" | awk 'NR == 2 { print $1, $2 }')  dir: $base  fio size: $SIZE  Go benchtime: $BENCHTIME  (median of $ROUNDS rounds, MB/s)"
+printf "%-40s %10s %12s %12s\n" "" MB/s "vs plain" "vs fio buf"
+printf "%-40s %10.0f\n" "fio seq write 1M, O_DIRECT" "$fwd"
+printf "%-40s %10.0f\n" "fio seq write 1M, buffered + fsync" "$fwb"
+printf "%-40s %10.0f %12s %12s\n" "plain file write (Go), + fsync" "$pw" "" "$(ratio "$pw" "$fwb")"
+printf "%-40s %10.0f %12s %12s   write-amp %s\n" "ssd Put, durability=flush (default)" "$pf" "$(ratio "$pf" "$pw")" "$(ratio "$pf" "$fwb")" "$(get Put1MiB/durability=flush/write-amp)"
+printf "%-40s %10.0f %12s %12s   write-amp %s\n" "ssd Put, durability=wal" "$pwal" "$(ratio "$pwal" "$pw")" "$(ratio "$pwal" "$fwb")" "$(get Put1MiB/durability=wal/write-amp)"
+printf "%-40s %10.0f\n" "fio seq read 1M, O_DIRECT" "$frd"
+printf "%-40s %10.0f\n" "fio seq read 1M, buffered, cold cache" "$frb"
+printf "%-40s %10.0f\n" "plain file read (Go), page cache" "$pr"
+printf "%-40s %10.0f %12s\n" "ssd Get, page cache, block cache missed" "$g" "$(ratio "$g" "$pr")"

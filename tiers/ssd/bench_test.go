@@ -1,0 +1,175 @@
+package ssd
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+// The benchmarks put and get 1 MiB blocks next to plain sequential file
+// writes and reads of the same bytes in the same kind of directory, so
+// that one run gives the ratios; bench/ssd-fio.sh adds fio's figures for
+// the disk itself. They run in t.TempDir(), or under $KVSTRATA_BENCH_DIR.
+//
+// Write benchmarks end with a sync: Flush for the tier (Pebble syncs the
+// files a flush writes), fsync for the plain file, both timed.
+
+const (
+	benchBlock = 1 << 20
+	// benchReadBlocks is the working set of the read benchmarks: 4× the
+	// default block cache, so that round-robin reads miss Pebble's cache.
+	// Both the tier's files and the plain file were just written and are in
+	// the kernel's page cache as far as memory allows.
+	benchReadBlocks = 4 * DefaultCacheSize / benchBlock
+	benchValues     = 16 // distinct block contents
+)
+
+// benchDir returns an empty directory for one benchmark run.
+func benchDir(b *testing.B) string {
+	root := os.Getenv("KVSTRATA_BENCH_DIR")
+	if root == "" {
+		return b.TempDir()
+	}
+	dir, err := os.MkdirTemp(root, "kvstrata-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// benchBlocks returns n random blocks and their checksums.
+func benchBlocks(n int) ([][]byte, []uint64) {
+	r := rand.New(rand.NewPCG(1, 2))
+	vals, sums := make([][]byte, n), make([]uint64, n)
+	for i := range vals {
+		vals[i] = make([]byte, benchBlock)
+		for j := 0; j < benchBlock; j += 8 {
+			v := r.Uint64()
+			for k := range 8 {
+				vals[i][j+k] = byte(v >> (8 * k))
+			}
+		}
+		sums[i] = tiers.Checksum(vals[i])
+	}
+	return vals, sums
+}
+
+// benchMeta is the Meta of the i-th benchmark block: a random-looking hash,
+// as real chained hashes are.
+func benchMeta(i int, sum uint64) tiers.Meta {
+	h := uint64(i)*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019
+	h ^= h >> 31
+	m := tiers.Meta{Key: index.Key{NS: 7, Hash: index.Hash(h)}, Sum: sum}
+	m.Size = benchBlock
+	return m
+}
+
+func openBench(b *testing.B, d Durability) *Tier {
+	tr, err := Open(Config{
+		Dir:        benchDir(b),
+		Capacity:   1 << 50,
+		Durability: d,
+		Logger:     testLogger(b),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
+func BenchmarkPut1MiB(b *testing.B) {
+	vals, sums := benchBlocks(benchValues)
+	for _, d := range []Durability{DurabilityFlush, DurabilityWAL} {
+		b.Run("durability="+d.String(), func(b *testing.B) {
+			tr := openBench(b, d)
+			b.SetBytes(benchBlock)
+			b.ResetTimer()
+			for i := range b.N {
+				if err := tr.Put(benchMeta(i, sums[i%benchValues]), vals[i%benchValues]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := tr.Flush(); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			ws := tr.WriteStats()
+			b.ReportMetric(ws.WriteAmp(), "write-amp")
+			b.ReportMetric(ws.PebbleWriteAmp, "pebble-write-amp")
+		})
+	}
+}
+
+func BenchmarkPlainFileWrite1MiB(b *testing.B) {
+	vals, _ := benchBlocks(benchValues)
+	f, err := os.Create(filepath.Join(benchDir(b), "plain"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	b.SetBytes(benchBlock)
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := f.Write(vals[i%benchValues]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkGet1MiB(b *testing.B) {
+	vals, sums := benchBlocks(benchValues)
+	tr := openBench(b, DurabilityFlush)
+	for i := range benchReadBlocks {
+		if err := tr.Put(benchMeta(i, sums[i%benchValues]), vals[i%benchValues]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Reopen, so that the reads start with an empty block cache and find
+	// the blocks in blob files rather than in a memtable.
+	tr = reopen(b, tr)
+	buf := make([]byte, 0, benchBlock)
+	b.SetBytes(benchBlock)
+	b.ResetTimer()
+	for i := range b.N {
+		j := i % benchReadBlocks
+		got, _, err := tr.Get(benchMeta(j, sums[j%benchValues]).Key, buf[:0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf = got
+	}
+}
+
+func BenchmarkPlainFileRead1MiB(b *testing.B) {
+	vals, _ := benchBlocks(benchValues)
+	f, err := os.Create(filepath.Join(benchDir(b), "plain"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	for i := range benchReadBlocks {
+		if _, err := f.Write(vals[i%benchValues]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, benchBlock)
+	b.SetBytes(benchBlock)
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := f.ReadAt(buf, int64(i%benchReadBlocks)*benchBlock); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

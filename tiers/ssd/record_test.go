@@ -1,0 +1,170 @@
+package ssd
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+func sampleMeta() tiers.Meta {
+	m := tiers.Meta{Key: index.Key{NS: 0x0102030405060708, Hash: 0x1112131415161718}, Sum: 0x2122232425262728}
+	m.Parent, m.HasParent, m.Size = 0x3132333435363738, true, 1<<20
+	return m
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	root := sampleMeta()
+	root.Parent, root.HasParent = 0, false
+	edge := tiers.Meta{Key: index.Key{NS: math.MaxUint64, Hash: math.MaxUint64}, Sum: math.MaxUint64}
+	edge.Parent, edge.HasParent, edge.Size = math.MaxUint64, true, math.MaxUint32
+	for _, m := range []tiers.Meta{sampleMeta(), root, edge, {}} {
+		b := encodeRecord([]byte("prefix"), m)
+		if !bytes.HasPrefix(b, []byte("prefix")) || len(b) != len("prefix")+recordSize {
+			t.Fatalf("encodeRecord did not append %d bytes: %x", recordSize, b)
+		}
+		got, err := decodeRecord(b[len("prefix"):])
+		if err != nil {
+			t.Fatalf("decode %+v: %v", m, err)
+		}
+		if got != m {
+			t.Fatalf("decoded %+v, want %+v", got, m)
+		}
+	}
+}
+
+// TestRecordLayout pins the on-disk format: a change here breaks stores
+// already written.
+func TestRecordLayout(t *testing.T) {
+	b := encodeRecord(nil, sampleMeta())
+	want := []byte{
+		1, 1, // version, has parent
+		0x00, 0x10, 0x00, 0x00, // size 1 MiB
+		1, 2, 3, 4, 5, 6, 7, 8, // namespace
+		0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, // hash
+		0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, // parent
+		0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, // sum
+	}
+	want = binary.BigEndian.AppendUint32(want, uint32(xxhash.Sum64(want)))
+	if !bytes.Equal(b, want) {
+		t.Fatalf("record\n%x, want\n%x", b, want)
+	}
+}
+
+// reseal recomputes a record's checksum after a test edited it, so that
+// the decoder's other checks are reached.
+func reseal(b []byte) []byte {
+	binary.BigEndian.PutUint32(b[38:], uint32(xxhash.Sum64(b[:38])))
+	return b
+}
+
+func TestDecodeRecordRejectsMalformed(t *testing.T) {
+	good := encodeRecord(nil, sampleMeta())
+	edit := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	for name, b := range map[string][]byte{
+		"Nil":           nil,
+		"Empty":         {},
+		"OneByte":       {recordVersion},
+		"Truncated":     good[:recordSize-1],
+		"Extended":      append(append([]byte(nil), good...), 0),
+		"FlippedBit":    edit(func(b []byte) []byte { b[20] ^= 4; return b }),
+		"BadChecksum":   edit(func(b []byte) []byte { b[41] ^= 1; return b }),
+		"ZeroRecord":    make([]byte, recordSize),
+		"Version0":      edit(func(b []byte) []byte { b[0] = 0; return reseal(b) }),
+		"Version2":      edit(func(b []byte) []byte { b[0] = 2; return reseal(b) }),
+		"UnknownFlag":   edit(func(b []byte) []byte { b[1] |= 0x80; return reseal(b) }),
+		"OrphanParent":  edit(func(b []byte) []byte { b[1] = 0; return reseal(b) }),
+		"AllOnes":       bytes.Repeat([]byte{0xff}, recordSize),
+		"DoubleRecord":  append(append([]byte(nil), good...), good...),
+		"PayloadPrefix": append([]byte{prefixPayload}, good[1:]...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, err := decodeRecord(b)
+			if !errors.Is(err, tiers.ErrCorrupt) {
+				t.Fatalf("decodeRecord(%x) = %+v, %v; want ErrCorrupt", b, m, err)
+			}
+			if m != (tiers.Meta{}) {
+				t.Fatalf("decodeRecord returned %+v with its error", m)
+			}
+		})
+	}
+}
+
+func TestDecodeRecordForChecksTheKey(t *testing.T) {
+	m := sampleMeta()
+	b := encodeRecord(nil, m)
+	if got, err := decodeRecordFor(m.Key, b); err != nil || got != m {
+		t.Fatalf("own key: %+v, %v", got, err)
+	}
+	other := m.Key
+	other.NS++
+	if _, err := decodeRecordFor(other, b); !errors.Is(err, tiers.ErrCorrupt) {
+		t.Fatalf("record under another key: %v, want ErrCorrupt", err)
+	}
+}
+
+func TestKeyRoundTrip(t *testing.T) {
+	k := index.Key{NS: 0xa1a2a3a4a5a6a7a8, Hash: 0xb1b2b3b4b5b6b7b8}
+	for _, p := range []byte{prefixRecord, prefixPayload} {
+		dk := makeKey(p, k)
+		if dk[0] != p || !bytes.Equal(dk[1:], []byte{0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8,
+			0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7, 0xb8}) {
+			t.Fatalf("makeKey(%q) = %x", p, dk)
+		}
+		got, err := parseKey(p, dk[:])
+		if err != nil || got != k {
+			t.Fatalf("parseKey: %v, %v", got, err)
+		}
+		lower, upper := prefixBounds(p)
+		if bytes.Compare(dk[:], lower) < 0 || bytes.Compare(dk[:], upper) >= 0 {
+			t.Fatalf("key %x outside its prefix bounds [%x, %x)", dk, lower, upper)
+		}
+	}
+	rk := makeKey(prefixRecord, k)
+	for _, b := range [][]byte{nil, rk[:keySize-1], append(rk[:], 0), formatKey} {
+		if _, err := parseKey(prefixRecord, b); !errors.Is(err, tiers.ErrCorrupt) {
+			t.Fatalf("parseKey(%x): %v, want ErrCorrupt", b, err)
+		}
+	}
+	if _, err := parseKey(prefixPayload, rk[:]); !errors.Is(err, tiers.ErrCorrupt) {
+		t.Fatalf("record key parsed as a payload key: %v", err)
+	}
+	// Namespaces sort before hashes: a namespace's blocks are contiguous.
+	a, b := makeKey(prefixRecord, index.Key{NS: 1, Hash: math.MaxUint64}), makeKey(prefixRecord, index.Key{NS: 2})
+	if bytes.Compare(a[:], b[:]) >= 0 {
+		t.Fatal("keys do not sort by namespace first")
+	}
+}
+
+// FuzzDecodeRecord checks that decodeRecord never panics, that it either
+// accepts a record or rejects it with ErrCorrupt, and that what it accepts
+// encodes back to the same bytes.
+func FuzzDecodeRecord(f *testing.F) {
+	good := encodeRecord(nil, sampleMeta())
+	root := sampleMeta()
+	root.Parent, root.HasParent = 0, false
+	f.Add(good)
+	f.Add(encodeRecord(nil, root))
+	f.Add(encodeRecord(nil, tiers.Meta{}))
+	for _, n := range []int{0, 1, 2, 6, 21, 38, recordSize - 1} {
+		f.Add(good[:n])
+	}
+	f.Add(append(append([]byte(nil), good...), 0))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeRecord(b)
+		if err != nil {
+			if !errors.Is(err, tiers.ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		if again := encodeRecord(nil, m); !bytes.Equal(again, b) {
+			t.Fatalf("accepted %x, which encodes back as %x", b, again)
+		}
+	})
+}

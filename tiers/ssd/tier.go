@@ -1,0 +1,370 @@
+// Package ssd is the local-SSD tier: a tiers.Tier that keeps blocks in a
+// Pebble store on a local disk, with value separation so that the large
+// block bytes are written once into blob files, which compactions do not
+// rewrite (only a blob file mostly made of deleted blocks is rewritten, to
+// reclaim its space).
+//
+// # On-disk layout
+//
+// Each block is two Pebble keys, written together in one batch so that a
+// crash keeps both or neither:
+//
+//	'm' ‖ namespace ‖ hash  →  metadata record (record.go, 42 bytes)
+//	'p' ‖ namespace ‖ hash  →  the block's bytes, as put
+//
+// with namespace and hash big-endian. The record holds the block's size,
+// parent and xxhash64 checksum (tiers.Meta) and checks itself with a
+// checksum of its own; it is small, so it stays inside the sstables, where
+// Stat, Scan and the accounting that Open rebuilds read it without touching
+// the payloads, which Pebble moves into blob files
+// (Config.ValueSeparationMinSize). One more key, "\x00kvstrata/ssd", marks
+// the store's format version.
+//
+// Pebble sizes its levels and output files by the bytes their keys
+// reference in blob files; its defaults, made for small values, would split
+// a flush of 1 MiB blocks into files of two blocks each. The tier sets the
+// file size so that a flush writes one sstable and one blob file, and a
+// large base level so that compactions, which move only the small
+// sstables, stay rare (pebble.go).
+//
+// Get checks the payload against the record's size and checksum. A block
+// that fails, or whose record fails its own checks, is deleted and reported
+// as an error wrapping tiers.ErrCorrupt: damaged bytes are never returned.
+//
+// # Durability
+//
+// Config.Durability chooses between DurabilityFlush (the default: Pebble
+// without its write-ahead log, memtables flushed every
+// Config.FlushInterval, on Flush and on Close) and DurabilityWAL (a WAL
+// written without fsync). After a crash in either mode every block is
+// intact or missing, never torn; what each mode may lose is documented on
+// the constants. Flush makes every acknowledged write durable on demand.
+//
+// # Accounting
+//
+// Stats.Used is the sum over blocks of size + RecordOverhead, kept in
+// memory and rebuilt at Open by scanning the metadata records. Capacity
+// bounds Used; Pebble's own space amplification comes on top (DiskUsage).
+//
+// # Concurrency
+//
+// A Tier is safe for concurrent use. Operations on one key are serialized
+// by a striped lock (Put, Delete and the dropping of a corrupt block take
+// it exclusively, Get and Stat shared, so a Get always sees the record and
+// the payload of the same Put); operations on different keys run in
+// parallel, as Pebble allows. Scan reads records a page at a time and holds
+// no lock while it calls fn, so fn may call the tier. Close waits for
+// operations in flight.
+package ssd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+var _ tiers.Tier = (*Tier)(nil)
+
+// stripeCount is the number of key locks; a power of two.
+const stripeCount = 64
+
+// Tier is the local-SSD tier. Open it with Open.
+type Tier struct {
+	cfg Config
+	db  *pebble.DB
+	fs  *countingFS
+
+	// life guards closed and with it the use of db: every method holds it
+	// shared while it uses db, Close exclusively.
+	life   sync.RWMutex
+	closed bool
+
+	stripes [stripeCount]sync.RWMutex
+	acct    accounting
+	batches sync.Pool // of *pebble.Batch, reset, sized for a block
+
+	logical atomic.Int64 // bytes of blocks put since Open
+	dirty   atomic.Bool  // written since the last flush began
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// Open opens the tier stored in cfg.Dir, creating it if needed, and
+// rebuilds its accounting from the metadata records; records that fail
+// their checks are deleted with their blocks. A store holding more than
+// cfg.Capacity (reopened with a smaller capacity, say) opens, and refuses
+// puts until deletes bring it under.
+func Open(cfg Config) (*Tier, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
+	}
+	fs := &countingFS{FS: vfs.Default}
+	db, err := pebble.Open(cfg.Dir, pebbleOptions(&cfg, fs))
+	if err != nil {
+		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
+	}
+	t := &Tier{
+		cfg:  cfg,
+		db:   db,
+		fs:   fs,
+		acct: accounting{capacity: cfg.Capacity},
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	retain := pebble.WithMaxRetainedSizeBytes(int(batchSize(cfg.MaxBlockSize)))
+	t.batches.New = func() any { return db.NewBatch(retain) }
+	if err := t.checkFormat(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
+	}
+	if err := t.load(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
+	}
+	if s := t.acct.stats(); s.Used > s.Capacity {
+		cfg.Logger.Warn("ssd: store holds more than its capacity", "dir", cfg.Dir,
+			"used", s.Used, "capacity", s.Capacity)
+	}
+	if cfg.Durability == DurabilityFlush {
+		go t.flushLoop()
+	} else {
+		close(t.done)
+	}
+	return t, nil
+}
+
+// Put stores value under m.Key, replacing any block there; see tiers.Tier.
+func (t *Tier) Put(m tiers.Meta, value []byte) error {
+	if err := tiers.CheckPut(m, value, t.cfg.MaxBlockSize); err != nil {
+		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
+	}
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return fmt.Errorf("ssd: put %v: %w", m.Key, tiers.ErrClosed)
+	}
+	s := t.stripe(m.Key)
+	s.Lock()
+	old, err := t.record(m.Key)
+	if errors.Is(err, tiers.ErrCorrupt) {
+		// The old block's cost is unknown: drop it, which recounts.
+		s.Unlock()
+		if err := t.drop(m.Key); err != nil {
+			return fmt.Errorf("ssd: put %v: %w", m.Key, err)
+		}
+		s.Lock()
+		old, err = t.record(m.Key)
+	}
+	defer s.Unlock()
+	var oldCost, oldBlocks int64
+	switch {
+	case err == nil:
+		oldCost, oldBlocks = cost(old.Size), 1
+	case !errors.Is(err, tiers.ErrNotFound):
+		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
+	}
+	bytes, blocks := cost(m.Size)-oldCost, 1-oldBlocks
+	if err := t.acct.reserve(bytes, blocks); err != nil {
+		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
+	}
+	if err := t.write(m, value); err != nil {
+		t.acct.release(bytes, blocks)
+		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
+	}
+	t.logical.Add(int64(len(value)))
+	t.dirty.Store(true)
+	return nil
+}
+
+// batchSize is the size of a batch that puts a block of size bytes,
+// with room for the batch's header and per-entry encoding.
+func batchSize(size int64) int64 { return size + 2*(keySize+16) + recordSize + 16 }
+
+// write commits m's record and value in one batch. Batches are pooled
+// with their buffers, so that a Put does not allocate a block-sized buffer
+// for the garbage collector to clear.
+func (t *Tier) write(m tiers.Meta, value []byte) error {
+	rk, pk := makeKey(prefixRecord, m.Key), makeKey(prefixPayload, m.Key)
+	var rec [recordSize]byte
+	b := t.batches.Get().(*pebble.Batch)
+	defer func() {
+		b.Reset()
+		t.batches.Put(b)
+	}()
+	if err := b.Set(rk[:], encodeRecord(rec[:0], m), nil); err != nil {
+		return err
+	}
+	if err := b.Set(pk[:], value, nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.NoSync)
+}
+
+// Get appends the block's bytes to dst after checking them against the
+// block's record; see tiers.Tier. A block that fails is deleted and Get
+// returns nil and an error wrapping tiers.ErrCorrupt.
+func (t *Tier) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return nil, tiers.Meta{}, fmt.Errorf("ssd: get %v: %w", key, tiers.ErrClosed)
+	}
+	s := t.stripe(key)
+	s.RLock()
+	m, err := t.record(key)
+	if err == nil {
+		var v []byte
+		var closer io.Closer
+		if v, closer, err = t.payload(m); err == nil {
+			dst = append(dst, v...)
+			_ = closer.Close()
+		}
+	}
+	s.RUnlock()
+	if err != nil {
+		t.dropIfCorrupt(key, err)
+		return nil, tiers.Meta{}, fmt.Errorf("ssd: get %v: %w", key, err)
+	}
+	return dst, m, nil
+}
+
+// Stat returns the block's Meta from its record, without reading its
+// bytes.
+func (t *Tier) Stat(key index.Key) (tiers.Meta, error) {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return tiers.Meta{}, fmt.Errorf("ssd: stat %v: %w", key, tiers.ErrClosed)
+	}
+	s := t.stripe(key)
+	s.RLock()
+	m, err := t.record(key)
+	s.RUnlock()
+	if err != nil {
+		t.dropIfCorrupt(key, err)
+		return tiers.Meta{}, fmt.Errorf("ssd: stat %v: %w", key, err)
+	}
+	return m, nil
+}
+
+// Delete removes the block; a block whose record is corrupt is deleted
+// too.
+func (t *Tier) Delete(key index.Key) error {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return fmt.Errorf("ssd: delete %v: %w", key, tiers.ErrClosed)
+	}
+	s := t.stripe(key)
+	s.Lock()
+	m, err := t.record(key)
+	if errors.Is(err, tiers.ErrCorrupt) {
+		s.Unlock()
+		if err := t.drop(key); err != nil {
+			return fmt.Errorf("ssd: delete %v: %w", key, err)
+		}
+		return nil
+	}
+	defer s.Unlock()
+	if err != nil {
+		return fmt.Errorf("ssd: delete %v: %w", key, err)
+	}
+	if err := t.deleteKeys(key); err != nil {
+		return fmt.Errorf("ssd: delete %v: %w", key, err)
+	}
+	t.acct.release(cost(m.Size), 1)
+	return nil
+}
+
+// Stats returns the tier's accounting. Used may briefly include a Put in
+// flight, whose bytes are reserved before its batch commits.
+func (t *Tier) Stats() tiers.Stats { return t.acct.stats() }
+
+// Flush makes every write acknowledged so far durable: it flushes Pebble's
+// memtable to sstables and blob files, which Pebble syncs.
+func (t *Tier) Flush() error {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return fmt.Errorf("ssd: flush %s: %w", t.cfg.Dir, tiers.ErrClosed)
+	}
+	t.dirty.Store(false)
+	if err := t.db.Flush(); err != nil {
+		t.dirty.Store(true)
+		return fmt.Errorf("ssd: flush %s: %w", t.cfg.Dir, err)
+	}
+	return nil
+}
+
+// WriteStats returns the bytes written since Open; the zero value after
+// Close.
+func (t *Tier) WriteStats() WriteStats {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return WriteStats{}
+	}
+	ws := t.fs.writeStats()
+	ws.LogicalBytes = t.logical.Load()
+	total := t.db.Metrics().Total()
+	ws.PebbleWriteAmp = total.WriteAmp()
+	return ws
+}
+
+// DiskUsage returns the bytes the store takes on disk, which Stats.Used
+// does not bound: deleted blocks keep their space until compactions drop
+// their keys and their blob file is deleted or rewritten. Pebble rewrites
+// blob files (those at least 10 minutes old) once deleted blocks are more
+// than half of all blob bytes, so under steady eviction the store may take
+// about twice Used. It returns 0 after Close.
+func (t *Tier) DiskUsage() int64 {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return 0
+	}
+	return int64(t.db.Metrics().DiskSpaceUsage())
+}
+
+// Close flushes the memtable and closes the store, after the operations
+// in flight finish. Later calls of every method fail with tiers.ErrClosed;
+// a second Close returns nil.
+func (t *Tier) Close() error {
+	t.life.Lock()
+	defer t.life.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	close(t.stop)
+	<-t.done
+	var errs []error
+	if err := t.db.Flush(); err != nil {
+		errs = append(errs, fmt.Errorf("flush: %w", err))
+	}
+	if err := t.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ssd: close %s: %w", t.cfg.Dir, err)
+	}
+	return nil
+}
+
+// stripe returns the lock of key.
+func (t *Tier) stripe(key index.Key) *sync.RWMutex {
+	h := uint64(key.Hash) ^ uint64(key.NS) ^ uint64(key.Hash)>>32
+	return &t.stripes[h%stripeCount]
+}
