@@ -1,0 +1,87 @@
+// Command kvstrata is the kvstrata daemon. `kvstrata serve` runs a cache
+// node: DRAM and SSD tiers behind a gRPC control plane, a data plane for
+// block bytes, a Redis-protocol endpoint, and Prometheus metrics.
+//
+// main only wires: configuration is package config, the node is packages
+// api/... and tiers/..., and serve.go puts them together.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvstrata/kvstrata/config"
+)
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the node failed to start or to run
+	exitUsage   = 2 // the command line or the configuration is wrong
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// execute runs the command line args and returns the exit status.
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := &cobra.Command{
+		Use:           "kvstrata",
+		Short:         "A distributed KV-cache tiering service for LLM inference",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Long: `kvstrata keeps the attention KV blocks of LLM prompts in a hierarchy of
+tiers (DRAM, local SSD) and hands them back to inference engines faster than
+they can be recomputed.
+
+Exit status: 0 on success, 1 when the node fails, 2 for a bad command line
+or configuration (nothing was started).`,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newServeCommand(stdout, stderr), &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(stdout, "kvstrata", version())
+		},
+	})
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "kvstrata: %v\n", err)
+		var ue usageError
+		var ce *config.Error
+		if errors.As(err, &ue) || errors.As(err, &ce) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+	return exitOK
+}
+
+// usageError marks a wrong command line.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// version is the main module's version from the build info.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

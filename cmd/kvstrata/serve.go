@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/kvstrata/kvstrata/api/metrics"
+	"github.com/kvstrata/kvstrata/api/node"
+	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/api/server"
+	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/tiers/dram"
+	"github.com/kvstrata/kvstrata/tiers/policy"
+	"github.com/kvstrata/kvstrata/tiers/ssd"
+	"github.com/kvstrata/kvstrata/transfer"
+)
+
+func newServeCommand(stdout, stderr io.Writer) *cobra.Command {
+	var configPath string
+	var printConfig bool
+	defaults := config.Default()
+	settings := defaults.Settings()
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a cache node",
+		Long: `serve runs one cache node until SIGINT or SIGTERM, then shuts down
+gracefully: it stops accepting, lets in-flight requests finish (up to
+--shutdown-timeout) and closes the SSD tier cleanly, so that a restart finds
+every block the SSD held.
+
+Every setting can come from, lowest precedence first: its default, the
+config file (--config or KVSTRATA_CONFIG, TOML, keys as in --print-config),
+an environment variable (KVSTRATA_ and the key in capitals, dots and dashes
+as underscores: KVSTRATA_DRAM_CAPACITY) or its flag. --print-config shows the
+effective configuration and where each value came from.
+
+Sizes take units: 4096, 64KiB, 4MiB, 8GiB (binary) or 10GB (decimal).`,
+		Example: `  # A node with the defaults: DRAM sized from free memory, SSD in ./data
+  kvstrata serve
+
+  # 8 GiB of DRAM, a 100 GiB SSD tier on another disk, prefix-aware eviction
+  kvstrata serve --dram-capacity 8GiB --ssd-dir /mnt/nvme/kvstrata --ssd-capacity 100GiB --dram-policy prefix
+
+  # See what a config file and the environment add up to
+  KVSTRATA_LISTEN_RESP=0.0.0.0:6379 kvstrata serve --config kvstrata.toml --print-config`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("serve takes no arguments, got %q", args)}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			flags := map[string]string{}
+			for _, s := range settings {
+				if f := cmd.Flags().Lookup(s.Flag()); f.Changed {
+					flags[s.Flag()] = f.Value.String()
+				}
+			}
+			if configPath == "" {
+				configPath = os.Getenv("KVSTRATA_CONFIG")
+			}
+			cfg, err := config.Load(configPath, os.Getenv, flags)
+			if err != nil {
+				return err
+			}
+			if err := cfg.Resolve(); err != nil {
+				return &config.Error{Problems: []string{err.Error()}}
+			}
+			if printConfig {
+				_, err := io.WriteString(stdout, cfg.Format())
+				return err
+			}
+			return serve(cmd.Context(), cfg, newLogger(cfg.Config, stderr))
+		},
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&configPath, "config", "", "TOML config file (default $KVSTRATA_CONFIG)")
+	fs.BoolVar(&printConfig, "print-config", false, "print the effective configuration and exit")
+	for _, s := range settings {
+		fs.String(s.Flag(), s.Value(), s.Usage+" ["+s.Env()+"]")
+	}
+	return cmd
+}
+
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// openTiers opens the tiers the configuration asks for and stacks them.
+func openTiers(cfg config.Config, log *slog.Logger) (*tiers.Hierarchy, error) {
+	maxBlock := int64(cfg.Limits.MaxBlockSize)
+	d, err := dram.New(dram.Config{Capacity: int64(cfg.DRAM.Capacity), PageSize: int(cfg.DRAM.PageSize), MaxBlockSize: maxBlock})
+	if err != nil {
+		return nil, err
+	}
+	dramPolicy, _ := policy.New(cfg.DRAM.Policy) // validated
+	levels := []tiers.LevelConfig{{Kind: index.TierDRAM, Tier: d, Policy: dramPolicy,
+		HighWatermark: cfg.DRAM.HighWatermark, LowWatermark: cfg.DRAM.LowWatermark}}
+	if cfg.SSD.Enabled {
+		durability := ssd.DurabilityFlush
+		if cfg.SSD.WAL {
+			durability = ssd.DurabilityWAL
+		}
+		s, err := ssd.Open(ssd.Config{Dir: cfg.SSD.Dir, Capacity: int64(cfg.SSD.Capacity), MaxBlockSize: maxBlock,
+			Durability: durability, Logger: log.With("tier", "ssd")})
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		ssdPolicy, _ := policy.New(cfg.SSD.Policy)
+		levels = append(levels, tiers.LevelConfig{Kind: index.TierSSD, Tier: s, Policy: ssdPolicy,
+			HighWatermark: cfg.SSD.HighWatermark, LowWatermark: cfg.SSD.LowWatermark, AdmitMinSeen: cfg.SSD.AdmitMinSeen})
+	}
+	h, err := tiers.New(tiers.Config{Node: index.NodeID(cfg.NodeID), Levels: levels})
+	if err != nil {
+		for _, l := range levels {
+			l.Tier.Close()
+		}
+		return nil, err
+	}
+	return h, nil
+}
+
+// serve runs a node until ctx is done, then shuts it down gracefully.
+func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
+	start := time.Now()
+	h, err := openTiers(cfg.Config, log)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(h, node.Config{MaxBlockSize: int64(cfg.Limits.MaxBlockSize),
+		MaxBatchBlocks: cfg.Limits.MaxBatchBlocks, MaxBatchBytes: int64(cfg.Limits.MaxBatchBytes)})
+	if err != nil {
+		h.Close()
+		return err
+	}
+	server.Version = version()
+	m := metrics.New(h.Stats, map[string]string{"version": version(), "node_id": fmt.Sprint(cfg.NodeID), "transport": cfg.Transport})
+	var ready atomic.Bool
+	fail := make(chan error, 4) // a server that stops on its own
+
+	// Control plane.
+	glis, err := net.Listen("tcp", cfg.Listen.GRPC)
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("listen grpc %s: %w", cfg.Listen.GRPC, err)
+	}
+	g := grpc.NewServer(grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
+		grpc.MaxRecvMsgSize(16<<20))
+	server.Register(g, n)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	go func() { fail <- fmt.Errorf("grpc: %w", g.Serve(glis)) }()
+	addrs := node.Addrs{GRPC: glis.Addr().String(), Transport: cfg.Transport}
+	stops := []func(){} // run in reverse order on shutdown, before the grpc server's graceful stop
+
+	// Data plane.
+	if cfg.Listen.Data != "" {
+		t, err := newTransport(cfg.Config)
+		if err != nil {
+			g.Stop()
+			n.Close()
+			return err
+		}
+		l, err := t.Listen(cfg.Listen.Data, n.DataHandler(func(dir string, bytes int, start time.Time) {
+			m.DataBytes(dir, bytes)
+			m.Observe("data", map[string]string{"in": "put", "out": "get"}[dir], start)
+		}))
+		if err != nil {
+			g.Stop()
+			n.Close()
+			return fmt.Errorf("listen data %s: %w", cfg.Listen.Data, err)
+		}
+		addrs.Data = l.Addr()
+		stops = append(stops, func() { l.Close() })
+	}
+
+	// Redis protocol.
+	if cfg.Listen.RESP != "" {
+		rs, err := resp.NewServer(n.RESPStore(), &resp.Config{MaxClients: cfg.Limits.MaxConnections,
+			MaxBulkLen: max(int64(cfg.Limits.MaxBlockSize)*2, resp.DefaultMaxBulkLen), Version: version(),
+			Logger:    log.With("server", "resp"),
+			OnCommand: func(name string, start time.Time) { m.Observe("resp", name, start) }})
+		if err != nil {
+			g.Stop()
+			n.Close()
+			return err
+		}
+		rl, err := net.Listen("tcp", cfg.Listen.RESP)
+		if err != nil {
+			g.Stop()
+			n.Close()
+			return fmt.Errorf("listen resp %s: %w", cfg.Listen.RESP, err)
+		}
+		go func() {
+			if err := rs.Serve(rl); err != nil && !errors.Is(err, resp.ErrServerClosed) {
+				fail <- fmt.Errorf("resp: %w", err)
+			}
+		}()
+		addrs.RESP = rl.Addr().String()
+		m.WatchRESP(func() (map[string]uint64, int) { st := rs.Stats(); return st.Commands, st.ConnectedClients })
+		stops = append(stops, func() { rs.Close() })
+	}
+
+	// Metrics and health.
+	var hsrv *http.Server
+	if cfg.Listen.HTTP != "" {
+		hl, err := net.Listen("tcp", cfg.Listen.HTTP)
+		if err != nil {
+			g.Stop()
+			n.Close()
+			return fmt.Errorf("listen http %s: %w", cfg.Listen.HTTP, err)
+		}
+		hsrv = &http.Server{Handler: m.Handler(metrics.Check{Name: "node", Fn: func() error {
+			if !ready.Load() {
+				return errors.New("starting or shutting down")
+			}
+			return nil
+		}}), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := hsrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				fail <- fmt.Errorf("http: %w", err)
+			}
+		}()
+		addrs.HTTP = hl.Addr().String()
+	}
+
+	addrs.Transport = cfg.Transport
+	n.SetAddrs(addrs)
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	ready.Store(true)
+	hst := h.Stats()
+	log.Info("kvstrata serving", "version", version(), "node", cfg.NodeID, "grpc", addrs.GRPC, "data", addrs.Data,
+		"transport", cfg.Transport, "resp", addrs.RESP, "http", addrs.HTTP, "tiers", tierSummary(hst),
+		"blocks", hst.Keys, "startup", time.Since(start).Round(time.Millisecond))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	case runErr = <-fail:
+		log.Error("a server failed; shutting down", "err", runErr)
+	}
+	ready.Store(false)
+	hs.Shutdown()
+	deadline := time.AfterFunc(cfg.ShutdownTimeout, func() {
+		log.Warn("shutdown timeout: cutting in-flight requests")
+		g.Stop()
+	})
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+	g.GracefulStop()
+	deadline.Stop()
+	if hsrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = hsrv.Shutdown(sctx)
+		cancel()
+	}
+	if err := n.Close(); err != nil {
+		log.Error("closing the tiers", "err", err)
+		return errors.Join(runErr, err)
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+func tierSummary(s tiers.HierarchyStats) string {
+	var parts []string
+	for _, l := range s.Levels {
+		parts = append(parts, fmt.Sprintf("%s %s/%s (%s)", l.Kind, tiers.FormatBytes(l.Used), tiers.FormatBytes(l.Capacity), l.Policy))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// newTransport builds the configured data-plane transport.
+func newTransport(cfg config.Config) (transfer.Transport, error) {
+	build, ok := transports[cfg.Transport]
+	if !ok {
+		return nil, fmt.Errorf("transport %q is not built into this binary", cfg.Transport)
+	}
+	return build(cfg)
+}

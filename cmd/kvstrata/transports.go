@@ -1,0 +1,19 @@
+package main
+
+import (
+	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/transfer"
+	"github.com/kvstrata/kvstrata/transfer/tcp"
+)
+
+// transports are the data-plane backends built into this binary, by name;
+// files behind build tags add theirs (and to config.Transports) in init.
+var transports = map[string]func(config.Config) (transfer.Transport, error){
+	"tcp": func(cfg config.Config) (transfer.Transport, error) {
+		return tcp.New(tcp.Options{
+			MaxBlockSize: int(cfg.Limits.MaxBlockSize),
+			MaxBlocks:    cfg.Limits.MaxBatchBlocks,
+			MaxConns:     cfg.Limits.MaxConnections,
+		}), nil
+	},
+}
