@@ -3,6 +3,7 @@ package index
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 )
@@ -102,13 +103,28 @@ const shardCount = 64
 // safe for concurrent use; a Lookup sees each block atomically but not the
 // whole chain as of one instant (a block removed mid-lookup may or may not be
 // counted), which is the staleness any reader of a cache must accept anyway.
+//
+// Entries are immutable once stored (a change stores a new one), and a
+// shard's map is copied on the first write after a Snapshot, so a snapshot
+// costs one pass over 64 shard headers however large the directory is.
 type Directory struct {
 	shards [shardCount]dirShard
 }
 
 type dirShard struct {
-	mu sync.RWMutex
-	m  map[Key]*Entry
+	mu     sync.RWMutex
+	m      map[Key]*Entry
+	frozen bool // m is shared with a snapshot: copy it before writing
+}
+
+// writable returns the shard's map, copied first if a snapshot shares it.
+// The caller holds s.mu for writing.
+func (s *dirShard) writable() map[Key]*Entry {
+	if s.frozen {
+		s.m = maps.Clone(s.m)
+		s.frozen = false
+	}
+	return s.m
 }
 
 // NewDirectory returns an empty directory.
@@ -130,15 +146,15 @@ func (d *Directory) shard(k Key) *dirShard {
 func (d *Directory) Add(key Key, meta Meta, loc Location) {
 	s := d.shard(key)
 	s.mu.Lock()
-	e := s.m[key]
-	if e == nil {
-		e = &Entry{}
-		s.m[key] = e
+	m := s.writable()
+	e := &Entry{Meta: meta}
+	if old := m[key]; old != nil {
+		e.Locations = slices.Clone(old.Locations)
 	}
-	e.Meta = meta
 	if !slices.Contains(e.Locations, loc) {
 		e.Locations = append(e.Locations, loc)
 	}
+	m[key] = e
 	s.mu.Unlock()
 }
 
@@ -156,10 +172,12 @@ func (d *Directory) Remove(key Key, loc Location) bool {
 	if i < 0 {
 		return false
 	}
-	e.Locations = slices.Delete(e.Locations, i, i+1)
-	if len(e.Locations) == 0 {
-		delete(s.m, key)
+	m := s.writable()
+	if len(e.Locations) == 1 {
+		delete(m, key)
+		return true
 	}
+	m[key] = &Entry{Meta: e.Meta, Locations: slices.Delete(slices.Clone(e.Locations), i, i+1)}
 	return true
 }
 
@@ -169,12 +187,17 @@ func (d *Directory) DropNode(node NodeID) int {
 	for i := range d.shards {
 		s := &d.shards[i]
 		s.mu.Lock()
-		for k, e := range s.m {
-			before := len(e.Locations)
-			e.Locations = slices.DeleteFunc(e.Locations, func(l Location) bool { return l.Node == node })
-			n += before - len(e.Locations)
-			if len(e.Locations) == 0 {
-				delete(s.m, k)
+		m := s.writable()
+		for k, e := range m {
+			if !slices.ContainsFunc(e.Locations, func(l Location) bool { return l.Node == node }) {
+				continue
+			}
+			kept := slices.DeleteFunc(slices.Clone(e.Locations), func(l Location) bool { return l.Node == node })
+			n += len(e.Locations) - len(kept)
+			if len(kept) == 0 {
+				delete(m, k)
+			} else {
+				m[k] = &Entry{Meta: e.Meta, Locations: kept}
 			}
 		}
 		s.mu.Unlock()
@@ -280,4 +303,45 @@ func (d *Directory) Lookup(ns NamespaceID, chain []Hash, usable func(Location) b
 		return cmp.Compare(a.Location.Node, b.Location.Node)
 	})
 	return p
+}
+
+// DirectorySnapshot is a directory as of one instant, unaffected by later
+// changes: what a Raft snapshot persists.
+type DirectorySnapshot struct {
+	shards [shardCount]map[Key]*Entry
+}
+
+// Snapshot captures the directory without copying it: each shard's map is
+// shared until its next write copies it.
+func (d *Directory) Snapshot() *DirectorySnapshot {
+	snap := &DirectorySnapshot{}
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		s.frozen = true
+		snap.shards[i] = s.m
+		s.mu.Unlock()
+	}
+	return snap
+}
+
+// Len returns the number of keys in the snapshot.
+func (s *DirectorySnapshot) Len() int {
+	n := 0
+	for _, m := range s.shards {
+		n += len(m)
+	}
+	return n
+}
+
+// Range calls fn for every entry of the snapshot until fn returns false;
+// fn must not modify the Entry.
+func (s *DirectorySnapshot) Range(fn func(Key, *Entry) bool) {
+	for _, m := range s.shards {
+		for k, e := range m {
+			if !fn(k, e) {
+				return
+			}
+		}
+	}
 }

@@ -180,3 +180,37 @@ func BenchmarkLookup256(b *testing.B) {
 		}
 	}
 }
+
+func TestSnapshotIsUnaffectedByLaterChanges(t *testing.T) {
+	d := NewDirectory()
+	c := chain(100)
+	put(d, c, 0, 100, node1DRAM)
+	snap := d.Snapshot()
+	put(d, c, 0, 100, node2DRAM) // changes every entry
+	for i := range 50 {
+		d.Remove(Key{ns, c[i]}, node1DRAM)
+	}
+	d.DropNode(2)
+	if snap.Len() != 100 {
+		t.Fatalf("snapshot has %d keys, want 100", snap.Len())
+	}
+	snap.Range(func(k Key, e *Entry) bool {
+		if len(e.Locations) != 1 || e.Locations[0] != node1DRAM {
+			t.Fatalf("snapshot entry %v changed: %v", k, e.Locations)
+		}
+		return true
+	})
+	if d.Len() != 50 {
+		t.Fatalf("live directory has %d keys, want 50", d.Len())
+	}
+}
+
+func BenchmarkAdd(b *testing.B) {
+	d := NewDirectory()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		d.Add(Key{ns, Hash(i)}, Meta{Size: 4096}, node1DRAM)
+		i++
+	}
+}
