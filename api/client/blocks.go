@@ -160,18 +160,34 @@ func closeErr(_ *pb.PutResponse, err error) error {
 // Get fetches keys; Result.Found is false for the ones the node lacks.
 func (c *Client) Get(ctx context.Context, keys []index.Key) ([]Result, error) {
 	out := make([]Result, len(keys))
-	err := c.GetFunc(ctx, keys, false, func(i int, r Result) error {
+	err := c.GetFunc(ctx, keys, GetOptions{}, func(i int, r Result) error {
 		out[i] = r
 		return nil
 	})
 	return out, err
 }
 
+// GetOptions tune GetFunc.
+type GetOptions struct {
+	// StopAtMiss stops after the first missing block: a prefix fetch.
+	StopAtMiss bool
+	// Buffer, if set, says where block i of size bytes goes — an engine's
+	// pinned host memory, or one buffer reused for every block — and the
+	// Result's Data is that memory: the bytes are read from the socket
+	// straight into it. It must return a slice of at least size bytes.
+	// Unset, each block gets a buffer of its own.
+	Buffer func(i, size int) []byte
+}
+
 // GetFunc fetches keys and calls fn for each block in order as it arrives,
 // so that the first blocks of a long context can be used while the rest is
-// on the way. With stopAtMiss it stops after the first missing block (a
-// prefix fetch). An error from fn ends the call with that error.
-func (c *Client) GetFunc(ctx context.Context, keys []index.Key, stopAtMiss bool, fn func(i int, r Result) error) error {
+// on the way. An error from fn ends the call with that error.
+func (c *Client) GetFunc(ctx context.Context, keys []index.Key, opts GetOptions, fn func(i int, r Result) error) error {
+	stopAtMiss := opts.StopAtMiss
+	buffer := opts.Buffer
+	if buffer == nil {
+		buffer = func(_, size int) []byte { return make([]byte, size) }
+	}
 	for _, r := range chunks(len(keys), int(c.info.MaxBatchBlocks)) {
 		stopped := false
 		done := 0       // blocks of this batch already passed to fn: a retry resumes after them
@@ -192,14 +208,14 @@ func (c *Client) GetFunc(ctx context.Context, keys []index.Key, stopAtMiss bool,
 			}
 			if c.data != nil {
 				return c.data.with(ctx, func(conn transfer.Conn) error {
-					rcv := &receiver{emit: emit}
+					rcv := &receiver{emit: emit, buffer: func(i, size int) []byte { return buffer(base+i, size)[:size] }}
 					if err := conn.Get(ctx, keys[base:r[1]], rcv); err != nil {
 						return err
 					}
 					return rcv.err
 				})
 			}
-			return c.getGRPC(ctx, keys[base:r[1]], stopAtMiss, emit)
+			return c.getGRPC(ctx, keys[base:r[1]], stopAtMiss, func(i, size int) []byte { return buffer(base+i, size)[:0] }, emit)
 		})
 		if fnErr != nil {
 			return fnErr
@@ -214,13 +230,14 @@ func (c *Client) GetFunc(ctx context.Context, keys []index.Key, stopAtMiss bool,
 // receiver adapts a data-plane Get to GetFunc's callback. Blocks arrive in
 // order, so the buffer of the block being received is all it keeps.
 type receiver struct {
-	emit func(int, Result) error
-	buf  []byte
-	err  error
+	emit   func(int, Result) error
+	buffer func(i, size int) []byte
+	buf    []byte
+	err    error
 }
 
 func (r *receiver) Buffer(i int, h transfer.Header) []byte {
-	r.buf = make([]byte, h.Size)
+	r.buf = r.buffer(i, int(h.Size))
 	return r.buf
 }
 
@@ -239,7 +256,7 @@ func (r *receiver) Done(i int, h transfer.Header, err error) {
 	r.buf = nil
 }
 
-func (c *Client) getGRPC(ctx context.Context, keys []index.Key, stopAtMiss bool, emit func(int, Result) error) error {
+func (c *Client) getGRPC(ctx context.Context, keys []index.Key, stopAtMiss bool, buffer func(i, size int) []byte, emit func(int, Result) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.api.Get(ctx, &pb.GetRequest{Keys: keysToPB(keys), StopAtMiss: stopAtMiss})
@@ -276,7 +293,7 @@ func (c *Client) getGRPC(ctx context.Context, keys []index.Key, stopAtMiss bool,
 			}
 			m := msg.GetMeta()
 			want = int(m.GetSize())
-			cur = Result{Found: true, Data: make([]byte, 0, want), Sum: m.GetChecksum(), Parent: index.Hash(m.GetParent()),
+			cur = Result{Found: true, Data: buffer(idx, want), Sum: m.GetChecksum(), Parent: index.Hash(m.GetParent()),
 				HasParent: m.GetHasParent(), Tier: msg.Tier}
 		}
 		cur.Data = append(cur.Data, msg.Data...)

@@ -37,7 +37,7 @@ type Options struct {
 	// data plane.
 	NoDataPlane bool
 	// Transports are the data-plane backends the client can use; it picks
-	// the one the node names. Default: tcp.
+	// the one the node names. Default: tcp, with the node's limits.
 	Transports []transfer.Transport
 	// PoolSize is how many idle data-plane connections the client keeps.
 	// Default 8.
@@ -58,9 +58,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = 2 * time.Second
-	}
-	if o.Transports == nil {
-		o.Transports = []transfer.Transport{tcp.New(tcp.Options{})}
 	}
 	if o.PoolSize == 0 {
 		o.PoolSize = 8
@@ -99,7 +96,12 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		return nil, err
 	}
 	if !opts.NoDataPlane && c.info.DataAddr != "" {
-		for _, t := range opts.Transports {
+		transports := opts.Transports
+		if transports == nil {
+			transports = []transfer.Transport{tcp.New(tcp.Options{
+				MaxBlockSize: int(c.info.MaxBlockSize), MaxBlocks: int(c.info.MaxBatchBlocks)})}
+		}
+		for _, t := range transports {
 			if t.Name() == c.info.Transport {
 				c.data = newPool(t, c.info.DataAddr, opts.PoolSize)
 			}

@@ -146,7 +146,7 @@ func TestGetFuncStreamsInOrderAndStopsAtMiss(t *testing.T) {
 				keys[i] = b.Key
 			}
 			var seen []string
-			err := c.GetFunc(context.Background(), keys, true, func(i int, r client.Result) error {
+			err := c.GetFunc(context.Background(), keys, client.GetOptions{StopAtMiss: true}, func(i int, r client.Result) error {
 				seen = append(seen, fmt.Sprintf("%d:%v", i, r.Found))
 				return nil
 			})
@@ -154,7 +154,7 @@ func TestGetFuncStreamsInOrderAndStopsAtMiss(t *testing.T) {
 				t.Fatalf("prefix fetch saw %v, %v", seen, err)
 			}
 			stop := errors.New("enough")
-			err = c.GetFunc(context.Background(), keys, false, func(i int, r client.Result) error { return stop })
+			err = c.GetFunc(context.Background(), keys, client.GetOptions{}, func(i int, r client.Result) error { return stop })
 			if !errors.Is(err, stop) {
 				t.Fatalf("callback error not returned: %v", err)
 			}
@@ -282,5 +282,33 @@ func TestFullNodeIsErrFullOverBothPaths(t *testing.T) {
 		}
 		lease.Release()
 		_, _ = n.Evict(node.Selector{All: true})
+	}
+}
+
+func TestGetReadsIntoTheCallersBuffer(t *testing.T) {
+	addr, _ := startNode(t)
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			c := dial(t, addr, p.opts)
+			_, blocks := chain(3, 100<<10)
+			for i := range blocks {
+				blocks[i].Key.NS = index.NamespaceID(200 + len(p.name))
+			}
+			if err := c.Put(context.Background(), blocks); err != nil {
+				t.Fatal(err)
+			}
+			keys := []index.Key{blocks[0].Key, blocks[1].Key, blocks[2].Key}
+			mine := make([]byte, 1<<20)
+			err := c.GetFunc(context.Background(), keys, client.GetOptions{Buffer: func(i, size int) []byte { return mine[:size] }},
+				func(i int, r client.Result) error {
+					if &r.Data[0] != &mine[0] || !bytes.Equal(r.Data, blocks[i].Data) {
+						t.Errorf("block %d not read into the caller's buffer", i)
+					}
+					return nil
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

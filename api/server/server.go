@@ -242,7 +242,7 @@ func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictRespon
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &pb.EvictResponse{Blocks: uint64(res.Blocks), Bytes: uint64(res.Bytes)}
+	out := &pb.EvictResponse{Blocks: uint64(res.Blocks), Bytes: uint64(res.Bytes), Pinned: uint64(res.Pinned)}
 	listed := int(req.MaxListed)
 	if listed == 0 {
 		listed = 100

@@ -1040,9 +1040,10 @@ func (x *EvictRequest) GetMaxListed() uint32 {
 
 type EvictResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Blocks        uint64                 `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Blocks        uint64                 `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"` // copies removed (a block in two tiers counts twice)
 	Bytes         uint64                 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	Listed        []*EvictedBlock        `protobuf:"bytes,3,rep,name=listed,proto3" json:"listed,omitempty"`
+	Listed        []*EvictedBlock        `protobuf:"bytes,3,rep,name=listed,proto3" json:"listed,omitempty"`  // the first max_listed of them, least recently used first
+	Pinned        uint64                 `protobuf:"varint,4,opt,name=pinned,proto3" json:"pinned,omitempty"` // matching blocks left alone because a lease holds them
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1096,6 +1097,13 @@ func (x *EvictResponse) GetListed() []*EvictedBlock {
 		return x.Listed
 	}
 	return nil
+}
+
+func (x *EvictResponse) GetPinned() uint64 {
+	if x != nil {
+		return x.Pinned
+	}
+	return 0
 }
 
 type EvictedBlock struct {
@@ -1664,11 +1672,12 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x03all\x18\a \x01(\bR\x03all\x12\x17\n" +
 	"\adry_run\x18\b \x01(\bR\x06dryRun\x12\x1d\n" +
 	"\n" +
-	"max_listed\x18\t \x01(\rR\tmaxListed\"p\n" +
+	"max_listed\x18\t \x01(\rR\tmaxListed\"\x88\x01\n" +
 	"\rEvictResponse\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\x121\n" +
-	"\x06listed\x18\x03 \x03(\v2\x19.kvstrata.v1.EvictedBlockR\x06listed\"N\n" +
+	"\x06listed\x18\x03 \x03(\v2\x19.kvstrata.v1.EvictedBlockR\x06listed\x12\x16\n" +
+	"\x06pinned\x18\x04 \x01(\x04R\x06pinned\"N\n" +
 	"\fEvictedBlock\x12*\n" +
 	"\x04meta\x18\x01 \x01(\v2\x16.kvstrata.v1.BlockMetaR\x04meta\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\"\x0e\n" +

@@ -8,12 +8,30 @@ import (
 	"testing"
 )
 
-// run executes kvctl in-process, as a person would run it from a shell,
-// and returns its exit status and what it wrote.
+// run executes kvctl in-process, as a person would run it from a shell
+// with no terminal and an empty environment, and returns its exit status
+// and what it wrote.
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runWith(t, session{}, args...)
+}
+
+// session is what surrounds a run: stdin, whether stdin and the outputs
+// are terminals, the environment.
+type session struct {
+	stdin       string
+	terminal    bool // stdin is a terminal a person types at
+	outTerminal bool // stdout and stderr are a terminal a person watches
+	env         map[string]string
+}
+
+func runWith(t *testing.T, s session, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	a := &app{output: outputTable, stdout: &out, stderr: &errOut, interactive: func(io.Writer) bool { return false }}
+	a := &app{output: outputTable, stdin: strings.NewReader(s.stdin), stdout: &out, stderr: &errOut,
+		interactive:   func(io.Writer) bool { return s.outTerminal },
+		stdinTerminal: func() bool { return s.terminal },
+		getenv:        func(k string) string { return s.env[k] }}
 	code = a.execute(context.Background(), args)
 	return code, out.String(), errOut.String()
 }

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvstrata/kvstrata/api/client"
+	"github.com/kvstrata/kvstrata/index"
+)
+
+func (a *app) newLookupCommand() *cobra.Command {
+	var namespace, hashesFile string
+	cmd := &cobra.Command{
+		Use:   "lookup --namespace NS {HASH... | --hashes-file FILE}",
+		Short: "Show how many leading blocks of a chain a node holds, and where",
+		Long: `lookup asks the node at --addr for the longest prefix of a chain of block
+hashes that it holds: the chain's blocks in order, each hash naming its
+block and everything before it. It prints the prefix length (the lookup
+stops at the first block held nowhere) and, for each tier, how many leading
+blocks that tier holds on its own.
+
+Hashes are 16 hex digits, as kvctl prints them; --hashes-file reads one a
+line (blank lines and # comments skipped) after those on the command line.
+NS is the chain's namespace: 16 hex digits, or redis.`,
+		Example: `  # A three-block chain
+  kvctl lookup --namespace 9f86d081884c7d65 0123456789abcdef 1111111111111111 2222222222222222
+
+  # A long chain from a file, as JSON
+  kvctl lookup --namespace 9f86d081884c7d65 --hashes-file chain.txt -o json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runLookup(cmd.Context(), namespace, args, hashesFile)
+		},
+	}
+	cmd.Flags().StringVar(&namespace, "namespace", "", "the chain's namespace: 16 hex digits, or redis (required)")
+	cmd.Flags().StringVar(&hashesFile, "hashes-file", "", "read the chain's hashes from FILE, one a line")
+	return cmd
+}
+
+// lookupOutput is lookup's JSON document, part of kvctl's interface.
+type lookupOutput struct {
+	Namespace string       `json:"namespace"`
+	Hashes    int          `json:"hashes"`
+	Blocks    uint32       `json:"blocks"` // leading blocks held somewhere
+	Tiers     []tierBlocks `json:"tiers"`
+}
+
+type tierBlocks struct {
+	Node   uint32 `json:"node_id"`
+	Tier   string `json:"tier"`
+	Blocks uint32 `json:"blocks"`
+}
+
+func (a *app) runLookup(ctx context.Context, namespace string, args []string, hashesFile string) error {
+	var probs []string
+	var ns index.NamespaceID
+	if namespace == "" {
+		probs = append(probs, "--namespace is required")
+	} else if v, err := parseNamespace(namespace); err != nil {
+		probs = append(probs, "--namespace: "+err.Error())
+	} else {
+		ns = v
+	}
+	chain := make([]index.Hash, 0, len(args))
+	for _, s := range args {
+		h, err := parseHash(s)
+		if err != nil {
+			probs = append(probs, err.Error())
+		}
+		chain = append(chain, h)
+	}
+	if len(args) == 0 && hashesFile == "" {
+		probs = append(probs, "no hashes: give them as arguments or with --hashes-file")
+	}
+	if len(probs) > 0 {
+		return usageErrorf("lookup: %s", strings.Join(probs, "; "))
+	}
+	if hashesFile != "" {
+		more, err := readHashes(hashesFile)
+		if err != nil {
+			return fmt.Errorf("lookup: --hashes-file: %w", err)
+		}
+		chain = append(chain, more...)
+		if len(chain) == 0 {
+			return fmt.Errorf("lookup: --hashes-file %s lists no hashes", hashesFile)
+		}
+	}
+	c, err := a.connect(ctx, client.Options{})
+	if err != nil {
+		return err
+	}
+	r, err := c.Lookup(ctx, ns, chain)
+	if err != nil {
+		return fmt.Errorf("lookup: %w", err)
+	}
+	out := lookupOutput{Namespace: ns.String(), Hashes: len(chain), Blocks: r.Blocks, Tiers: []tierBlocks{}}
+	for _, t := range r.Tiers {
+		out.Tiers = append(out.Tiers, tierBlocks{Node: t.NodeId, Tier: t.Tier, Blocks: t.Blocks})
+	}
+	if a.output == outputJSON {
+		return writeJSON(a.stdout, out)
+	}
+	fmt.Fprintf(a.stdout, "Prefix: %s of %s held.\n", thousands(out.Blocks), count(out.Hashes, "block"))
+	if len(out.Tiers) == 0 {
+		return nil
+	}
+	fmt.Fprintln(a.stdout)
+	rows := make([][]string, 0, len(out.Tiers))
+	for _, t := range out.Tiers {
+		rows = append(rows, []string{strconv.FormatUint(uint64(t.Node), 10), t.Tier, thousands(t.Blocks)})
+	}
+	return writeTable(a.stdout, []string{"NODE", "TIER", "LEADING_BLOCKS"}, rows)
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvstrata/kvstrata/api/client"
+	pb "github.com/kvstrata/kvstrata/api/v1"
+)
+
+func (a *app) newStatsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stats",
+		Short: "Show a node's addresses, limits, counters and tiers",
+		Long: `stats asks the node at --addr for its statistics and prints:
+
+  - the node: id, version, uptime, its gRPC, data-plane, Redis-protocol and
+    HTTP addresses, the data-plane transport, and its request limits;
+  - totals: gets, misses, the hit rate (gets that found their block),
+    distinct blocks held (keys) and blocks under a lease (pinned);
+  - one row per tier, fastest first: TIER POLICY CAPACITY USED USED% BLOCKS
+    HITS HIT_RATE (the tier's hits over all gets) EVICTIONS DROPS (evictions
+    that kept no copy below) DEMOTIONS (blocks received from above)
+    PROMOTIONS (blocks received from below) WATERMARKS (high/low fraction of
+    capacity between which the tier frees room).
+
+Sizes are in binary units in the table and in bytes in JSON (-o json).`,
+		Example: `  # The local node
+  kvctl stats
+
+  # Another node, as JSON, the DRAM tier's use
+  kvctl stats --addr cache-3:7070 -o json | jq '.tiers[] | select(.tier == "dram") | .used_bytes'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("stats takes no arguments, got %q", args)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runStats(cmd.Context()) },
+	}
+}
+
+// statsOutput is stats' JSON document, part of kvctl's interface.
+type statsOutput struct {
+	Node    nodeOutput    `json:"node"`
+	Gets    uint64        `json:"gets"`
+	Misses  uint64        `json:"misses"`
+	HitRate *float64      `json:"hit_rate"` // null before the first get
+	Keys    uint64        `json:"keys"`
+	Pinned  uint32        `json:"pinned"`
+	Tiers   []tierOutput  `json:"tiers"`
+	uptime  time.Duration // for the table
+}
+
+type nodeOutput struct {
+	ID        uint32       `json:"id"`
+	Version   string       `json:"version"`
+	GRPCAddr  string       `json:"grpc_addr"`
+	DataAddr  string       `json:"data_addr"`
+	Transport string       `json:"transport"`
+	RESPAddr  string       `json:"resp_addr"`
+	HTTPAddr  string       `json:"http_addr"`
+	Tiers     []string     `json:"tiers"`
+	Started   time.Time    `json:"started"`
+	Uptime    float64      `json:"uptime_seconds"`
+	Limits    limitsOutput `json:"limits"`
+}
+
+type limitsOutput struct {
+	MaxBlockSize   uint64 `json:"max_block_size"`
+	MaxBatchBlocks uint32 `json:"max_batch_blocks"`
+	MaxBatchBytes  uint64 `json:"max_batch_bytes"`
+}
+
+type tierOutput struct {
+	Tier          string   `json:"tier"`
+	Policy        string   `json:"policy"`
+	CapacityBytes uint64   `json:"capacity_bytes"`
+	UsedBytes     uint64   `json:"used_bytes"`
+	UsedFraction  float64  `json:"used_fraction"`
+	Blocks        uint64   `json:"blocks"`
+	Hits          uint64   `json:"hits"`
+	HitRate       *float64 `json:"hit_rate"` // hits / gets; null before the first get
+	Evictions     uint64   `json:"evictions"`
+	Drops         uint64   `json:"drops"`
+	Demotions     uint64   `json:"demotions"`
+	Promotions    uint64   `json:"promotions"`
+	HighWatermark float64  `json:"high_watermark"`
+	LowWatermark  float64  `json:"low_watermark"`
+}
+
+func (a *app) runStats(ctx context.Context) error {
+	c, err := a.connect(ctx, client.Options{})
+	if err != nil {
+		return err
+	}
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("stats: %w", err)
+	}
+	out := newStatsOutput(st, time.Now())
+	if a.output == outputJSON {
+		return writeJSON(a.stdout, out)
+	}
+	return a.writeStats(out)
+}
+
+func newStatsOutput(st *pb.StatsResponse, now time.Time) statsOutput {
+	n := st.GetNode()
+	started := time.UnixMilli(n.GetStartedUnixMs())
+	out := statsOutput{
+		Node: nodeOutput{ID: n.GetNodeId(), Version: n.GetVersion(), GRPCAddr: n.GetGrpcAddr(), DataAddr: n.GetDataAddr(),
+			Transport: n.GetTransport(), RESPAddr: n.GetRespAddr(), HTTPAddr: n.GetHttpAddr(), Tiers: n.GetTiers(),
+			Started: started.UTC(),
+			Limits:  limitsOutput{MaxBlockSize: n.GetMaxBlockSize(), MaxBatchBlocks: n.GetMaxBatchBlocks(), MaxBatchBytes: n.GetMaxBatchBytes()}},
+		Gets: st.Gets, Misses: st.Misses, Keys: st.Keys, Pinned: st.Pins,
+		uptime: now.Sub(started).Round(time.Second),
+	}
+	out.Node.Uptime = out.uptime.Seconds()
+	if st.Gets > 0 {
+		r := float64(st.Gets-st.Misses) / float64(st.Gets)
+		out.HitRate = &r
+	}
+	for _, t := range st.Tiers {
+		to := tierOutput{Tier: t.Tier, Policy: t.Policy, CapacityBytes: t.CapacityBytes, UsedBytes: t.UsedBytes,
+			Blocks: t.Blocks, Hits: t.Hits, Evictions: t.Evictions, Drops: t.Drops, Demotions: t.Demotions,
+			Promotions: t.Promotions, HighWatermark: t.HighWatermark, LowWatermark: t.LowWatermark}
+		if t.CapacityBytes > 0 {
+			to.UsedFraction = float64(t.UsedBytes) / float64(t.CapacityBytes)
+		}
+		if st.Gets > 0 {
+			r := float64(t.Hits) / float64(st.Gets)
+			to.HitRate = &r
+		}
+		out.Tiers = append(out.Tiers, to)
+	}
+	return out
+}
+
+func (a *app) writeStats(s statsOutput) error {
+	or := func(v, none string) string {
+		if v == "" {
+			return none
+		}
+		return v
+	}
+	data := or(s.Node.DataAddr, "off")
+	if s.Node.DataAddr != "" {
+		data += " (" + s.Node.Transport + ")"
+	}
+	rate := func(r *float64) string {
+		if r == nil {
+			return "-"
+		}
+		return percent(*r)
+	}
+	info := [][]string{
+		{"NODE", strconv.FormatUint(uint64(s.Node.ID), 10)},
+		{"VERSION", s.Node.Version},
+		{"UPTIME", s.uptime.String() + " (since " + s.Node.Started.Local().Format(time.DateTime) + ")"},
+		{"GRPC", s.Node.GRPCAddr},
+		{"DATA", data},
+		{"RESP", or(s.Node.RESPAddr, "off")},
+		{"HTTP", or(s.Node.HTTPAddr, "off")},
+		{"LIMITS", fmt.Sprintf("blocks up to %s; batches up to %s blocks and %s",
+			formatBytes(s.Node.Limits.MaxBlockSize), thousands(s.Node.Limits.MaxBatchBlocks), formatBytes(s.Node.Limits.MaxBatchBytes))},
+		{"GETS", thousands(s.Gets)},
+		{"MISSES", thousands(s.Misses)},
+		{"HIT_RATE", rate(s.HitRate)},
+		{"KEYS", thousands(s.Keys)},
+		{"PINNED", thousands(s.Pinned)},
+	}
+	var b strings.Builder
+	if err := writeTable(&b, info[0], info[1:]); err != nil {
+		return err
+	}
+	fmt.Fprintln(&b)
+	header := []string{"TIER", "POLICY", "CAPACITY", "USED", "USED%", "BLOCKS", "HITS", "HIT_RATE",
+		"EVICTIONS", "DROPS", "DEMOTIONS", "PROMOTIONS", "WATERMARKS"}
+	var rows [][]string
+	for _, t := range s.Tiers {
+		rows = append(rows, []string{t.Tier, t.Policy, formatBytes(t.CapacityBytes), formatBytes(t.UsedBytes),
+			percent(t.UsedFraction), thousands(t.Blocks), thousands(t.Hits), rate(t.HitRate),
+			thousands(t.Evictions), thousands(t.Drops), thousands(t.Demotions), thousands(t.Promotions),
+			strconv.FormatFloat(t.HighWatermark, 'g', -1, 64) + "/" + strconv.FormatFloat(t.LowWatermark, 'g', -1, 64)})
+	}
+	if err := writeTable(&b, header, rows); err != nil {
+		return err
+	}
+	_, err := fmt.Fprint(a.stdout, b.String())
+	return err
+}

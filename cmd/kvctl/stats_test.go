@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/kvstrata/kvstrata/index"
+)
+
+// statsNode starts a node and makes it hold ten 1 MiB blocks, two of them
+// demoted to the SSD by the others, and answer four gets: two hits in
+// DRAM, one in the SSD and a miss.
+func statsNode(t *testing.T) string {
+	t.Helper()
+	addr, n := startNode(t)
+	keys := putBlocks(t, addr, 7, 1<<20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	for _, k := range append(keys[8:], keys[0], index.Key{NS: 7, Hash: 99}) {
+		_, _, _, _ = n.Get(k, nil) // keys[0] was demoted: an SSD hit; 99 is a miss
+	}
+	return addr
+}
+
+func TestStatsShowsTheNodeTotalsAndEveryTier(t *testing.T) {
+	addr := statsNode(t)
+	code, out, stderr := run(t, "--addr", addr, "stats")
+	if code != exitOK {
+		t.Fatalf("status %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"NODE      1\n",
+		"GRPC      " + addr + "\n",
+		"DATA      127.0.0.1:", " (tcp)\n",
+		"RESP      off\n",
+		"LIMITS    blocks up to 1.0 MiB; batches up to 8 blocks and 4.0 MiB\n",
+		"GETS      4\n",
+		"MISSES    1\n",
+		"HIT_RATE  75.00%\n",
+		"KEYS      10\n",
+		"PINNED    0\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// Ten blocks in an 8 MiB DRAM: four demoted to the SSD; keys[0]'s SSD
+	// hit promoted it back, so it is held twice. Sizes in binary units.
+	var rows []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && (f[0] == "TIER" || f[0] == "dram" || f[0] == "ssd") {
+			rows = append(rows, strings.Join(f, " "))
+		}
+	}
+	want := []string{
+		"TIER POLICY CAPACITY USED USED% BLOCKS HITS HIT_RATE EVICTIONS DROPS DEMOTIONS PROMOTIONS WATERMARKS",
+		"dram lru 8.0 MiB 7.0 MiB 87.50% 7 2 50.00% 4 0 0 1 0.95/0.85",
+		"ssd lru 8.0 MiB 4.0 MiB 50.00% 4 1 25.00% 0 0 4 0 0.95/0.85",
+	}
+	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
+		t.Errorf("tier table:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(out, "UPTIME    ") {
+		t.Errorf("no uptime:\n%s", out)
+	}
+}
+
+func TestStatsJSONHasRawNumbers(t *testing.T) {
+	addr := statsNode(t)
+	code, out, stderr := run(t, "--addr", addr, "stats", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("status %d: %s", code, stderr)
+	}
+	var got struct {
+		Node struct {
+			ID       uint32 `json:"id"`
+			GRPCAddr string `json:"grpc_addr"`
+			Limits   struct {
+				MaxBlockSize uint64 `json:"max_block_size"`
+			} `json:"limits"`
+			Uptime *float64 `json:"uptime_seconds"`
+		} `json:"node"`
+		Gets    uint64   `json:"gets"`
+		HitRate *float64 `json:"hit_rate"`
+		Keys    uint64   `json:"keys"`
+		Tiers   []struct {
+			Tier          string   `json:"tier"`
+			CapacityBytes uint64   `json:"capacity_bytes"`
+			UsedBytes     uint64   `json:"used_bytes"`
+			UsedFraction  float64  `json:"used_fraction"`
+			Hits          uint64   `json:"hits"`
+			HitRate       *float64 `json:"hit_rate"`
+			Demotions     uint64   `json:"demotions"`
+			HighWatermark float64  `json:"high_watermark"`
+		} `json:"tiers"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if got.Node.ID != 1 || got.Node.GRPCAddr != addr || got.Node.Limits.MaxBlockSize != 1<<20 || got.Node.Uptime == nil {
+		t.Errorf("node: %+v", got.Node)
+	}
+	if got.Gets != 4 || got.HitRate == nil || *got.HitRate != 0.75 || got.Keys != 10 || len(got.Tiers) != 2 {
+		t.Fatalf("totals: %+v", got)
+	}
+	d, s := got.Tiers[0], got.Tiers[1]
+	if d.Tier != "dram" || d.CapacityBytes != 8<<20 || d.UsedBytes%(1<<20) != 0 || d.UsedFraction != float64(d.UsedBytes)/float64(8<<20) {
+		t.Errorf("dram: %+v", d)
+	}
+	if d.Hits != 2 || *d.HitRate != 0.5 || s.Tier != "ssd" || s.Hits != 1 || s.Demotions != 4 || s.HighWatermark != 0.95 {
+		t.Errorf("dram hits %d (rate %v), ssd %+v: want 2 DRAM hits and 1 SSD hit of 4 gets, 4 demotions", d.Hits, *d.HitRate, s)
+	}
+}
