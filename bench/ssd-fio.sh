@@ -9,7 +9,9 @@
 # modes and BenchmarkPlainFileWrite1MiB (the same bytes, sequential writes
 # to one os.File, then fsync), BenchmarkGet1MiB and
 # BenchmarkPlainFileRead1MiB (round-robin over 256 MiB written just before,
-# so from the page cache). Rounds alternate so that all see the same
+# so from the page cache), and BenchmarkGetCold1MiB and
+# BenchmarkPlainFileReadCold1MiB (the same, with every file's pages dropped
+# from the page cache before each pass: reads from the disk). Rounds alternate so that all see the same
 # machine; the figures printed are the medians over ROUNDS rounds, in MB/s
 # (10^6 bytes a second, as `go test -bench` prints them), with the tier's
 # write amplification (bytes written to disk / bytes put).
@@ -60,7 +62,7 @@ for round in $(seq "$ROUNDS"); do
 		echo "fio-read-buffered $(fio_mbs read-buffered --rw=read --direct=0 --invalidate=1)"
 		rm -f "$work/fio.dat"
 		KVSTRATA_BENCH_DIR=$work "$work/ssd.test" -test.run '^$' \
-			-test.bench '^Benchmark(Put1MiB|PlainFileWrite1MiB|Get1MiB|PlainFileRead1MiB)$' \
+			-test.bench '^Benchmark(Put1MiB|PlainFileWrite1MiB|Get1MiB|PlainFileRead1MiB|GetCold1MiB|PlainFileReadCold1MiB)$' \
 			-test.benchtime "$BENCHTIME" |
 			awk '/^Benchmark/ {
 				name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
@@ -78,6 +80,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 fwd=$(get fio-write-direct) fwb=$(get fio-write-buffered) frd=$(get fio-read-direct) frb=$(get fio-read-buffered)
 pw=$(get PlainFileWrite1MiB) pr=$(get PlainFileRead1MiB)
 pf=$(get Put1MiB/durability=flush) pwal=$(get Put1MiB/durability=wal) g=$(get Get1MiB)
+gc=$(get GetCold1MiB) prc=$(get PlainFileReadCold1MiB)
 
 echo
 echo "disk: $(df -h "$work" | awk 'NR == 2 { print $1, $2 }')  dir: $base  fio size: $SIZE  Go benchtime: $BENCHTIME  (median of $ROUNDS rounds, MB/s)"
@@ -91,3 +94,5 @@ printf "%-40s %10.0f\n" "fio seq read 1M, O_DIRECT" "$frd"
 printf "%-40s %10.0f\n" "fio seq read 1M, buffered, cold cache" "$frb"
 printf "%-40s %10.0f\n" "plain file read (Go), page cache" "$pr"
 printf "%-40s %10.0f %12s\n" "ssd Get, page cache, block cache missed" "$g" "$(ratio "$g" "$pr")"
+printf "%-40s %10.0f %12s %12s\n" "plain file read (Go), cold cache" "$prc" "" "$(ratio "$prc" "$frb")"
+printf "%-40s %10.0f %12s %12s\n" "ssd Get, cold cache" "$gc" "$(ratio "$gc" "$prc")" "$(ratio "$gc" "$frb")"

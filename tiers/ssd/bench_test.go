@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 )
@@ -169,6 +171,88 @@ func BenchmarkPlainFileRead1MiB(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		if _, err := f.ReadAt(buf, int64(i%benchReadBlocks)*benchBlock); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// dropCache asks the kernel to forget the cached pages of every file under
+// dir, so that the next reads come from the disk: the cold case the SSD
+// tier exists for (what is hot lives in the DRAM tier above it).
+func dropCache(b *testing.B, dir string) {
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil // a file Pebble just removed
+		}
+		defer f.Close()
+		_ = f.Sync()
+		return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// The cold benchmarks read every block once from the disk per pass, the
+// tier's and the plain file's pages dropped from the page cache before
+// each pass (outside the timing).
+
+func BenchmarkGetCold1MiB(b *testing.B) {
+	vals, sums := benchBlocks(benchValues)
+	tr := openBench(b, DurabilityFlush)
+	for i := range benchReadBlocks {
+		if err := tr.Put(benchMeta(i, sums[i%benchValues]), vals[i%benchValues]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tr = reopen(b, tr)
+	dir := tr.cfg.Dir
+	buf := make([]byte, 0, benchBlock)
+	b.SetBytes(benchBlock)
+	b.ResetTimer()
+	for i := range b.N {
+		j := i % benchReadBlocks
+		if j == 0 {
+			b.StopTimer()
+			dropCache(b, dir)
+			b.StartTimer()
+		}
+		got, _, err := tr.Get(benchMeta(j, sums[j%benchValues]).Key, buf[:0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf = got
+	}
+}
+
+func BenchmarkPlainFileReadCold1MiB(b *testing.B) {
+	vals, _ := benchBlocks(benchValues)
+	dir := benchDir(b)
+	f, err := os.Create(filepath.Join(dir, "plain"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	for i := range benchReadBlocks {
+		if _, err := f.Write(vals[i%benchValues]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	buf := make([]byte, benchBlock)
+	b.SetBytes(benchBlock)
+	b.ResetTimer()
+	for i := range b.N {
+		j := i % benchReadBlocks
+		if j == 0 {
+			b.StopTimer()
+			dropCache(b, dir)
+			b.StartTimer()
+		}
+		if _, err := f.ReadAt(buf, int64(j)*benchBlock); err != nil {
 			b.Fatal(err)
 		}
 	}
