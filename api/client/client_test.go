@@ -10,16 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/api/node"
-	"github.com/kvstrata/kvstrata/api/server"
+	"github.com/kvstrata/kvstrata/api/nodetest"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
-	"github.com/kvstrata/kvstrata/tiers/dram"
-	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
 
 // startNode serves a node with a 16 MiB DRAM tier over an 8 MiB second
@@ -27,43 +22,8 @@ import (
 // 1 MiB block limit and batches of at most 8 blocks.
 func startNode(t *testing.T) (addr string, n *node.Node) {
 	t.Helper()
-	var levels []tiers.LevelConfig
-	for _, l := range []struct {
-		kind index.TierKind
-		size int64
-	}{{index.TierDRAM, 16 << 20}, {index.TierSSD, 8 << 20}} {
-		tr, err := dram.New(dram.Config{Capacity: l.size, MaxBlockSize: 1 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		levels = append(levels, tiers.LevelConfig{Kind: l.kind, Tier: tr})
-	}
-	h, err := tiers.New(tiers.Config{Levels: levels})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err = node.New(h, node.Config{MaxBlockSize: 1 << 20, MaxBatchBlocks: 8, MaxBatchBytes: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	server.Register(g, n)
-	go g.Serve(lis)
-	dl, err := tcp.New(tcp.Options{MaxBlockSize: 1 << 20, MaxBlocks: 8}).Listen("127.0.0.1:0", n.DataHandler(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.SetAddrs(node.Addrs{GRPC: lis.Addr().String(), Data: dl.Addr(), Transport: "tcp"})
-	t.Cleanup(func() {
-		dl.Close()
-		g.Stop()
-		n.Close()
-	})
-	return lis.Addr().String(), n
+	srv := nodetest.Start(t, nodetest.Options{Limits: node.Config{MaxBlockSize: 1 << 20, MaxBatchBlocks: 8, MaxBatchBytes: 4 << 20}})
+	return srv.Addr, srv.Node
 }
 
 func dial(t *testing.T, addr string, opts client.Options) *client.Client {

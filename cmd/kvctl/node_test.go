@@ -8,15 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/api/node"
-	"github.com/kvstrata/kvstrata/api/server"
+	"github.com/kvstrata/kvstrata/api/nodetest"
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
-	"github.com/kvstrata/kvstrata/tiers/dram"
-	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
 
 // startNode serves a node in-process, as kvstrata serve would, on
@@ -33,41 +28,8 @@ func startNode(t testing.TB) (addr string, n *node.Node) {
 // cfg, moving blocks inline or in the background.
 func serveNode(t testing.TB, tierBytes int64, cfg node.Config, inline bool) (addr string, n *node.Node) {
 	t.Helper()
-	cfg = cfg.WithDefaults()
-	var levels []tiers.LevelConfig
-	for _, kind := range []index.TierKind{index.TierDRAM, index.TierSSD} {
-		tr, err := dram.New(dram.Config{Capacity: tierBytes, MaxBlockSize: cfg.MaxBlockSize})
-		if err != nil {
-			t.Fatal(err)
-		}
-		levels = append(levels, tiers.LevelConfig{Kind: kind, Tier: tr})
-	}
-	h, err := tiers.New(tiers.Config{Levels: levels, Inline: inline})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err = node.New(h, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	server.Register(g, n)
-	go g.Serve(lis)
-	dl, err := tcp.New(tcp.Options{MaxBlockSize: int(cfg.MaxBlockSize), MaxBlocks: cfg.MaxBatchBlocks}).Listen("127.0.0.1:0", n.DataHandler(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.SetAddrs(node.Addrs{GRPC: lis.Addr().String(), Data: dl.Addr(), Transport: "tcp"})
-	t.Cleanup(func() {
-		dl.Close()
-		g.Stop()
-		n.Close()
-	})
-	return lis.Addr().String(), n
+	srv := nodetest.Start(t, nodetest.Options{DRAMBytes: tierBytes, SSDBytes: tierBytes, Limits: cfg, Inline: inline})
+	return srv.Addr, srv.Node
 }
 
 // putBlocks stores blocks of size bytes under keys ns/hash for each hash,
