@@ -39,6 +39,9 @@ type Config struct {
 	LogFormat string
 	// ShutdownTimeout bounds a graceful shutdown. Default 30s.
 	ShutdownTimeout time.Duration
+	// Pprof serves Go's profiler under /debug/pprof/ on the HTTP address.
+	// Default false.
+	Pprof bool
 }
 
 // Listen holds the addresses the node serves on; an empty address turns that

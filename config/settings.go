@@ -12,8 +12,11 @@ import (
 type Setting struct {
 	Key   string // config-file key: "dram.capacity"
 	Usage string
-	set   func(string) error
-	get   func() string
+	// Bool marks a true/false setting, whose flag may be given without a
+	// value (--ssd-wal means --ssd-wal=true).
+	Bool bool
+	set  func(string) error
+	get  func() string
 }
 
 // Flag is the command-line flag of s: "dram-capacity".
@@ -65,6 +68,7 @@ func (c *Config) Settings() []*Setting {
 		strSetting("log-level", "debug, info, warn or error", &c.LogLevel),
 		strSetting("log-format", "text or json", &c.LogFormat),
 		durationSetting("shutdown-timeout", "how long a graceful shutdown may take", &c.ShutdownTimeout),
+		boolSetting("pprof", "serve Go's profiler under /debug/pprof/ on the HTTP address", &c.Pprof),
 	}
 }
 
@@ -114,7 +118,7 @@ func floatSetting(key, usage string, p *float64) *Setting {
 }
 
 func boolSetting(key, usage string, p *bool) *Setting {
-	return &Setting{Key: key, Usage: usage,
+	return &Setting{Key: key, Usage: usage, Bool: true,
 		set: func(v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {

@@ -137,24 +137,21 @@ func NewDirectory() *Directory {
 }
 
 func (d *Directory) shard(k Key) *dirShard {
+	return &d.shards[d.shardIndex(k)]
+}
+
+// shardIndex returns the number of k's shard.
+func (d *Directory) shardIndex(k Key) int {
 	// The low bits of an xxhash are uniform; mixing in the namespace keeps
 	// engine-supplied sequential ids spread too.
-	return &d.shards[(uint64(k.Hash)^uint64(k.NS)^uint64(k.Hash)>>32)%shardCount]
+	return int((uint64(k.Hash) ^ uint64(k.NS) ^ uint64(k.Hash)>>32) % shardCount)
 }
 
 // Add records that loc holds key and sets its metadata.
 func (d *Directory) Add(key Key, meta Meta, loc Location) {
 	s := d.shard(key)
 	s.mu.Lock()
-	m := s.writable()
-	e := &Entry{Meta: meta}
-	if old := m[key]; old != nil {
-		e.Locations = slices.Clone(old.Locations)
-	}
-	if !slices.Contains(e.Locations, loc) {
-		e.Locations = append(e.Locations, loc)
-	}
-	m[key] = e
+	s.add(key, meta, loc)
 	s.mu.Unlock()
 }
 
@@ -164,6 +161,29 @@ func (d *Directory) Remove(key Key, loc Location) bool {
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.remove(key, loc)
+}
+
+// add is Add within the shard; the caller holds s.mu for writing. An entry
+// that would not change is left alone, so that its map is not copied.
+func (s *dirShard) add(key Key, meta Meta, loc Location) {
+	old := s.m[key]
+	var locs []Location
+	if old != nil {
+		if old.Meta == meta && slices.Contains(old.Locations, loc) {
+			return
+		}
+		locs = old.Locations
+	}
+	if !slices.Contains(locs, loc) {
+		s.writable()[key] = newEntry(meta, locs, loc)
+	} else {
+		s.writable()[key] = newEntry(meta, locs)
+	}
+}
+
+// remove is Remove within the shard; the caller holds s.mu for writing.
+func (s *dirShard) remove(key Key, loc Location) bool {
 	e := s.m[key]
 	if e == nil {
 		return false
@@ -179,6 +199,28 @@ func (d *Directory) Remove(key Key, loc Location) bool {
 	}
 	m[key] = &Entry{Meta: e.Meta, Locations: slices.Delete(slices.Clone(e.Locations), i, i+1)}
 	return true
+}
+
+// entryBox holds an entry together with room for its locations, so that a
+// block held in one or two places costs one allocation instead of two.
+type entryBox struct {
+	e    Entry
+	locs [2]Location
+}
+
+// newEntry returns a new entry of meta located at locs followed by more.
+func newEntry(meta Meta, locs []Location, more ...Location) *Entry {
+	n := len(locs) + len(more)
+	if n > len(entryBox{}.locs) {
+		l := make([]Location, 0, n)
+		return &Entry{Meta: meta, Locations: append(append(l, locs...), more...)}
+	}
+	b := &entryBox{e: Entry{Meta: meta}}
+	copy(b.locs[copy(b.locs[:], locs):], more)
+	// Cap the slice at its length: an append to it must never write into
+	// the box of an entry that readers share.
+	b.e.Locations = b.locs[:n:n]
+	return &b.e
 }
 
 // DropNode removes every location of node and returns how many it removed.
@@ -203,6 +245,111 @@ func (d *Directory) DropNode(node NodeID) int {
 		s.mu.Unlock()
 	}
 	return n
+}
+
+// ChangeKind says what a Change does.
+type ChangeKind uint8
+
+// The kinds of Change.
+const (
+	// ChangeStored records that Loc holds Key, with metadata Meta (Add).
+	ChangeStored ChangeKind = iota + 1
+	// ChangeRemoved records that Loc no longer holds Key (Remove); Meta is
+	// unused.
+	ChangeRemoved
+	// ChangeNodeDropped removes every location of node Loc.Node (DropNode);
+	// Key, Meta and Loc.Tier are unused.
+	ChangeNodeDropped
+)
+
+// Change is one mutation of a directory, as ApplyBatch takes them.
+type Change struct {
+	Kind ChangeKind
+	Key  Key
+	Meta Meta
+	Loc  Location
+}
+
+// ApplyBatch applies changes in order: the directory ends up as if Add,
+// Remove and DropNode had been called for each in turn. Changes of
+// different keys commute, so between node drops it groups them by shard,
+// keeping the order within each key, and takes each shard's lock once. A
+// reader sees each block atomically, as with single calls, but may see a
+// shard's part of the batch before another's. ApplyBatch panics, before
+// changing anything, on a change of an unknown kind.
+func (d *Directory) ApplyBatch(changes []Change) {
+	for i, c := range changes {
+		if c.Kind < ChangeStored || c.Kind > ChangeNodeDropped {
+			panic(fmt.Sprintf("index: ApplyBatch: change %d has unknown kind %d", i, c.Kind))
+		}
+	}
+	for len(changes) > 0 {
+		i := slices.IndexFunc(changes, func(c Change) bool { return c.Kind == ChangeNodeDropped })
+		if i < 0 {
+			d.applyByShard(changes)
+			return
+		}
+		d.applyByShard(changes[:i])
+		d.DropNode(changes[i].Loc.Node)
+		changes = changes[i+1:]
+	}
+}
+
+// applyByShard applies stored and removed changes, one lock per shard.
+func (d *Directory) applyByShard(changes []Change) {
+	if len(changes) < shardCount/4 {
+		// Too few to be worth sorting.
+		for _, c := range changes {
+			d.applyOne(d.shard(c.Key), c)
+		}
+		return
+	}
+	// A counting sort of the changes by shard, stable so that the changes
+	// of one key stay in order.
+	var start [shardCount + 1]int32
+	shardOf := make([]uint8, len(changes))
+	for i := range changes {
+		si := d.shardIndex(changes[i].Key)
+		shardOf[i] = uint8(si)
+		start[si+1]++
+	}
+	for i := 1; i <= shardCount; i++ {
+		start[i] += start[i-1]
+	}
+	order := make([]int32, len(changes))
+	next := start
+	for i, si := range shardOf {
+		order[next[si]] = int32(i)
+		next[si]++
+	}
+	for si := range shardCount {
+		idx := order[start[si]:start[si+1]]
+		if len(idx) == 0 {
+			continue
+		}
+		s := &d.shards[si]
+		s.mu.Lock()
+		for _, i := range idx {
+			c := &changes[i]
+			if c.Kind == ChangeStored {
+				s.add(c.Key, c.Meta, c.Loc)
+			} else {
+				s.remove(c.Key, c.Loc)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// applyOne applies one stored or removed change to its shard s.
+func (d *Directory) applyOne(s *dirShard, c Change) {
+	s.mu.Lock()
+	if c.Kind == ChangeStored {
+		s.add(c.Key, c.Meta, c.Loc)
+	} else {
+		s.remove(c.Key, c.Loc)
+	}
+	s.mu.Unlock()
 }
 
 // Get returns a copy of key's entry.

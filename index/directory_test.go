@@ -2,6 +2,9 @@ package index
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -213,4 +216,178 @@ func BenchmarkAdd(b *testing.B) {
 		d.Add(Key{ns, Hash(i)}, Meta{Size: 4096}, node1DRAM)
 		i++
 	}
+}
+
+// randomChanges returns n changes over a few keys, nodes and tiers, so
+// that many of them touch the same key, with a node drop now and then.
+func randomChanges(rng *rand.Rand, n int) []Change {
+	cs := make([]Change, n)
+	for i := range cs {
+		c := Change{
+			Kind: ChangeStored,
+			Key:  Key{NS: ns, Hash: Hash(rng.IntN(200))},
+			Meta: Meta{Size: uint32(rng.IntN(3)) * 4096, HasParent: rng.IntN(2) == 0, Parent: Hash(rng.IntN(200))},
+			Loc:  Location{Node: NodeID(rng.IntN(4)), Tier: TierKind(1 + rng.IntN(4))},
+		}
+		switch r := rng.IntN(100); {
+		case r < 2:
+			c.Kind = ChangeNodeDropped
+		case r < 40:
+			c.Kind = ChangeRemoved
+		}
+		cs[i] = c
+	}
+	return cs
+}
+
+// applyOneByOne applies cs with single calls, the meaning of ApplyBatch.
+func applyOneByOne(d *Directory, cs []Change) {
+	for _, c := range cs {
+		switch c.Kind {
+		case ChangeStored:
+			d.Add(c.Key, c.Meta, c.Loc)
+		case ChangeRemoved:
+			d.Remove(c.Key, c.Loc)
+		case ChangeNodeDropped:
+			d.DropNode(c.Loc.Node)
+		}
+	}
+}
+
+// dump lists every entry of d, locations in order, keys sorted.
+func dump(d *Directory) string {
+	var lines []string
+	d.Range(func(k Key, e Entry) bool {
+		lines = append(lines, fmt.Sprintf("%v %+v %v", k, e.Meta, e.Locations))
+		return true
+	})
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+func TestApplyBatchEndsAsSingleCallsInOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 50 {
+		cs := randomChanges(rng, 1+rng.IntN(3000))
+		batched, single := NewDirectory(), NewDirectory()
+		// Start from a shared state, taken by a snapshot, so that copy on
+		// write is exercised too.
+		pre := randomChanges(rng, 500)
+		applyOneByOne(batched, pre)
+		applyOneByOne(single, pre)
+		snap := batched.Snapshot()
+		before := snap.Len()
+		batched.ApplyBatch(cs)
+		applyOneByOne(single, cs)
+		if got, want := dump(batched), dump(single); got != want {
+			t.Fatalf("round %d: ApplyBatch of %d changes differs from single calls:\n%s\nwant\n%s", round, len(cs), got, want)
+		}
+		if snap.Len() != before {
+			t.Fatalf("round %d: ApplyBatch changed a snapshot", round)
+		}
+	}
+}
+
+func TestApplyBatchKeepsTheOrderOfOneKey(t *testing.T) {
+	d := NewDirectory()
+	k := Key{NS: ns, Hash: 7}
+	var cs []Change
+	// Enough other keys to make ApplyBatch sort by shard.
+	for i := range 100 {
+		cs = append(cs, Change{Kind: ChangeStored, Key: Key{NS: ns, Hash: Hash(1000 + i)}, Loc: node1DRAM})
+	}
+	cs = append(cs,
+		Change{Kind: ChangeStored, Key: k, Meta: Meta{Size: 1}, Loc: node1DRAM},
+		Change{Kind: ChangeRemoved, Key: k, Loc: node1DRAM},
+		Change{Kind: ChangeStored, Key: k, Meta: Meta{Size: 2}, Loc: node2DRAM},
+		Change{Kind: ChangeNodeDropped, Loc: Location{Node: 1}},
+		Change{Kind: ChangeStored, Key: k, Meta: Meta{Size: 3}, Loc: node1SSD},
+	)
+	d.ApplyBatch(cs)
+	e, ok := d.Get(k)
+	if !ok || e.Size != 3 || fmt.Sprint(e.Locations) != fmt.Sprint([]Location{node2DRAM, node1SSD}) {
+		t.Fatalf("Get = %+v %v, want size 3 at node2/dram and node1/ssd", e, ok)
+	}
+	if d.Len() != 1 {
+		t.Fatalf("Len = %d, want 1: node 1 was dropped after its 100 blocks", d.Len())
+	}
+}
+
+func TestApplyBatchRejectsUnknownKindBeforeChangingAnything(t *testing.T) {
+	d := NewDirectory()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("ApplyBatch accepted a change of kind 9")
+		}
+		if d.Len() != 0 {
+			t.Fatalf("ApplyBatch changed %d keys before panicking", d.Len())
+		}
+	}()
+	d.ApplyBatch([]Change{{Kind: ChangeStored, Key: Key{ns, 1}, Loc: node1DRAM}, {Kind: 9}})
+}
+
+func TestAddOfAnUnchangedEntryKeepsItsSnapshotShared(t *testing.T) {
+	d := NewDirectory()
+	put(d, chain(3), 0, 3, node1DRAM)
+	snap := d.Snapshot()
+	put(d, chain(3), 0, 3, node1DRAM) // nothing changes
+	for i := range d.shards {
+		if !d.shards[i].frozen {
+			t.Fatalf("shard %d was copied by an Add that changed nothing", i)
+		}
+	}
+	_ = snap
+}
+
+// steadyChanges fills cs with the next changes of a steady workload from
+// change number n on: every other change stores a new block, the others
+// remove the block stored 64 Ki changes before, so the directory keeps
+// about 32 Ki blocks.
+func steadyChanges(cs []Change, n int) int {
+	const window = 1 << 16
+	for i := range cs {
+		h := Hash(uint64(n/2) * 0x9e3779b97f4a7c15)
+		cs[i] = Change{Kind: ChangeStored, Key: Key{ns, h}, Meta: Meta{Size: 4096}, Loc: node1DRAM}
+		if n%2 == 1 {
+			cs[i] = Change{Kind: ChangeRemoved, Key: Key{ns, Hash(uint64(n/2-window/2) * 0x9e3779b97f4a7c15)}, Loc: node1DRAM}
+		}
+		n++
+	}
+	return n
+}
+
+func BenchmarkApplyBatch1024(b *testing.B) {
+	d := NewDirectory()
+	cs := make([]Change, 1024)
+	n := 0
+	for range 64 {
+		n = steadyChanges(cs, n)
+		d.ApplyBatch(cs)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		n = steadyChanges(cs, n)
+		b.StartTimer()
+		d.ApplyBatch(cs)
+	}
+	b.ReportMetric(float64(b.N*len(cs))/b.Elapsed().Seconds(), "changes/s")
+}
+
+func BenchmarkSingleCalls1024(b *testing.B) {
+	d := NewDirectory()
+	cs := make([]Change, 1024)
+	n := 0
+	for range 64 {
+		n = steadyChanges(cs, n)
+		applyOneByOne(d, cs)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		n = steadyChanges(cs, n)
+		b.StartTimer()
+		applyOneByOne(d, cs)
+	}
+	b.ReportMetric(float64(b.N*len(cs))/b.Elapsed().Seconds(), "changes/s")
 }

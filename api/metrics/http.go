@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	httppprof "net/http/pprof"
 	"strings"
 	"time"
 
@@ -18,9 +19,17 @@ type Check struct {
 }
 
 // Handler serves /metrics, /healthz (the process is up) and /readyz (every
-// check passes; the body lists each check's state either way).
-func (m *Metrics) Handler(checks ...Check) http.Handler {
+// check passes; the body lists each check's state either way), and with
+// pprof Go's profiler under /debug/pprof/.
+func (m *Metrics) Handler(pprof bool, checks ...Check) http.Handler {
 	mux := http.NewServeMux()
+	if pprof {
+		mux.HandleFunc("/debug/pprof/", httppprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")

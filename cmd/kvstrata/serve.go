@@ -96,6 +96,9 @@ Sizes take units: 4096, 64KiB, 4MiB, 8GiB (binary) or 10GB (decimal).`,
 	fs.BoolVar(&printConfig, "print-config", false, "print the effective configuration and exit")
 	for _, s := range settings {
 		fs.String(s.Flag(), s.Value(), s.Usage+" ["+s.Env()+"]")
+		if s.Bool {
+			fs.Lookup(s.Flag()).NoOptDefVal = "true"
+		}
 	}
 	return cmd
 }
@@ -236,7 +239,7 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 			n.Close()
 			return fmt.Errorf("listen http %s: %w", cfg.Listen.HTTP, err)
 		}
-		hsrv = &http.Server{Handler: m.Handler(metrics.Check{Name: "node", Fn: func() error {
+		hsrv = &http.Server{Handler: m.Handler(cfg.Pprof, metrics.Check{Name: "node", Fn: func() error {
 			if !ready.Load() {
 				return errors.New("starting or shutting down")
 			}

@@ -1,0 +1,156 @@
+package s3_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/tiers/s3"
+	"github.com/kvstrata/kvstrata/tiers/s3/s3test"
+)
+
+// outageConfig is a tier configuration that notices an outage and a
+// recovery within a fraction of a second.
+func outageConfig(srv *s3test.Server, bucket string) s3.Config {
+	cfg := srv.Config(bucket)
+	cfg.RequestTimeout = 500 * time.Millisecond
+	cfg.RetryBackoff = 10 * time.Millisecond
+	cfg.ProbeInterval = 20 * time.Millisecond
+	cfg.FlushInterval = 20 * time.Millisecond
+	cfg.MaxBlockSize = 256 << 10
+	cfg.MaxPendingBytes = 1 << 20
+	cfg.CloseTimeout = time.Second
+	return cfg
+}
+
+// waitFor polls cond every 10ms for up to d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+	}
+}
+
+func TestStoreDownThenBack(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := outageConfig(srv, "outage")
+	tr := openTier(t, cfg)
+	stored, storedBytes := block(1, 1, 1000)
+	must(t, tr.Put(stored, storedBytes))
+	flush(t, tr)
+
+	srv.Stop()
+	// The first read finds the store gone, after its retries.
+	if _, _, err := tr.Get(stored.Key, nil); !errors.Is(err, tiers.ErrUnavailable) {
+		t.Fatalf("Get with the store stopped: %v, want ErrUnavailable", err)
+	}
+	var ue *s3.UnavailableError
+	if err := tr.Available(); !errors.As(err, &ue) || !errors.Is(err, tiers.ErrUnavailable) || ue.Since.IsZero() {
+		t.Fatalf("Available() = %v, want an *UnavailableError", err)
+	}
+	if s := tr.S3Stats(); s.Available || s.Cause == "" {
+		t.Fatalf("S3Stats while down: available %v, cause %q", s.Available, s.Cause)
+	}
+
+	// Now reads of stored blocks fail fast, without a request.
+	errsBefore := tr.S3Stats().RangedGets
+	start := time.Now()
+	_, _, getErr := tr.Get(stored.Key, nil)
+	_, statErr := tr.Stat(stored.Key)
+	if took := time.Since(start); !errors.Is(getErr, tiers.ErrUnavailable) || !errors.Is(statErr, tiers.ErrUnavailable) || took > 50*time.Millisecond {
+		t.Fatalf("Get and Stat while unavailable: %v, %v after %v; want ErrUnavailable at once", getErr, statErr, took)
+	}
+	if n := tr.S3Stats().RangedGets - errsBefore; n != 0 {
+		t.Fatalf("reads while unavailable sent %d requests", n)
+	}
+
+	// Puts are buffered up to MaxPendingBytes, and served from memory.
+	var buffered []tiers.Meta
+	for i := range 4 {
+		m, b := block(2, index.Hash(i+1), 256<<10)
+		must(t, tr.Put(m, b))
+		buffered = append(buffered, m)
+	}
+	m, b := block(2, 99, 1000)
+	start = time.Now()
+	err := tr.Put(m, b)
+	if !errors.Is(err, tiers.ErrFull) || !errors.Is(err, s3.ErrBacklog) || !errors.Is(err, tiers.ErrUnavailable) || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("Put over MaxPendingBytes while down: %v after %v; want ErrFull, ErrBacklog and ErrUnavailable at once", err, time.Since(start))
+	}
+	got, _, err := tr.Get(buffered[0].Key, nil)
+	must(t, err)
+	if tiers.Checksum(got) != buffered[0].Sum {
+		t.Fatal("a buffered block read from memory differs")
+	}
+	if err := tr.Flush(context.Background()); !errors.Is(err, tiers.ErrUnavailable) {
+		t.Fatalf("Flush while down: %v, want ErrUnavailable", err)
+	}
+	if s := tr.S3Stats(); s.PendingBytes != 1<<20 {
+		t.Fatalf("PendingBytes = %d while down, want %d", s.PendingBytes, 1<<20)
+	}
+
+	// The store comes back: the tier notices by itself and uploads.
+	srv.Restart()
+	waitFor(t, 5*time.Second, "available again", func() bool { return tr.Available() == nil })
+	waitFor(t, 5*time.Second, "buffered blocks uploaded", func() bool { return tr.S3Stats().PendingBytes == 0 })
+	got, _, err = tr.Get(stored.Key, nil)
+	must(t, err)
+	if !bytes.Equal(got, storedBytes) {
+		t.Fatal("the block stored before the outage reads differently")
+	}
+	other := openTier(t, cfg)
+	for _, m := range buffered {
+		got, gm, err := other.Get(m.Key, nil)
+		must(t, err)
+		if gm != m || tiers.Checksum(got) != m.Sum {
+			t.Fatalf("buffered block %v read back differently by another node", m.Key)
+		}
+	}
+}
+
+func TestHungStoreDoesNotHoldCallersPastTheRequestTimeout(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := outageConfig(srv, "hung")
+	cfg.RequestTimeout = 200 * time.Millisecond
+	tr := openTier(t, cfg)
+	m, b := block(1, 1, 1000)
+	must(t, tr.Put(m, b))
+	flush(t, tr)
+
+	srv.Pause()
+	start := time.Now()
+	_, _, err := tr.Get(m.Key, nil)
+	if took := time.Since(start); !errors.Is(err, tiers.ErrUnavailable) || took > cfg.RequestTimeout+150*time.Millisecond {
+		t.Fatalf("Get from a hung store: %v after %v; want ErrUnavailable within RequestTimeout (%v)", err, took, cfg.RequestTimeout)
+	}
+	start = time.Now()
+	must(t, tr.Put(block(1, 2, 1000))) // never waits for the store
+	if took := time.Since(start); took > 50*time.Millisecond {
+		t.Fatalf("Put took %v with the store hung", took)
+	}
+	srv.Resume()
+	waitFor(t, 5*time.Second, "available again", func() bool { return tr.Available() == nil })
+	_, _, err = tr.Get(m.Key, nil)
+	must(t, err)
+}
+
+func TestCloseWithTheStoreDownReportsLostBlocks(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := outageConfig(srv, "lost")
+	cfg.FlushInterval = time.Hour
+	tr := openTier(t, cfg)
+	srv.Stop()
+	must(t, tr.Put(block(1, 1, 1000)))
+	start := time.Now()
+	err := tr.Close()
+	if err == nil || time.Since(start) > cfg.CloseTimeout+time.Second {
+		t.Fatalf("Close with a block pending and the store down: %v after %v; want an error within CloseTimeout", err, time.Since(start))
+	}
+	t.Log(err)
+}

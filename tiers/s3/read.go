@@ -1,0 +1,239 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+// Get appends the block's bytes to dst and returns them with its Meta; see
+// tiers.Tier. A block in memory is copied from there; a stored one is read
+// with one ranged GET of exactly its bytes, within RequestTimeout. Bytes
+// that fail their checksum are never returned: the block is dropped and
+// Get fails with tiers.ErrCorrupt. While the store is unavailable, Get of
+// a stored block fails at once with tiers.ErrUnavailable.
+func (t *Tier) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
+	ctx, cancel := t.requestContext(context.Background())
+	defer cancel()
+	v, m, err := t.get(ctx, key, dst)
+	if err != nil {
+		return nil, tiers.Meta{}, fmt.Errorf("s3: get %v: %w", key, err)
+	}
+	return v, m, nil
+}
+
+// Stat returns a block's Meta from the map, without reading its bytes.
+// While the store is unavailable, Stat of a stored block fails at once
+// with tiers.ErrUnavailable, as Get of it would.
+func (t *Tier) Stat(key index.Key) (tiers.Meta, error) {
+	ctx, cancel := t.requestContext(context.Background())
+	defer cancel()
+	b, err := t.lookup(ctx, key)
+	if err == nil && !b.inMemory {
+		err = t.avail.err()
+	}
+	if err != nil {
+		return tiers.Meta{}, fmt.Errorf("s3: stat %v: %w", key, err)
+	}
+	return b.meta, nil
+}
+
+// GetMany reads the blocks of keys, up to Config.Concurrency at a time,
+// and calls fn once for each key with its position in keys, the block's
+// bytes and Meta, or the error Get would return. Calls of fn come one at a
+// time, in no particular order; value is valid only during the call. Each
+// block may take RequestTimeout; when ctx ends, the keys not yet read get
+// ctx's error. GetMany returns ctx.Err(), or tiers.ErrClosed.
+func (t *Tier) GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m tiers.Meta, err error)) error {
+	if t.isClosed() {
+		return fmt.Errorf("s3: get many: %w", tiers.ErrClosed)
+	}
+	var next atomic.Int64
+	var fnMu sync.Mutex
+	var wg sync.WaitGroup
+	for range min(t.cfg.Concurrency, len(keys)) {
+		wg.Go(func() {
+			var buf []byte
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(keys) {
+					return
+				}
+				var v []byte
+				var m tiers.Meta
+				err := ctx.Err()
+				if err == nil {
+					rctx, cancel := t.requestContext(ctx)
+					v, m, err = t.get(rctx, keys[i], buf[:0])
+					cancel()
+				}
+				if err != nil {
+					err = fmt.Errorf("s3: get %v: %w", keys[i], err)
+				}
+				fnMu.Lock()
+				fn(i, v, m, err)
+				fnMu.Unlock()
+				if cap(v) > cap(buf) {
+					buf = v
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// requestContext bounds one caller's request by RequestTimeout and by
+// Close.
+func (t *Tier) requestContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(parent, t.cfg.RequestTimeout)
+	stop := context.AfterFunc(t.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+func (t *Tier) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+// found is what lookup returns: a block's Meta and where its bytes are.
+type found struct {
+	b        *block
+	meta     tiers.Meta
+	inMemory bool
+	data     []byte   // when inMemory
+	seg      *segment // when stored
+	name     string
+	off      int64
+}
+
+// lookup finds key in the map, after a miss rescan if it is not there.
+func (t *Tier) lookup(ctx context.Context, key index.Key) (found, error) {
+	for try := 0; ; try++ {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return found{}, tiers.ErrClosed
+		}
+		b := t.blocks[key]
+		var f found
+		if b != nil {
+			f = found{b: b, meta: b.meta, seg: b.seg, off: b.off}
+			if b.seg.state == segStored {
+				f.name = t.lay.dataName(b.seg.id)
+			} else {
+				f.inMemory, f.data = true, b.data
+			}
+		}
+		t.mu.Unlock()
+		if b != nil {
+			return f, nil
+		}
+		if try > 0 || !t.rescanForMiss(ctx) {
+			return found{}, tiers.ErrNotFound
+		}
+	}
+}
+
+// get looks key up and reads its bytes. A block whose segment turns out
+// to be gone is looked up once more: a newer copy may have replaced it.
+func (t *Tier) get(ctx context.Context, key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
+	for try := 0; ; try++ {
+		f, err := t.lookup(ctx, key)
+		if err != nil {
+			return nil, tiers.Meta{}, err
+		}
+		v, err := t.read(ctx, f, dst)
+		switch {
+		case err == nil:
+			return v, f.meta, nil
+		case errors.Is(err, errMissing) && try == 0:
+			continue
+		case errors.Is(err, errMissing):
+			return nil, tiers.Meta{}, fmt.Errorf("%w: %w", tiers.ErrNotFound, err)
+		}
+		return nil, tiers.Meta{}, err
+	}
+}
+
+// read appends the bytes of a block lookup found to dst and checks them.
+func (t *Tier) read(ctx context.Context, f found, dst []byte) ([]byte, error) {
+	size := int64(f.meta.Size)
+	var v []byte
+	switch {
+	case f.inMemory:
+		v = append(dst, f.data...)
+	case size == 0:
+		v = dst
+	default:
+		if err := t.avail.err(); err != nil {
+			return nil, err
+		}
+		select {
+		case t.getSlots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: waiting for a free request slot: %w", tiers.ErrUnavailable, ctx.Err())
+		}
+		var err error
+		v, err = t.store.getRange(ctx, f.name, f.off, size, dst)
+		<-t.getSlots
+		switch {
+		case errors.Is(err, errMissing):
+			t.segmentGone(ctx, f.seg)
+			return nil, err
+		case errors.Is(err, errShort):
+			return nil, t.dropCorrupt(f, err)
+		case err != nil:
+			return nil, err
+		}
+	}
+	if sum := tiers.Checksum(v[len(dst):]); sum != f.meta.Sum {
+		return nil, t.dropCorrupt(f, corruptf("checksum %016x, want %016x", sum, f.meta.Sum))
+	}
+	return v, nil
+}
+
+// segmentGone forgets a stored segment whose data object is gone, and
+// deletes its index object, if still there, so that no node reads it
+// again. Data is written before its index and deleted after it, so an
+// index whose data is missing is of a segment that is gone for good (a
+// lifecycle rule expired it, say).
+func (t *Tier) segmentGone(ctx context.Context, seg *segment) {
+	t.mu.Lock()
+	stored := seg.state == segStored
+	t.forgetSegmentLocked(seg)
+	t.mu.Unlock()
+	if !stored {
+		return
+	}
+	name := t.lay.indexName(seg.id)
+	if err := t.store.remove(ctx, name); err != nil {
+		t.cfg.Logger.Warn("s3: deleting the index of a segment whose data is gone failed", "object", name, "err", err)
+	}
+}
+
+// dropCorrupt drops a block whose bytes failed, if the map still has it,
+// and returns the error to report, which wraps tiers.ErrCorrupt.
+func (t *Tier) dropCorrupt(f found, cause error) error {
+	t.mu.Lock()
+	if t.blocks[f.meta.Key] == f.b {
+		t.unlinkLocked(f.b, true)
+	}
+	t.mu.Unlock()
+	t.ctr.corruptBlocks.Add(1)
+	where := "memory"
+	if !f.inMemory {
+		where = fmt.Sprintf("%s at %d", f.name, f.off)
+	}
+	t.cfg.Logger.Warn("s3: dropped a corrupt block", "key", f.meta.Key, "where", where, "err", cause)
+	if !errors.Is(cause, tiers.ErrCorrupt) {
+		cause = fmt.Errorf("%w: %w", tiers.ErrCorrupt, cause)
+	}
+	return fmt.Errorf("%s: %w", where, cause)
+}

@@ -1,0 +1,354 @@
+package s3_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/tiers/s3"
+	"github.com/kvstrata/kvstrata/tiers/s3/s3test"
+	"github.com/kvstrata/kvstrata/tiers/tiertest"
+)
+
+// testLogger sends warnings and errors to t.Log, so that a passing test is
+// quiet and a failing one shows what the tier said.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// openTier opens a tier on cfg, with a test logger, and closes it when the
+// test ends.
+func openTier(t testing.TB, cfg s3.Config) *s3.Tier {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tr, err := s3.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func flush(t testing.TB, tr *s3.Tier) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	must(t, tr.Flush(ctx))
+}
+
+// block is tiertest.Block in namespace ns.
+func block(ns index.NamespaceID, h index.Hash, n int) (tiers.Meta, []byte) {
+	m, b := tiertest.Block(h, n)
+	m.Key.NS = ns
+	return m, b
+}
+
+// objects lists the names of the objects under prefix in bucket.
+func objects(t testing.TB, srv *s3test.Server, bucket, prefix string) []string {
+	t.Helper()
+	var names []string
+	for o := range srv.Client().ListObjectsIter(context.Background(), bucket,
+		minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		must(t, o.Err)
+		names = append(names, o.Key)
+	}
+	return names
+}
+
+// countUnder counts names that start with prefix.
+func countUnder(names []string, prefix string) int {
+	n := 0
+	for _, name := range names {
+		if strings.HasPrefix(name, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestConformance(t *testing.T) {
+	srv := s3test.Start(t)
+	var n atomic.Int64
+	var mu sync.Mutex
+	configs := map[tiers.Tier]s3.Config{}
+	tiertest.Run(t, tiertest.Factory{
+		New: func(t *testing.T, capacity, maxBlock int64) tiers.Tier {
+			cfg := srv.Config("conformance")
+			cfg.Prefix = fmt.Sprintf("t%d", n.Add(1))
+			cfg.Capacity, cfg.MaxBlockSize = capacity, maxBlock
+			tr := openTier(t, cfg)
+			mu.Lock()
+			configs[tr] = cfg
+			mu.Unlock()
+			return tr
+		},
+		Reopen: func(t *testing.T, tr tiers.Tier) tiers.Tier {
+			must(t, tr.Close())
+			mu.Lock()
+			cfg := configs[tr]
+			mu.Unlock()
+			return openTier(t, cfg)
+		},
+		Overhead: s3.BlockOverhead,
+	})
+}
+
+func TestManySmallPutsPackIntoFewSegments(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := srv.Config("packing")
+	cfg.SegmentSize = 256 << 10
+	cfg.FlushInterval = time.Hour // only size and Flush seal
+	tr := openTier(t, cfg)
+
+	const blocks, size = 200, 4 << 10 // 64 blocks fill a segment
+	for i := range blocks {
+		must(t, tr.Put(block(1, index.Hash(i+1), size)))
+	}
+	m, b := block(2, 1, size) // another namespace: a segment of its own
+	must(t, tr.Put(m, b))
+	flush(t, tr)
+
+	names := objects(t, srv, "packing", "")
+	// 200 blocks of namespace 1 make segments of 64, 64, 64 and 8 blocks;
+	// namespace 2 makes one more. Each segment is two objects.
+	if data, idx := countUnder(names, "v1/seg/"), countUnder(names, "v1/idx/"); data != 5 || idx != 5 || len(names) != 10 {
+		t.Fatalf("%d puts made %d data and %d index objects (%d objects in all), want 5 and 5:\n%s",
+			blocks+1, data, idx, len(names), strings.Join(names, "\n"))
+	}
+	if s := tr.S3Stats(); s.Segments != 5 || s.Objects != 10 || s.PendingBytes != 0 || s.Uploads != 10 {
+		t.Fatalf("S3Stats after flush: %+v", s)
+	}
+	for i := range blocks {
+		m, b := block(1, index.Hash(i+1), size)
+		got, gm, err := tr.Get(m.Key, nil)
+		must(t, err)
+		if !bytes.Equal(got, b) || gm != m {
+			t.Fatalf("block %d read back differently", i+1)
+		}
+	}
+}
+
+func TestGetReadsOnlyTheBlocksBytes(t *testing.T) {
+	srv := s3test.Start(t)
+	tr := openTier(t, srv.Config("ranged"))
+	const size = 64 << 10
+	for i := range 64 {
+		must(t, tr.Put(block(1, index.Hash(i+1), size)))
+	}
+
+	before := tr.S3Stats()
+	m, b := block(1, 7, size)
+	got, _, err := tr.Get(m.Key, nil)
+	must(t, err)
+	if !bytes.Equal(got, b) {
+		t.Fatal("block read from memory differs")
+	}
+	if s := tr.S3Stats(); s.RangedGets != before.RangedGets {
+		t.Fatalf("a block still in memory was read from the store (%d ranged GETs)", s.RangedGets-before.RangedGets)
+	}
+
+	flush(t, tr)
+	before = tr.S3Stats()
+	for _, h := range []index.Hash{1, 33, 64} {
+		m, b := block(1, h, size)
+		got, gm, err := tr.Get(m.Key, []byte("x"))
+		must(t, err)
+		if !bytes.Equal(got[1:], b) || gm != m {
+			t.Fatalf("block %d read back differently", h)
+		}
+	}
+	s := tr.S3Stats()
+	if gets, read := s.RangedGets-before.RangedGets, s.RangedGetBytes-before.RangedGetBytes; gets != 3 || read != 3*size {
+		t.Fatalf("3 Gets of %d-byte blocks from a %d-byte segment sent %d ranged GETs for %d bytes, want 3 for %d",
+			size, 64*size, gets, read, 3*size)
+	}
+}
+
+func TestFlushIntervalUploadsAPartialSegment(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := srv.Config("interval")
+	cfg.FlushInterval = 50 * time.Millisecond
+	tr := openTier(t, cfg)
+	must(t, tr.Put(block(1, 1, 1000)))
+	deadline := time.Now().Add(5 * time.Second)
+	for len(objects(t, srv, "interval", "")) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no segment uploaded 5s after a put, with a FlushInterval of 50ms: %+v", tr.S3Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestMultipartSegment(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := srv.Config("multipart")
+	cfg.PartSize = s3.MinPartSize
+	cfg.SegmentSize = 12 << 20 // three parts
+	tr := openTier(t, cfg)
+	const size = 1 << 20
+	for i := range 12 {
+		must(t, tr.Put(block(1, index.Hash(i+1), size)))
+	}
+	flush(t, tr)
+	info, err := srv.Client().StatObject(context.Background(), "multipart", objects(t, srv, "multipart", "v1/seg/")[0], minio.StatObjectOptions{})
+	must(t, err)
+	if info.Size != 12*size || !strings.Contains(info.ETag, "-") {
+		t.Fatalf("segment object: %d bytes, ETag %q; want %d bytes from a multipart upload", info.Size, info.ETag, 12*size)
+	}
+	for _, h := range []index.Hash{1, 6, 12} {
+		m, b := block(1, h, size)
+		got, _, err := tr.Get(m.Key, nil)
+		must(t, err)
+		if !bytes.Equal(got, b) {
+			t.Fatalf("block %d of a multipart segment read back differently", h)
+		}
+	}
+}
+
+func TestTwoNodesShareABucket(t *testing.T) {
+	srv := s3test.Start(t)
+	a := openTier(t, srv.Config("shared"))
+	cfg := srv.Config("shared")
+	cfg.RescanInterval = time.Hour // only misses rescan
+	b := openTier(t, cfg)
+
+	var metas []tiers.Meta
+	for i := range 10 {
+		m, v := block(1, index.Hash(i+1), 10000)
+		must(t, a.Put(m, v))
+		metas = append(metas, m)
+	}
+	if _, _, err := b.Get(metas[0].Key, nil); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("Get on node b of a block node a has not uploaded yet: %v, want ErrNotFound", err)
+	}
+	flush(t, a)
+
+	// A miss rescans, at most once per MissRescanInterval (1s).
+	var got []byte
+	var err error
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if got, _, err = b.Get(metas[3].Key, nil); err == nil {
+			break
+		}
+	}
+	must(t, err)
+	if tiers.Checksum(got) != metas[3].Sum {
+		t.Fatal("node b read different bytes")
+	}
+	n := 0
+	must(t, b.Scan(func(tiers.Meta) bool { n++; return true }))
+	if s := b.Stats(); n != 10 || s.Blocks != 10 || s.Used != 10*(10000+s3.BlockOverhead) {
+		t.Fatalf("node b scans %d blocks, Stats %+v; want node a's 10", n, s)
+	}
+
+	// Node a deletes them all: the segment goes, and node b, which still
+	// maps them, finds them gone at its next read.
+	for _, m := range metas {
+		must(t, a.Delete(m.Key))
+	}
+	flush(t, a)
+	if names := objects(t, srv, "shared", ""); len(names) != 0 {
+		t.Fatalf("objects left after every block was deleted: %v", names)
+	}
+	if _, _, err := b.Get(metas[5].Key, nil); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("Get on node b of a block node a deleted: %v, want ErrNotFound", err)
+	}
+	if s := b.Stats(); s.Blocks != 0 {
+		t.Fatalf("node b still counts %d blocks of a deleted segment", s.Blocks)
+	}
+}
+
+func TestPeriodicRescanFindsOtherNodesSegments(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := srv.Config("rescan")
+	cfg.RescanInterval = 50 * time.Millisecond
+	cfg.MissRescanInterval = -1
+	a := openTier(t, cfg)
+	b := openTier(t, cfg)
+	m, v := block(1, 1, 5000)
+	must(t, a.Put(m, v))
+	flush(t, a)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if _, err := b.Stat(m.Key); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node b did not learn of node a's segment within 3s of rescans every 50ms")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A rescan reads only indexes it has not seen: node b none again, and
+	// node a none at all, since it wrote the only one.
+	before := b.S3Stats()
+	time.Sleep(200 * time.Millisecond)
+	if s := b.S3Stats(); s.Rescans == before.Rescans || s.IndexReads != before.IndexReads {
+		t.Fatalf("node b's rescans %d → %d read %d indexes again", before.Rescans, s.Rescans, s.IndexReads-before.IndexReads)
+	}
+	if s := a.S3Stats(); s.Rescans < 3 || s.IndexReads != 0 {
+		t.Fatalf("node a's %d rescans read its own index %d times", s.Rescans, s.IndexReads)
+	}
+}
+
+func TestOpenReadsOnlyIndexes(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := srv.Config("reopen")
+	cfg.SegmentSize = 1 << 20
+	tr := openTier(t, cfg)
+	for i := range 40 {
+		must(t, tr.Put(block(1, index.Hash(i+1), 100<<10)))
+	}
+	must(t, tr.Close())
+	tr = openTier(t, cfg)
+	s := tr.S3Stats()
+	if s.RangedGets != 0 || s.IndexReads != s.Segments || s.Segments != 4 {
+		t.Fatalf("Open of 4 segments: %d ranged GETs, %d index reads, %d segments", s.RangedGets, s.IndexReads, s.Segments)
+	}
+	if st := tr.Stats(); st.Blocks != 40 {
+		t.Fatalf("reopened tier has %d blocks, want 40", st.Blocks)
+	}
+	keys := make([]index.Key, 40)
+	for i := range keys {
+		keys[i] = index.Key{NS: 1, Hash: index.Hash(i + 1)}
+	}
+	seen := map[int]bool{}
+	must(t, tr.GetMany(context.Background(), keys, func(i int, v []byte, m tiers.Meta, err error) {
+		must(t, err)
+		if seen[i] || m.Key != keys[i] || tiers.Checksum(v) != m.Sum {
+			t.Errorf("GetMany: key %d: seen %v, meta %+v", i, seen[i], m)
+		}
+		seen[i] = true
+	}))
+	if len(seen) != 40 {
+		t.Fatalf("GetMany called fn for %d of 40 keys", len(seen))
+	}
+}
