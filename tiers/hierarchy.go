@@ -28,6 +28,10 @@ type LevelConfig struct {
 	// frequency sketch remembers keys after they leave the cache). 2 keeps
 	// one-hit wonders off an SSD. The default, 1, admits every victim.
 	AdmitMinSeen int
+	// Shared marks a tier every node of a cluster reads (an object store):
+	// its copies are published at index.AnyNode rather than this node, and
+	// a key the hierarchy does not know is looked for there on a miss.
+	Shared bool
 }
 
 // Config configures a Hierarchy.
@@ -193,7 +197,11 @@ func New(cfg Config) (*Hierarchy, error) {
 	}
 	h.idle = sync.NewCond(&h.mu)
 	for _, lc := range cfg.Levels {
-		h.levels = append(h.levels, &level{LevelConfig: lc, loc: index.Location{Node: cfg.Node, Tier: lc.Kind}})
+		loc := index.Location{Node: cfg.Node, Tier: lc.Kind}
+		if lc.Shared {
+			loc.Node = index.AnyNode
+		}
+		h.levels = append(h.levels, &level{LevelConfig: lc, loc: loc})
 		if lc.AdmitMinSeen > 1 && h.sketch == nil {
 			h.sketch = newSketch(1 << 16)
 		}
@@ -305,6 +313,11 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, error)) (Meta, inde
 		}
 		e := h.entries[key]
 		if e == nil || e.in == 0 {
+			h.mu.Unlock()
+			if h.discover(key) {
+				continue
+			}
+			h.mu.Lock()
 			h.misses++
 			h.gets++
 			h.mu.Unlock()
@@ -353,11 +366,11 @@ func (h *Hierarchy) Stat(key index.Key) (Meta, index.TierKind, error) {
 	return Meta{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
 }
 
-// Lookup returns the longest prefix of chain held on this node, and how
-// many leading blocks each tier holds.
+// Lookup returns the longest prefix of chain this node can read — its own
+// tiers and the shared ones — and how many leading blocks each tier holds.
 func (h *Hierarchy) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix {
 	node := h.node
-	return h.dir.Lookup(ns, chain, func(l index.Location) bool { return l.Node == node })
+	return h.dir.Lookup(ns, chain, func(l index.Location) bool { return l.Node == node || l.Node == index.AnyNode })
 }
 
 // Delete removes a block from every level. It fails with ErrPinned while an

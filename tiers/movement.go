@@ -3,6 +3,7 @@ package tiers
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
@@ -121,7 +122,7 @@ func (h *Hierarchy) promoteLater(key index.Key, from int) {
 }
 
 // promote copies level from's copy of key into level 0 unless another
-// writer owns the key or level 0 already holds it.
+// writer owns the key or level 0 already holds it: the mover's work.
 func (h *Hierarchy) promote(key index.Key, from int) {
 	h.mu.Lock()
 	e := h.entries[key]
@@ -130,23 +131,133 @@ func (h *Hierarchy) promote(key index.Key, from int) {
 		return
 	}
 	e.busy = true
-	m := e.meta
 	h.mu.Unlock()
 	defer h.release(key, e)
+	_ = h.copyUp(key, e, from, 0)
+}
 
+// copyUp copies level from's copy of key, which the caller owns, into level
+// to, and counts a promotion.
+func (h *Hierarchy) copyUp(key index.Key, e *entry, from, to int) error {
+	h.mu.Lock()
+	m := e.meta
+	h.mu.Unlock()
 	buf, vm, err := h.levels[from].Tier.Get(key, make([]byte, 0, m.Size))
 	if errors.Is(err, ErrCorrupt) {
 		h.lost(from, key)
-		return
+		return err
 	}
-	if err != nil || h.store(0, vm, buf) != nil {
-		return
+	if err != nil {
+		return err
+	}
+	if err := h.store(to, vm, buf); err != nil {
+		return err
 	}
 	h.mu.Lock()
-	h.setLocked(e, vm, 0)
-	h.levels[0].promotions++
+	h.setLocked(e, vm, to)
+	h.levels[to].promotions++
 	h.mu.Unlock()
-	h.checkWatermark(0)
+	h.checkWatermark(to)
+	return nil
+}
+
+// PromoteTo copies a block into the tier of the given kind, now, from the
+// fastest level holding it below that tier: what warming a context ahead of
+// need does. A block already there or faster is left alone.
+func (h *Hierarchy) PromoteTo(kind index.TierKind, key index.Key) error {
+	to := h.levelOf(kind)
+	if to < 0 {
+		return fmt.Errorf("hierarchy: no %v tier: %w", kind, ErrInvalid)
+	}
+	if _, _, err := h.Stat(key); errors.Is(err, ErrNotFound) {
+		h.discover(key)
+	}
+	e, err := h.acquire(key, false)
+	if err != nil {
+		return err
+	}
+	defer h.release(key, e)
+	h.mu.Lock()
+	in := e.in
+	h.mu.Unlock()
+	if in == 0 {
+		return fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
+	}
+	from := bits.TrailingZeros8(in)
+	if from <= to {
+		return nil
+	}
+	return h.copyUp(key, e, from, to)
+}
+
+// Demote moves a block's copy out of the tier of the given kind into the
+// next one down (whatever its admission rule says), or only drops it there
+// when the next level holds it already: an operator's "move this out of
+// DRAM". A pinned block moves too. The bottom tier has nowhere to demote to.
+func (h *Hierarchy) Demote(kind index.TierKind, key index.Key) error {
+	i := h.levelOf(kind)
+	if i < 0 || i+1 >= len(h.levels) {
+		return fmt.Errorf("hierarchy: nothing below a %v tier to demote to: %w", kind, ErrInvalid)
+	}
+	e, err := h.acquire(key, false)
+	if err != nil {
+		return err
+	}
+	defer h.release(key, e)
+	h.mu.Lock()
+	m, in := e.meta, e.in
+	h.mu.Unlock()
+	if in&(1<<i) == 0 {
+		return fmt.Errorf("hierarchy: %v not in %v: %w", key, kind, ErrNotFound)
+	}
+	if in>>(i+1)&1 == 0 {
+		if err := h.copyDown(i, m); err != nil {
+			return fmt.Errorf("hierarchy: demote %v from %v: %w", key, kind, err)
+		}
+		h.mu.Lock()
+		h.setLocked(e, m, i+1)
+		h.levels[i+1].demotions++
+		h.mu.Unlock()
+	}
+	h.dropCopy(i, e, key)
+	h.mu.Lock()
+	h.levels[i].evictions++
+	h.mu.Unlock()
+	return nil
+}
+
+// discover looks for a key the hierarchy does not know in the shared levels
+// (blocks another node wrote to a shared object store) and, if one holds
+// it, records that copy. It reports whether it found one.
+func (h *Hierarchy) discover(key index.Key) bool {
+	for i, l := range h.levels {
+		if !l.Shared {
+			continue
+		}
+		m, err := l.Tier.Stat(key)
+		if err != nil {
+			continue
+		}
+		h.mu.Lock()
+		found := false
+		if h.closed {
+			h.mu.Unlock()
+			return false
+		}
+		if e := h.entries[key]; e == nil {
+			h.entries[key] = &entry{meta: m, in: 1 << i, atime: time.Now().UnixNano()}
+			h.addedLocked(i, m)
+			found = true
+		} else if !e.busy && e.in == 0 {
+			h.setLocked(e, m, i)
+			found = true
+		} else {
+			found = e.in != 0 // someone else recorded it meanwhile
+		}
+		h.mu.Unlock()
+		return found
+	}
+	return false
 }
 
 // checkWatermark demotes from level i down to its low watermark once it

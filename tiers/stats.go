@@ -9,11 +9,17 @@ type LevelStats struct {
 	Policy string // the eviction policy's name
 	Stats
 	HighWatermark, LowWatermark float64
-	Hits                        int64 // gets served by this level
-	Evictions                   int64 // blocks this level gave up to make room
-	Drops                       int64 // evictions that kept no copy in a lower level
-	Demotions                   int64 // blocks this level received from the level above
-	Promotions                  int64 // blocks this level received from below
+	// Unavailable says why the tier cannot be reached now (nil when it
+	// can), for tiers that can be down (an object store).
+	Unavailable error
+	// Detail holds counters of the tier's own (objects, segments,
+	// request errors …), for tiers that report them.
+	Detail     map[string]int64
+	Hits       int64 // gets served by this level
+	Evictions  int64 // blocks this level gave up to make room
+	Drops      int64 // evictions that kept no copy in a lower level
+	Demotions  int64 // blocks this level received from the level above
+	Promotions int64 // blocks this level received from below
 }
 
 // HierarchyStats is a snapshot of a hierarchy's counters.
@@ -28,8 +34,16 @@ type HierarchyStats struct {
 // Stats returns a snapshot of the hierarchy's counters.
 func (h *Hierarchy) Stats() HierarchyStats {
 	tierStats := make([]Stats, len(h.levels))
+	down := make([]error, len(h.levels))
+	detail := make([]map[string]int64, len(h.levels))
 	for i, l := range h.levels { // outside h.mu: tiers have locks of their own
 		tierStats[i] = l.Tier.Stats()
+		if a, ok := l.Tier.(interface{ Available() error }); ok {
+			down[i] = a.Available()
+		}
+		if d, ok := l.Tier.(interface{ Detail() map[string]int64 }); ok {
+			detail[i] = d.Detail()
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -39,6 +53,7 @@ func (h *Hierarchy) Stats() HierarchyStats {
 			Kind: l.Kind, Stats: tierStats[i], Hits: l.hits, Evictions: l.evictions,
 			Drops: l.drops, Demotions: l.demotions, Promotions: l.promotions,
 			HighWatermark: l.HighWatermark, LowWatermark: l.LowWatermark, Policy: l.Policy.Name(),
+			Unavailable: down[i], Detail: detail[i],
 		}
 		s.Levels = append(s.Levels, ls)
 	}

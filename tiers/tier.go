@@ -28,6 +28,10 @@ var (
 	// object store that is down); its blocks are not lost, and callers
 	// treat the request as a miss and try again later.
 	ErrUnavailable = errors.New("tiers: tier unavailable")
+	// ErrBusy marks a Put a tier cannot take for now although it has room
+	// (an upload backlog): evicting from it does not help, so the caller
+	// drops the block or keeps it where it is and tries later.
+	ErrBusy = errors.New("tiers: tier busy")
 	// ErrInvalid marks a request that breaks the API contract (a Meta whose
 	// size or checksum does not match the bytes, say).
 	ErrInvalid = errors.New("tiers: invalid request")

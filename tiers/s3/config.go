@@ -99,7 +99,7 @@ type Config struct {
 	FlushInterval time.Duration
 	// MaxPendingBytes bounds the block bytes held in memory until they are
 	// uploaded. A Put that would pass it fails at once with an error
-	// wrapping tiers.ErrFull and ErrBacklog, so that the caller drops the
+	// wrapping tiers.ErrBusy and ErrBacklog, so that the caller drops the
 	// block or keeps it where it is; Put never waits. The default is four
 	// segments or four blocks, whichever is more: 4×max(SegmentSize,
 	// MaxBlockSize).

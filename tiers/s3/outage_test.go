@@ -80,8 +80,8 @@ func TestStoreDownThenBack(t *testing.T) {
 	m, b := block(2, 99, 1000)
 	start = time.Now()
 	err := tr.Put(m, b)
-	if !errors.Is(err, tiers.ErrFull) || !errors.Is(err, s3.ErrBacklog) || !errors.Is(err, tiers.ErrUnavailable) || time.Since(start) > 50*time.Millisecond {
-		t.Fatalf("Put over MaxPendingBytes while down: %v after %v; want ErrFull, ErrBacklog and ErrUnavailable at once", err, time.Since(start))
+	if !errors.Is(err, tiers.ErrBusy) || !errors.Is(err, s3.ErrBacklog) || !errors.Is(err, tiers.ErrUnavailable) || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("Put over MaxPendingBytes while down: %v after %v; want ErrBusy, ErrBacklog and ErrUnavailable at once", err, time.Since(start))
 	}
 	got, _, err := tr.Get(buffered[0].Key, nil)
 	must(t, err)

@@ -112,3 +112,17 @@ func (t *Tier) S3Stats() S3Stats {
 	}
 	return s
 }
+
+// Detail returns S3Stats' counters by name, for kvctl stats and the
+// node's metrics (tiers.LevelStats.Detail).
+func (t *Tier) Detail() map[string]int64 {
+	s := t.S3Stats()
+	return map[string]int64{
+		"segments": s.Segments, "objects": s.Objects, "stored_bytes": s.StoredBytes, "live_bytes": s.LiveBytes,
+		"pending_segments": s.PendingSegments, "pending_bytes": s.PendingBytes, "pending_deletes": s.PendingDeletes,
+		"uploads": s.Uploads, "uploaded_bytes": s.UploadedBytes, "ranged_gets": s.RangedGets,
+		"ranged_get_bytes": s.RangedGetBytes, "rescans": s.Rescans, "request_errors": s.RequestErrors,
+		"corrupt_blocks": s.CorruptBlocks, "corrupt_indexes": s.CorruptIndexes,
+		"index_rewrites": s.IndexRewrites, "segment_deletes": s.SegmentDeletes,
+	}
+}

@@ -84,7 +84,7 @@
 // again. Meanwhile Get and Stat of stored blocks fail at once with errors
 // wrapping tiers.ErrUnavailable; blocks still in memory are served, and
 // Put keeps buffering until Config.MaxPendingBytes, past which it fails at
-// once with tiers.ErrFull and ErrBacklog. Uploads pause and resume by
+// once with tiers.ErrBusy and ErrBacklog. Uploads pause and resume by
 // themselves; a block the tier acknowledged is never dropped while the
 // process lives. Close gives the store Config.CloseTimeout to take what is
 // pending and reports what it could not upload.
@@ -113,7 +113,7 @@ import (
 var _ tiers.Tier = (*Tier)(nil)
 
 // ErrBacklog marks a Put refused because Config.MaxPendingBytes of blocks
-// already wait for their upload; such errors also match tiers.ErrFull.
+// already wait for their upload; such errors also match tiers.ErrBusy.
 // Deleting stored blocks does not make room for it: the caller should
 // drop the block or keep it where it is, and try again later.
 var ErrBacklog = errors.New("s3: upload backlog full")
@@ -203,7 +203,7 @@ func Open(ctx context.Context, cfg Config) (*Tier, error) {
 // Put stores value under m.Key, replacing any block there; see
 // tiers.Tier. The block goes into memory and is uploaded later; Put never
 // talks to the store. It fails with tiers.ErrFull when the tier holds
-// Capacity, and with ErrBacklog (which matches tiers.ErrFull too) when
+// Capacity, and with ErrBacklog (which matches tiers.ErrBusy) when
 // MaxPendingBytes wait for their upload, an error that also wraps the
 // store's *UnavailableError while it is down.
 func (t *Tier) Put(m tiers.Meta, value []byte) error {
@@ -231,7 +231,7 @@ func (t *Tier) Put(m tiers.Meta, value []byte) error {
 			fmtBytes(cost(m.Size)), fmtBytes(used), fmtBytes(t.capacity()))
 	}
 	if pending := t.pending - oldPending + int64(m.Size); pending > t.cfg.MaxPendingBytes {
-		err := fmt.Errorf("s3: put %v: %w (%w): %s wait for their upload, limit %s", m.Key, tiers.ErrFull, ErrBacklog,
+		err := fmt.Errorf("s3: put %v: %w (%w): %s wait for their upload, limit %s", m.Key, tiers.ErrBusy, ErrBacklog,
 			fmtBytes(t.pending), fmtBytes(t.cfg.MaxPendingBytes))
 		if down := t.avail.err(); down != nil {
 			err = fmt.Errorf("%w; %w", err, down)

@@ -1,0 +1,149 @@
+package tiers_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/tiers/s3"
+	"github.com/kvstrata/kvstrata/tiers/s3/s3test"
+	"github.com/kvstrata/kvstrata/tiers/tiertest"
+)
+
+// threeLevels stacks DRAM (2 blocks) over a second arena labelled SSD (2
+// blocks) over a real object store, as node id node.
+func threeLevels(t *testing.T, srv *s3test.Server, node index.NodeID) (*tiers.Hierarchy, *s3.Tier) {
+	t.Helper()
+	cfg := srv.Config("shared")
+	cfg.FlushInterval = 50 * time.Millisecond
+	cfg.RequestTimeout = time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	bottom, err := s3.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := tiers.New(tiers.Config{Node: node, Inline: true, Levels: []tiers.LevelConfig{
+		{Kind: index.TierDRAM, Tier: newDRAM(t, 2), HighWatermark: 1, LowWatermark: 1},
+		{Kind: index.TierSSD, Tier: newDRAM(t, 2), HighWatermark: 1, LowWatermark: 1},
+		{Kind: index.TierS3, Tier: bottom, Shared: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h, bottom
+}
+
+func TestSSDVictimsGoToTheObjectStoreAndComeBack(t *testing.T) {
+	srv := s3test.Start(t)
+	h, bottom := threeLevels(t, srv, 1)
+	want := map[int][]byte{}
+	for i := 1; i <= 8; i++ {
+		want[i] = put(t, h, i)
+	}
+	if where(t, h, 1) != "s3" || where(t, h, 8) != "dram" {
+		t.Fatalf("block 1 in %s, block 8 in %s", where(t, h, 1), where(t, h, 8))
+	}
+	// The object store's copy is cluster-wide: published at AnyNode.
+	p := h.Lookup(7, []index.Hash{1, 2, 3, 4})
+	if p.Blocks != 4 || p.At(index.Location{Node: index.AnyNode, Tier: index.TierS3}) != 4 {
+		t.Fatalf("lookup: %+v", p)
+	}
+	got, _, kind, err := h.Get(key(1), nil)
+	if err != nil || kind != index.TierS3 || !bytes.Equal(got, want[1]) {
+		t.Fatalf("get from s3: %v %v", kind, err)
+	}
+	if where(t, h, 1) != "dram" {
+		t.Fatal("s3 hit not promoted")
+	}
+	if err := bottom.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another node on the same bucket finds the blocks on a miss.
+	other, _ := threeLevels(t, srv, 2)
+	got, _, kind, err = other.Get(key(2), nil)
+	if err != nil || kind != index.TierS3 || !bytes.Equal(got, want[2]) {
+		t.Fatalf("other node's get: %v %v", kind, err)
+	}
+}
+
+func TestDemoteAndPromoteToMoveCopiesOnDemand(t *testing.T) {
+	srv := s3test.Start(t)
+	h, _ := threeLevels(t, srv, 1)
+	b := put(t, h, 1)
+	if err := h.Demote(index.TierDRAM, key(1)); err != nil || where(t, h, 1) != "ssd" {
+		t.Fatalf("demote from dram: %v, now in %s", err, where(t, h, 1))
+	}
+	if err := h.Demote(index.TierSSD, key(1)); err != nil || where(t, h, 1) != "s3" {
+		t.Fatalf("demote from ssd: %v, now in %s", err, where(t, h, 1))
+	}
+	if err := h.Demote(index.TierS3, key(1)); !errors.Is(err, tiers.ErrInvalid) {
+		t.Fatalf("demote from the bottom tier: %v", err)
+	}
+	if err := h.PromoteTo(index.TierDRAM, key(1)); err != nil || where(t, h, 1) != "dram" {
+		t.Fatalf("promote to dram: %v, now in %s", err, where(t, h, 1))
+	}
+	got, _, _, _ := h.Get(key(1), nil)
+	if !bytes.Equal(got, b) {
+		t.Fatal("bytes changed on the way down and up")
+	}
+}
+
+func TestObjectStoreOutageIsAMissNotAFailure(t *testing.T) {
+	srv := s3test.Start(t)
+	h, bottom := threeLevels(t, srv, 1)
+	for i := 1; i <= 6; i++ {
+		put(t, h, i)
+	}
+	if err := bottom.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	// Blocks only in the object store read as misses; once the tier is
+	// marked down they are misses at once. DRAM keeps serving, and puts
+	// keep landing.
+	deadline := time.Now().Add(10 * time.Second)
+	for bottom.Available() == nil {
+		if _, _, _, err := h.Get(key(1), nil); !errors.Is(err, tiers.ErrNotFound) {
+			t.Fatalf("get of an s3 block with s3 down: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("s3 never marked unavailable")
+		}
+	}
+	start := time.Now()
+	if _, _, _, err := h.Get(key(2), nil); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("get of an s3 block with s3 marked down: %v", err)
+	}
+	if took := time.Since(start); took > 50*time.Millisecond {
+		t.Fatalf("a miss with s3 marked down took %v", took)
+	}
+	if _, _, kind, err := h.Get(key(6), nil); err != nil || kind != index.TierDRAM {
+		t.Fatalf("dram block with s3 down: %v %v", kind, err)
+	}
+	m, b := tiertest.Block(9, blockSize)
+	if err := h.Put(m, b); err != nil {
+		t.Fatalf("put with s3 down: %v", err)
+	}
+	if s := h.Stats(); s.Levels[2].Unavailable == nil || s.Levels[2].Detail["request_errors"] == 0 {
+		t.Fatalf("stats do not show the outage: %+v", s.Levels[2])
+	}
+	srv.Restart()
+	deadline = time.Now().Add(10 * time.Second)
+	for bottom.Available() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("s3 never came back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, _, kind, err := h.Get(key(1), nil); err != nil || kind != index.TierS3 {
+		t.Fatalf("s3 block after the store came back: %v %v", kind, err)
+	}
+}
