@@ -29,6 +29,7 @@ type Config struct {
 	Listen  Listen
 	DRAM    DRAM
 	SSD     SSD
+	S3      S3
 	Limits  Limits
 	// Transport is the data-plane backend: "tcp" (default) or "ucx" (in
 	// binaries built with the ucx tag).
@@ -89,6 +90,44 @@ type SSD struct {
 	WAL bool
 }
 
+// S3 configures the object-store tier, the bottom of the hierarchy, shared
+// by every node that points at the same bucket and prefix. It is off until
+// an endpoint is set.
+type S3 struct {
+	// Endpoint is host:port of any S3-compatible store; empty turns the
+	// tier off (the default).
+	Endpoint string
+	// Bucket holds the tier's objects. Default "kvstrata".
+	Bucket string
+	// Prefix goes before every object name ("prod/kvstrata"). Default
+	// empty.
+	Prefix string
+	// Region of the bucket. Default "us-east-1".
+	Region string
+	// Secure talks TLS to the store. Default false.
+	Secure bool
+	// AccessKey and SecretKey sign requests; when both are empty they
+	// come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+	AccessKey, SecretKey string
+	// CreateBucket creates a missing bucket at start. Default true.
+	CreateBucket bool
+	// Capacity caps the bytes the tier holds; 0 (default) is unlimited.
+	Capacity ByteSize
+	// Policy is lru (default), lfu or prefix.
+	Policy string
+	// SegmentSize is the target size of one segment object. Default 64MiB.
+	SegmentSize ByteSize
+	// FlushInterval uploads a partly filled segment after this long.
+	// Default 1s.
+	FlushInterval time.Duration
+	// MaxPending bounds the bytes waiting for upload; over it, SSD victims
+	// are dropped rather than queued. Default 256MiB.
+	MaxPending ByteSize
+	// Concurrency is the number of parallel uploads and ranged GETs, and
+	// the reads in flight when a long chain is restored. Default 16.
+	Concurrency int
+}
+
 // Limits protect the node; requests over them are refused whole.
 type Limits struct {
 	MaxBlockSize   ByteSize // default 4MiB
@@ -111,6 +150,8 @@ func Default() Config {
 		DRAM: DRAM{PageSize: 4 << 10, Policy: "lru", HighWatermark: 0.95, LowWatermark: 0.85},
 		SSD: SSD{Enabled: true, Policy: "lru", AdmitMinSeen: 1,
 			HighWatermark: 0.95, LowWatermark: 0.85},
+		S3: S3{Bucket: "kvstrata", Region: "us-east-1", CreateBucket: true, Policy: "lru",
+			SegmentSize: 64 << 20, FlushInterval: time.Second, MaxPending: 256 << 20, Concurrency: 16},
 		Limits: Limits{
 			MaxBlockSize: 4 << 20, MaxBatchBlocks: 1024,
 			MaxBatchBytes: 256 << 20, MaxConnections: 1024,
@@ -175,6 +216,29 @@ func (c *Config) Validate() error {
 		}
 		if c.SSD.AdmitMinSeen < 1 || c.SSD.AdmitMinSeen > 15 {
 			bad("ssd.admit-min-seen %d outside [1, 15]", c.SSD.AdmitMinSeen)
+		}
+	}
+	if c.S3.Endpoint != "" {
+		if _, _, err := net.SplitHostPort(c.S3.Endpoint); err != nil {
+			bad("s3.endpoint %q is not host:port (no scheme: use s3.secure for TLS)", c.S3.Endpoint)
+		}
+		if n := len(c.S3.Bucket); n < 3 || n > 63 || strings.ToLower(c.S3.Bucket) != c.S3.Bucket || strings.ContainsAny(c.S3.Bucket, "/_ ") {
+			bad("s3.bucket %q is not a valid bucket name (3-63 lower-case letters, digits, dots, dashes)", c.S3.Bucket)
+		}
+		if !policy.Valid(c.S3.Policy) {
+			bad("s3.policy %q is unknown (want %s)", c.S3.Policy, strings.Join(policy.Names, ", "))
+		}
+		if c.S3.Capacity < 0 || c.S3.SegmentSize < 1<<20 || c.S3.SegmentSize > 4<<30 {
+			bad("s3.capacity must be ≥ 0 and s3.segment-size in [1MiB, 4GiB]")
+		}
+		if c.S3.MaxPending < c.S3.SegmentSize {
+			bad("s3.max-pending %v is below s3.segment-size %v", c.S3.MaxPending, c.S3.SegmentSize)
+		}
+		if c.S3.FlushInterval <= 0 || c.S3.Concurrency < 1 || c.S3.Concurrency > 1024 {
+			bad("s3.flush-interval must be > 0 and s3.concurrency in [1, 1024]")
+		}
+		if (c.S3.AccessKey == "") != (c.S3.SecretKey == "") {
+			bad("s3.access-key and s3.secret-key must be set together (or both left to AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 		}
 	}
 	l := c.Limits

@@ -207,9 +207,13 @@ func (l *Loaded) Format() string {
 	return b.String()
 }
 
-// quote writes a setting's value as a TOML literal.
+// quote writes a setting's value as a TOML literal; a secret that is set
+// prints as "<redacted>".
 func quote(s *Setting) string {
 	v := s.Value()
+	if s.Secret && v != "" {
+		return `"<redacted>"`
+	}
 	if _, err := strconv.ParseFloat(v, 64); err == nil || v == "true" || v == "false" {
 		return v
 	}

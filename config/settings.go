@@ -15,8 +15,10 @@ type Setting struct {
 	// Bool marks a true/false setting, whose flag may be given without a
 	// value (--ssd-wal means --ssd-wal=true).
 	Bool bool
-	set  func(string) error
-	get  func() string
+	// Secret marks a setting whose value is never printed.
+	Secret bool
+	set    func(string) error
+	get    func() string
 }
 
 // Flag is the command-line flag of s: "dram-capacity".
@@ -60,6 +62,20 @@ func (c *Config) Settings() []*Setting {
 		floatSetting("ssd.high-watermark", "fraction of SSD capacity that starts eviction", &c.SSD.HighWatermark),
 		floatSetting("ssd.low-watermark", "fraction of SSD capacity eviction stops at", &c.SSD.LowWatermark),
 		boolSetting("ssd.wal", "write-ahead log: acknowledged blocks survive a crash, at 2x the writes", &c.SSD.WAL),
+		strSetting("s3.endpoint", "object store host:port (empty: no s3 tier)", &c.S3.Endpoint),
+		strSetting("s3.bucket", "bucket of the s3 tier", &c.S3.Bucket),
+		strSetting("s3.prefix", "object-name prefix in the bucket", &c.S3.Prefix),
+		strSetting("s3.region", "region of the bucket", &c.S3.Region),
+		boolSetting("s3.secure", "talk TLS to the object store", &c.S3.Secure),
+		strSetting("s3.access-key", "s3 access key (default $AWS_ACCESS_KEY_ID)", &c.S3.AccessKey),
+		secretSetting("s3.secret-key", "s3 secret key (default $AWS_SECRET_ACCESS_KEY)", &c.S3.SecretKey),
+		boolSetting("s3.create-bucket", "create the bucket if it is missing", &c.S3.CreateBucket),
+		sizeSetting("s3.capacity", "s3 tier size (0: unlimited)", &c.S3.Capacity),
+		strSetting("s3.policy", "s3 eviction policy: lru, lfu or prefix", &c.S3.Policy),
+		sizeSetting("s3.segment-size", "target size of one segment object", &c.S3.SegmentSize),
+		durationSetting("s3.flush-interval", "upload a partly filled segment after this long", &c.S3.FlushInterval),
+		sizeSetting("s3.max-pending", "most bytes waiting for upload before ssd victims are dropped", &c.S3.MaxPending),
+		intSetting("s3.concurrency", "parallel uploads and ranged gets", &c.S3.Concurrency),
 		sizeSetting("limits.max-block-size", "largest block accepted", &c.Limits.MaxBlockSize),
 		intSetting("limits.max-batch-blocks", "most blocks in one request", &c.Limits.MaxBatchBlocks),
 		sizeSetting("limits.max-batch-bytes", "most bytes in one put", &c.Limits.MaxBatchBytes),
@@ -128,6 +144,13 @@ func boolSetting(key, usage string, p *bool) *Setting {
 			return nil
 		},
 		get: func() string { return strconv.FormatBool(*p) }}
+}
+
+// secretSetting is a string setting that --print-config masks.
+func secretSetting(key, usage string, p *string) *Setting {
+	s := strSetting(key, usage, p)
+	s.Secret = true
+	return s
 }
 
 func sizeSetting(key, usage string, p *ByteSize) *Setting {

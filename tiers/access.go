@@ -14,21 +14,21 @@ import (
 // View must be released; the lease bounds how long it may pin the bytes.
 func (h *Hierarchy) View(key index.Key, lease time.Duration) (View, index.TierKind, error) {
 	var v View
-	_, kind, err := h.read(key, func(t Tier) (Meta, error) {
+	_, kind, err := h.read(key, func(t Tier) (Meta, []byte, error) {
 		if vt, ok := t.(Viewer); ok {
 			var err error
 			v, err = vt.View(key, lease)
 			if err != nil {
-				return Meta{}, err
+				return Meta{}, nil, err
 			}
-			return v.Meta(), nil
+			return v.Meta(), nil, nil
 		}
 		b, m, err := t.Get(key, nil)
 		if err != nil {
-			return m, err
+			return m, nil, err
 		}
 		v = heapView{b: b, m: m}
-		return m, nil
+		return m, b, nil // a fresh copy, only ever read: a promotion may share it
 	})
 	return v, kind, err
 }

@@ -176,6 +176,10 @@ type entry struct {
 type promotion struct {
 	key  index.Key
 	from int
+	// data, when set, holds the block's bytes as a reader just got them
+	// (read-only, shared), so the promotion need not read them again.
+	data []byte
+	meta Meta
 }
 
 // New stacks cfg.Levels and loads what persistent levels already hold.
@@ -290,11 +294,11 @@ func (h *Hierarchy) stored(e *entry, m Meta, err error) {
 // dropped and the next level tried; a block held nowhere is ErrNotFound.
 func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, Meta, index.TierKind, error) {
 	var out []byte
-	m, kind, err := h.read(key, func(t Tier) (Meta, error) {
+	m, kind, err := h.read(key, func(t Tier) (Meta, []byte, error) {
 		var m Meta
 		var err error
 		out, m, err = t.Get(key, dst)
-		return m, err
+		return m, nil, err // dst is the caller's: a promotion reads again
 	})
 	if err != nil {
 		return dst, m, kind, err
@@ -304,7 +308,9 @@ func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, Meta, index.TierKind
 
 // read finds the fastest level holding key and reads it with fn, trying
 // again when a concurrent move took the copy away or the copy was corrupt.
-func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, error)) (Meta, index.TierKind, error) {
+// fn may return the bytes it read when they may be shared read-only with a
+// promotion.
+func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, []byte, error)) (Meta, index.TierKind, error) {
 	for range 4 {
 		h.mu.Lock()
 		if h.closed {
@@ -329,7 +335,7 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, error)) (Meta, inde
 		h.touchLocked(key, e)
 		h.mu.Unlock()
 
-		m, err := fn(l.Tier)
+		m, shared, err := fn(l.Tier)
 		switch {
 		case err == nil:
 			h.mu.Lock()
@@ -337,7 +343,7 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, error)) (Meta, inde
 			l.hits++
 			h.mu.Unlock()
 			if i > 0 && !h.cfg.NoPromote {
-				h.promoteLater(key, i)
+				h.promoteLater(promotion{key: key, from: i, data: shared, meta: m})
 			}
 			return m, l.Kind, nil
 		case errors.Is(err, ErrCorrupt):

@@ -110,30 +110,41 @@ func (h *Hierarchy) admitLocked(i int, key index.Key) bool {
 
 // promoteLater copies a lower-level hit up to level 0: now when the
 // hierarchy is inline, else through the mover (dropped if it is busy).
-func (h *Hierarchy) promoteLater(key index.Key, from int) {
+func (h *Hierarchy) promoteLater(p promotion) {
 	if h.cfg.Inline {
-		h.promote(key, from)
+		h.promote(p)
 		return
 	}
 	select {
-	case h.promoteQ <- promotion{key, from}:
+	case h.promoteQ <- p:
 	default:
 	}
 }
 
-// promote copies level from's copy of key into level 0 unless another
+// promote copies a lower level's copy of a key into level 0 unless another
 // writer owns the key or level 0 already holds it: the mover's work.
-func (h *Hierarchy) promote(key index.Key, from int) {
+func (h *Hierarchy) promote(p promotion) {
 	h.mu.Lock()
-	e := h.entries[key]
-	if e == nil || e.busy || e.in&1 != 0 || e.in&(1<<from) == 0 || h.closed {
+	e := h.entries[p.key]
+	if e == nil || e.busy || e.in&1 != 0 || e.in&(1<<p.from) == 0 || h.closed ||
+		(p.data != nil && p.meta.Sum != e.meta.Sum) { // the bytes read are no longer the current version
 		h.mu.Unlock()
 		return
 	}
 	e.busy = true
 	h.mu.Unlock()
-	defer h.release(key, e)
-	_ = h.copyUp(key, e, from, 0)
+	defer h.release(p.key, e)
+	if p.data != nil {
+		if h.store(0, p.meta, p.data) == nil {
+			h.mu.Lock()
+			h.setLocked(e, p.meta, 0)
+			h.levels[0].promotions++
+			h.mu.Unlock()
+			h.checkWatermark(0)
+		}
+		return
+	}
+	_ = h.copyUp(p.key, e, p.from, 0)
 }
 
 // copyUp copies level from's copy of key, which the caller owns, into level
@@ -163,31 +174,32 @@ func (h *Hierarchy) copyUp(key index.Key, e *entry, from, to int) error {
 
 // PromoteTo copies a block into the tier of the given kind, now, from the
 // fastest level holding it below that tier: what warming a context ahead of
-// need does. A block already there or faster is left alone.
-func (h *Hierarchy) PromoteTo(kind index.TierKind, key index.Key) error {
+// need does. It reports whether it copied: a block already there or faster
+// is left alone.
+func (h *Hierarchy) PromoteTo(kind index.TierKind, key index.Key) (bool, error) {
 	to := h.levelOf(kind)
 	if to < 0 {
-		return fmt.Errorf("hierarchy: no %v tier: %w", kind, ErrInvalid)
+		return false, fmt.Errorf("hierarchy: no %v tier: %w", kind, ErrInvalid)
 	}
 	if _, _, err := h.Stat(key); errors.Is(err, ErrNotFound) {
 		h.discover(key)
 	}
 	e, err := h.acquire(key, false)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer h.release(key, e)
 	h.mu.Lock()
 	in := e.in
 	h.mu.Unlock()
 	if in == 0 {
-		return fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
+		return false, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
 	}
 	from := bits.TrailingZeros8(in)
 	if from <= to {
-		return nil
+		return false, nil
 	}
-	return h.copyUp(key, e, from, to)
+	return true, h.copyUp(key, e, from, to)
 }
 
 // Demote moves a block's copy out of the tier of the given kind into the
@@ -302,13 +314,12 @@ func (h *Hierarchy) run() {
 		case <-h.stop:
 			return
 		case p := <-h.promoteQ:
-			h.promote(p.key, p.from)
+			h.promote(p)
 		case <-h.kick:
 			h.drain()
 		case done := <-h.settle:
 			for n := len(h.promoteQ); n > 0; n-- {
-				p := <-h.promoteQ
-				h.promote(p.key, p.from)
+				h.promote(<-h.promoteQ)
 			}
 			h.drain()
 			close(done)

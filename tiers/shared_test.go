@@ -87,7 +87,7 @@ func TestDemoteAndPromoteToMoveCopiesOnDemand(t *testing.T) {
 	if err := h.Demote(index.TierS3, key(1)); !errors.Is(err, tiers.ErrInvalid) {
 		t.Fatalf("demote from the bottom tier: %v", err)
 	}
-	if err := h.PromoteTo(index.TierDRAM, key(1)); err != nil || where(t, h, 1) != "dram" {
+	if copied, err := h.PromoteTo(index.TierDRAM, key(1)); err != nil || !copied || where(t, h, 1) != "dram" {
 		t.Fatalf("promote to dram: %v, now in %s", err, where(t, h, 1))
 	}
 	got, _, _, _ := h.Get(key(1), nil)

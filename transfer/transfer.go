@@ -52,6 +52,23 @@ type Handler interface {
 	Reserve(h Header) (buf []byte, commit func(ok bool) error, err error)
 }
 
+// Prefetcher is an optional power of a Handler. Told every key of a Get
+// before the first Open, it may start reading slow blocks (from an object
+// store, say) in parallel; the transport then opens the Get's blocks in
+// order through the returned Opener and closes it when the Get is done, so
+// blocks stream back in order as they arrive.
+type Prefetcher interface {
+	Prefetch(keys []index.Key) Opener
+}
+
+// Opener opens, one after another in request order, the blocks of one Get
+// a Prefetcher was told about; Open has Handler.Open's contract.
+type Opener interface {
+	Open(key index.Key) (h Header, data []byte, release func(), err error)
+	// Close ends the Get: blocks fetched but never opened are let go.
+	Close()
+}
+
 // Receiver takes the blocks of a Get as they arrive, in request order. For
 // each block i the transport calls Buffer at most once (only for a block
 // that arrives with bytes) and then Done exactly once, from the goroutine

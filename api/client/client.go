@@ -11,6 +11,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"time"
 
@@ -241,6 +242,53 @@ func keysToPB(keys []index.Key) []*pb.BlockKey {
 	out := make([]*pb.BlockKey, len(keys))
 	for i, k := range keys {
 		out[i] = &pb.BlockKey{Namespace: uint64(k.NS), Hash: uint64(k.Hash)}
+	}
+	return out
+}
+
+// Warm asks the node to copy keys up from its slower tiers (an object
+// store) into tier ("" for the fastest) ahead of need, in batches the node
+// accepts; progress, if set, sees the running totals.
+func (c *Client) Warm(ctx context.Context, keys []index.Key, tier string, progress func(*pb.WarmProgress)) (*pb.WarmProgress, error) {
+	total := &pb.WarmProgress{Total: uint32(len(keys))}
+	for _, r := range chunks(len(keys), int(c.info.MaxBatchBlocks)) {
+		var last *pb.WarmProgress
+		err := c.call(ctx, "warm", func(ctx context.Context) error {
+			stream, err := c.api.Warm(ctx, &pb.WarmRequest{Keys: keysToPB(keys[r[0]:r[1]]), Tier: tier})
+			if err != nil {
+				return err
+			}
+			for {
+				p, err := stream.Recv()
+				if err == io.EOF {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				last = p
+				if progress != nil {
+					progress(sumWarm(total, p))
+				}
+			}
+		})
+		if err != nil {
+			return total, err
+		}
+		if last != nil {
+			total = sumWarm(total, last)
+		}
+	}
+	return total, nil
+}
+
+// sumWarm adds one batch's progress to the totals of the batches before it.
+func sumWarm(before, p *pb.WarmProgress) *pb.WarmProgress {
+	out := &pb.WarmProgress{Total: before.Total, Done: before.Done + p.Done, Warmed: before.Warmed + p.Warmed,
+		Already: before.Already + p.Already, Missing: before.Missing + p.Missing, Failed: before.Failed + p.Failed,
+		Bytes: before.Bytes + p.Bytes, LastError: before.LastError}
+	if p.LastError != "" {
+		out.LastError = p.LastError
 	}
 	return out
 }

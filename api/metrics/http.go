@@ -16,6 +16,9 @@ import (
 type Check struct {
 	Name string
 	Fn   func() error
+	// Advisory checks are listed but do not make the node unready (a
+	// tier that is down while the others serve).
+	Advisory bool
 }
 
 // Handler serves /metrics, /healthz (the process is up) and /readyz (every
@@ -39,8 +42,11 @@ func (m *Metrics) Handler(pprof bool, checks ...Check) http.Handler {
 		ready := true
 		for _, c := range checks {
 			if err := c.Fn(); err != nil {
-				ready = false
-				fmt.Fprintf(&b, "[-] %s: %v\n", c.Name, err)
+				mark := "[!]"
+				if !c.Advisory {
+					ready, mark = false, "[-]"
+				}
+				fmt.Fprintf(&b, "%s %s: %v\n", mark, c.Name, err)
 			} else {
 				fmt.Fprintf(&b, "[+] %s ok\n", c.Name)
 			}

@@ -112,6 +112,8 @@ var (
 	descDrops      = desc("tier_drops_total", "Evictions that kept no copy in a lower tier.")
 	descDemotions  = desc("tier_demotions_total", "Blocks a tier received from the tier above.")
 	descPromotions = desc("tier_promotions_total", "Blocks a tier received from below.")
+	descAvailable  = desc("tier_available", "1 while a tier can be reached, 0 while it cannot (an object store that is down).")
+	descDetail     = prometheus.NewDesc(namespace+"_tier_detail", "A tier's own counters and gauges (the object store's objects, segments, request errors …), by stat.", []string{"tier", "stat"}, nil)
 	descGets       = prometheus.NewDesc(namespace+"_gets_total", "Block gets.", nil, nil)
 	descMisses     = prometheus.NewDesc(namespace+"_misses_total", "Block gets that found the block in no tier.", nil, nil)
 	descKeys       = prometheus.NewDesc(namespace+"_blocks", "Distinct blocks held in some tier.", nil, nil)
@@ -124,7 +126,7 @@ func desc(name, help string) *prometheus.Desc {
 
 func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descBlocks, descHits, descMissesTier, descEvictions,
-		descDrops, descDemotions, descPromotions, descGets, descMisses, descKeys, descPins} {
+		descDrops, descDemotions, descPromotions, descAvailable, descDetail, descGets, descMisses, descKeys, descPins} {
 		ch <- d
 	}
 }
@@ -150,6 +152,14 @@ func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDrops, l.Drops)
 		counter(descDemotions, l.Demotions)
 		counter(descPromotions, l.Promotions)
+		up := int64(1)
+		if l.Unavailable != nil {
+			up = 0
+		}
+		gauge(descAvailable, up)
+		for stat, v := range l.Detail {
+			ch <- prometheus.MustNewConstMetric(descDetail, prometheus.GaugeValue, float64(v), t, stat)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descGets, prometheus.CounterValue, float64(s.Gets))
 	ch <- prometheus.MustNewConstMetric(descMisses, prometheus.CounterValue, float64(s.Misses))

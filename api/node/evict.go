@@ -23,6 +23,9 @@ type Selector struct {
 	Bytes  int64
 	All    bool
 	DryRun bool
+	// Demote moves the selected copies out of Tier into the next tier
+	// down instead of removing them; pinned blocks move too.
+	Demote bool
 }
 
 // Empty reports whether s selects by nothing.
@@ -56,6 +59,9 @@ func (n *Node) Evict(s Selector) (EvictResult, error) {
 	if s.Tier != 0 && !slices.Contains(n.h.Kinds(), s.Tier) {
 		return EvictResult{}, fmt.Errorf("%w: this node has no %v tier (it has %v)", tiers.ErrInvalid, s.Tier, n.h.Kinds())
 	}
+	if kinds := n.h.Kinds(); s.Demote && (s.Tier == 0 || s.Tier == kinds[len(kinds)-1]) {
+		return EvictResult{}, fmt.Errorf("%w: demote needs a tier with another below it (this node has %v)", tiers.ErrInvalid, kinds)
+	}
 	var keys map[index.Key]bool
 	if len(s.Keys) > 0 {
 		keys = make(map[index.Key]bool, len(s.Keys))
@@ -72,7 +78,7 @@ func (n *Node) Evict(s Selector) (EvictResult, error) {
 			s.Tier != 0 && !slices.Contains(b.Kinds, s.Tier),
 			s.OlderThan > 0 && b.LastAccess.After(cutoff):
 			return false
-		case b.Pinned:
+		case b.Pinned && !s.Demote:
 			res.Pinned++
 			return false
 		}
@@ -89,9 +95,12 @@ func (n *Node) Evict(s Selector) (EvictResult, error) {
 		}
 		if !s.DryRun {
 			var err error
-			if s.Tier != 0 {
+			switch {
+			case s.Demote:
+				err = n.h.Demote(s.Tier, b.Key)
+			case s.Tier != 0:
 				err = n.h.DeleteFrom(s.Tier, b.Key)
-			} else {
+			default:
 				err = n.h.Delete(b.Key)
 			}
 			switch {

@@ -52,6 +52,9 @@ type Config struct {
 	// ViewLease is how long a read may pin a block's bytes in place while
 	// they are written to a socket. The default is 30 seconds.
 	ViewLease time.Duration
+	// FetchConcurrency is how many blocks a data-plane get or a warm reads
+	// from the slower tiers at once. The default is 16.
+	FetchConcurrency int
 }
 
 // Defaults of Config.
@@ -78,6 +81,9 @@ func (c Config) WithDefaults() Config {
 	if c.ViewLease == 0 {
 		c.ViewLease = 30 * time.Second
 	}
+	if c.FetchConcurrency == 0 {
+		c.FetchConcurrency = DefaultFetchConcurrency
+	}
 	return c
 }
 
@@ -96,6 +102,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxLease < 0 || c.ViewLease < 0 {
 		probs = append(probs, "leases must not be negative")
+	}
+	if c.FetchConcurrency < 0 || c.FetchConcurrency > 1024 {
+		probs = append(probs, fmt.Sprintf("fetch concurrency %d outside [1, 1024]", c.FetchConcurrency))
 	}
 	if len(probs) == 0 {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -225,7 +226,7 @@ func (s *Server) Exists(_ context.Context, req *pb.ExistsRequest) (*pb.ExistsRes
 func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictResponse, error) {
 	sel := node.Selector{
 		Keys: keysFromPB(req.Keys), OlderThan: time.Duration(req.OlderThanMs) * time.Millisecond,
-		Bytes: int64(req.Bytes), All: req.All, DryRun: req.DryRun,
+		Bytes: int64(req.Bytes), All: req.All, DryRun: req.DryRun, Demote: req.Demote,
 	}
 	if req.HasNamespace {
 		ns := index.NamespaceID(req.Namespace)
@@ -263,9 +264,56 @@ func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, er
 			Blocks: uint64(l.Blocks), Hits: uint64(l.Hits), Evictions: uint64(l.Evictions), Drops: uint64(l.Drops),
 			Demotions: uint64(l.Demotions), Promotions: uint64(l.Promotions),
 			HighWatermark: l.HighWatermark, LowWatermark: l.LowWatermark,
+			Available: l.Unavailable == nil, Detail: l.Detail,
 		})
+		if l.Unavailable != nil {
+			out.Tiers[len(out.Tiers)-1].Unavailable = l.Unavailable.Error()
+		}
 	}
 	return out, nil
+}
+
+// Warm copies blocks up into a faster tier, streaming progress at most
+// every 100 ms and once at the end.
+func (s *Server) Warm(req *pb.WarmRequest, stream grpc.ServerStreamingServer[pb.WarmProgress]) error {
+	var kind index.TierKind
+	if req.Tier != "" {
+		k, err := index.ParseTierKind(req.Tier)
+		if err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		kind = k
+	}
+	if kind != 0 && !slices.Contains(s.n.Hierarchy().Kinds(), kind) {
+		return status.Errorf(codes.InvalidArgument, "this node has no %v tier", kind)
+	}
+	if err := s.n.CheckKeys(len(req.Keys)); err != nil {
+		return toStatus(err)
+	}
+	var last time.Time
+	var sendErr error
+	p, err := s.n.Warm(stream.Context(), keysFromPB(req.Keys), kind, 0, func(p node.WarmProgress) {
+		if time.Since(last) >= 100*time.Millisecond && sendErr == nil {
+			last = time.Now()
+			sendErr = stream.Send(warmToPB(p))
+		}
+	})
+	if err != nil {
+		return toStatus(err)
+	}
+	if sendErr != nil {
+		return sendErr
+	}
+	return stream.Send(warmToPB(p))
+}
+
+func warmToPB(p node.WarmProgress) *pb.WarmProgress {
+	out := &pb.WarmProgress{Done: uint32(p.Done), Total: uint32(p.Total), Warmed: uint32(p.Warmed), Already: uint32(p.Already),
+		Missing: uint32(p.Missing), Failed: uint32(p.Failed), Bytes: uint64(p.Bytes)}
+	if p.LastError != nil {
+		out.LastError = p.LastError.Error()
+	}
+	return out
 }
 
 // Pin leases blocks.

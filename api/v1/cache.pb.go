@@ -931,16 +931,19 @@ func (x *ExistsResponse) GetExists() []bool {
 // EvictRequest selects blocks: every set field must match (a block matches
 // an empty selector only when all = true).
 type EvictRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	HasNamespace  bool                   `protobuf:"varint,1,opt,name=has_namespace,json=hasNamespace,proto3" json:"has_namespace,omitempty"`
-	Namespace     uint64                 `protobuf:"fixed64,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Tier          string                 `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`                                     // only this tier's copies; empty: every tier
-	Keys          []*BlockKey            `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`                                     // only these blocks
-	OlderThanMs   int64                  `protobuf:"varint,5,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"` // only blocks not accessed for this long
-	Bytes         uint64                 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`                                  // stop once this many bytes are freed (policy order)
-	All           bool                   `protobuf:"varint,7,opt,name=all,proto3" json:"all,omitempty"`                                      // allow an empty selector: everything
-	DryRun        bool                   `protobuf:"varint,8,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`                  // report, remove nothing
-	MaxListed     uint32                 `protobuf:"varint,9,opt,name=max_listed,json=maxListed,proto3" json:"max_listed,omitempty"`         // blocks listed in the response (default 100)
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	HasNamespace bool                   `protobuf:"varint,1,opt,name=has_namespace,json=hasNamespace,proto3" json:"has_namespace,omitempty"`
+	Namespace    uint64                 `protobuf:"fixed64,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Tier         string                 `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`                                     // only this tier's copies; empty: every tier
+	Keys         []*BlockKey            `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`                                     // only these blocks
+	OlderThanMs  int64                  `protobuf:"varint,5,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"` // only blocks not accessed for this long
+	Bytes        uint64                 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`                                  // stop once this many bytes are freed (policy order)
+	All          bool                   `protobuf:"varint,7,opt,name=all,proto3" json:"all,omitempty"`                                      // allow an empty selector: everything
+	DryRun       bool                   `protobuf:"varint,8,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`                  // report, remove nothing
+	MaxListed    uint32                 `protobuf:"varint,9,opt,name=max_listed,json=maxListed,proto3" json:"max_listed,omitempty"`         // blocks listed in the response (default 100)
+	// Move the selected copies to the next tier down instead of removing
+	// them (requires tier).
+	Demote        bool `protobuf:"varint,10,opt,name=demote,proto3" json:"demote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1036,6 +1039,13 @@ func (x *EvictRequest) GetMaxListed() uint32 {
 		return x.MaxListed
 	}
 	return 0
+}
+
+func (x *EvictRequest) GetDemote() bool {
+	if x != nil {
+		return x.Demote
+	}
+	return false
 }
 
 type EvictResponse struct {
@@ -1292,6 +1302,9 @@ type TierStats struct {
 	HighWatermark float64                `protobuf:"fixed64,10,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
 	LowWatermark  float64                `protobuf:"fixed64,11,opt,name=low_watermark,json=lowWatermark,proto3" json:"low_watermark,omitempty"`
 	Policy        string                 `protobuf:"bytes,12,opt,name=policy,proto3" json:"policy,omitempty"`
+	Available     bool                   `protobuf:"varint,13,opt,name=available,proto3" json:"available,omitempty"`                                                                     // false while the tier cannot be reached
+	Unavailable   string                 `protobuf:"bytes,14,opt,name=unavailable,proto3" json:"unavailable,omitempty"`                                                                  // why, when it cannot
+	Detail        map[string]int64       `protobuf:"bytes,15,rep,name=detail,proto3" json:"detail,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // the tier's own counters (s3: objects, segments, request_errors, …)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1408,6 +1421,27 @@ func (x *TierStats) GetPolicy() string {
 		return x.Policy
 	}
 	return ""
+}
+
+func (x *TierStats) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *TierStats) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
+	}
+	return ""
+}
+
+func (x *TierStats) GetDetail() map[string]int64 {
+	if x != nil {
+		return x.Detail
+	}
+	return nil
 }
 
 type PinRequest struct {
@@ -1594,6 +1628,159 @@ func (*ReleaseResponse) Descriptor() ([]byte, []int) {
 	return file_api_v1_cache_proto_rawDescGZIP(), []int{24}
 }
 
+type WarmRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*BlockKey            `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	Tier          string                 `protobuf:"bytes,2,opt,name=tier,proto3" json:"tier,omitempty"` // the tier to warm into; default: the fastest
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WarmRequest) Reset() {
+	*x = WarmRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WarmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WarmRequest) ProtoMessage() {}
+
+func (x *WarmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
+func (*WarmRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *WarmRequest) GetKeys() []*BlockKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *WarmRequest) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+// WarmProgress reports a warm as it goes; the last message has done = total.
+type WarmProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Done          uint32                 `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"` // blocks handled so far
+	Total         uint32                 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Warmed        uint32                 `protobuf:"varint,3,opt,name=warmed,proto3" json:"warmed,omitempty"`   // copied up
+	Already       uint32                 `protobuf:"varint,4,opt,name=already,proto3" json:"already,omitempty"` // already there or faster
+	Missing       uint32                 `protobuf:"varint,5,opt,name=missing,proto3" json:"missing,omitempty"` // held nowhere
+	Failed        uint32                 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"` // bytes copied up
+	LastError     string                 `protobuf:"bytes,8,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WarmProgress) Reset() {
+	*x = WarmProgress{}
+	mi := &file_api_v1_cache_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WarmProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WarmProgress) ProtoMessage() {}
+
+func (x *WarmProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WarmProgress.ProtoReflect.Descriptor instead.
+func (*WarmProgress) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *WarmProgress) GetDone() uint32 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *WarmProgress) GetTotal() uint32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *WarmProgress) GetWarmed() uint32 {
+	if x != nil {
+		return x.Warmed
+	}
+	return 0
+}
+
+func (x *WarmProgress) GetAlready() uint32 {
+	if x != nil {
+		return x.Already
+	}
+	return 0
+}
+
+func (x *WarmProgress) GetMissing() uint32 {
+	if x != nil {
+		return x.Missing
+	}
+	return 0
+}
+
+func (x *WarmProgress) GetFailed() uint32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *WarmProgress) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *WarmProgress) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 var File_api_v1_cache_proto protoreflect.FileDescriptor
 
 const file_api_v1_cache_proto_rawDesc = "" +
@@ -1661,7 +1848,7 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\rExistsRequest\x12)\n" +
 	"\x04keys\x18\x01 \x03(\v2\x15.kvstrata.v1.BlockKeyR\x04keys\"(\n" +
 	"\x0eExistsResponse\x12\x16\n" +
-	"\x06exists\x18\x01 \x03(\bR\x06exists\"\x94\x02\n" +
+	"\x06exists\x18\x01 \x03(\bR\x06exists\"\xac\x02\n" +
 	"\fEvictRequest\x12#\n" +
 	"\rhas_namespace\x18\x01 \x01(\bR\fhasNamespace\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\x06R\tnamespace\x12\x12\n" +
@@ -1672,7 +1859,9 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x03all\x18\a \x01(\bR\x03all\x12\x17\n" +
 	"\adry_run\x18\b \x01(\bR\x06dryRun\x12\x1d\n" +
 	"\n" +
-	"max_listed\x18\t \x01(\rR\tmaxListed\"\x88\x01\n" +
+	"max_listed\x18\t \x01(\rR\tmaxListed\x12\x16\n" +
+	"\x06demote\x18\n" +
+	" \x01(\bR\x06demote\"\x88\x01\n" +
 	"\rEvictResponse\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\x121\n" +
@@ -1688,7 +1877,7 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x04gets\x18\x03 \x01(\x04R\x04gets\x12\x16\n" +
 	"\x06misses\x18\x04 \x01(\x04R\x06misses\x12\x12\n" +
 	"\x04keys\x18\x05 \x01(\x04R\x04keys\x12\x12\n" +
-	"\x04pins\x18\x06 \x01(\rR\x04pins\"\xe7\x02\n" +
+	"\x04pins\x18\x06 \x01(\rR\x04pins\"\x9e\x04\n" +
 	"\tTierStats\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12\x1d\n" +
@@ -1705,7 +1894,13 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x0ehigh_watermark\x18\n" +
 	" \x01(\x01R\rhighWatermark\x12#\n" +
 	"\rlow_watermark\x18\v \x01(\x01R\flowWatermark\x12\x16\n" +
-	"\x06policy\x18\f \x01(\tR\x06policy\"N\n" +
+	"\x06policy\x18\f \x01(\tR\x06policy\x12\x1c\n" +
+	"\tavailable\x18\r \x01(\bR\tavailable\x12 \n" +
+	"\vunavailable\x18\x0e \x01(\tR\vunavailable\x12:\n" +
+	"\x06detail\x18\x0f \x03(\v2\".kvstrata.v1.TierStats.DetailEntryR\x06detail\x1a9\n" +
+	"\vDetailEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"N\n" +
 	"\n" +
 	"PinRequest\x12)\n" +
 	"\x04keys\x18\x01 \x03(\v2\x15.kvstrata.v1.BlockKeyR\x04keys\x12\x15\n" +
@@ -1715,7 +1910,20 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x0fexpires_unix_ms\x18\x02 \x01(\x03R\rexpiresUnixMs\"+\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\"\x11\n" +
-	"\x0fReleaseResponse2\xbe\x04\n" +
+	"\x0fReleaseResponse\"L\n" +
+	"\vWarmRequest\x12)\n" +
+	"\x04keys\x18\x01 \x03(\v2\x15.kvstrata.v1.BlockKeyR\x04keys\x12\x12\n" +
+	"\x04tier\x18\x02 \x01(\tR\x04tier\"\xd1\x01\n" +
+	"\fWarmProgress\x12\x12\n" +
+	"\x04done\x18\x01 \x01(\rR\x04done\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\rR\x05total\x12\x16\n" +
+	"\x06warmed\x18\x03 \x01(\rR\x06warmed\x12\x18\n" +
+	"\aalready\x18\x04 \x01(\rR\aalready\x12\x18\n" +
+	"\amissing\x18\x05 \x01(\rR\amissing\x12\x16\n" +
+	"\x06failed\x18\x06 \x01(\rR\x06failed\x12\x14\n" +
+	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\b \x01(\tR\tlastError2\xfd\x04\n" +
 	"\x05Cache\x127\n" +
 	"\x04Info\x12\x18.kvstrata.v1.InfoRequest\x1a\x15.kvstrata.v1.NodeInfo\x12:\n" +
 	"\x03Put\x12\x17.kvstrata.v1.PutRequest\x1a\x18.kvstrata.v1.PutResponse(\x01\x12:\n" +
@@ -1725,7 +1933,8 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x05Evict\x12\x19.kvstrata.v1.EvictRequest\x1a\x1a.kvstrata.v1.EvictResponse\x12>\n" +
 	"\x05Stats\x12\x19.kvstrata.v1.StatsRequest\x1a\x1a.kvstrata.v1.StatsResponse\x128\n" +
 	"\x03Pin\x12\x17.kvstrata.v1.PinRequest\x1a\x18.kvstrata.v1.PinResponse\x12D\n" +
-	"\aRelease\x12\x1b.kvstrata.v1.ReleaseRequest\x1a\x1c.kvstrata.v1.ReleaseResponseB0Z.github.com/kvstrata/kvstrata/api/v1;kvstratav1b\x06proto3"
+	"\aRelease\x12\x1b.kvstrata.v1.ReleaseRequest\x1a\x1c.kvstrata.v1.ReleaseResponse\x12=\n" +
+	"\x04Warm\x12\x18.kvstrata.v1.WarmRequest\x1a\x19.kvstrata.v1.WarmProgress0\x01B0Z.github.com/kvstrata/kvstrata/api/v1;kvstratav1b\x06proto3"
 
 var (
 	file_api_v1_cache_proto_rawDescOnce sync.Once
@@ -1739,7 +1948,7 @@ func file_api_v1_cache_proto_rawDescGZIP() []byte {
 	return file_api_v1_cache_proto_rawDescData
 }
 
-var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_api_v1_cache_proto_goTypes = []any{
 	(*BlockKey)(nil),        // 0: kvstrata.v1.BlockKey
 	(*BlockMeta)(nil),       // 1: kvstrata.v1.BlockMeta
@@ -1766,6 +1975,9 @@ var file_api_v1_cache_proto_goTypes = []any{
 	(*PinResponse)(nil),     // 22: kvstrata.v1.PinResponse
 	(*ReleaseRequest)(nil),  // 23: kvstrata.v1.ReleaseRequest
 	(*ReleaseResponse)(nil), // 24: kvstrata.v1.ReleaseResponse
+	(*WarmRequest)(nil),     // 25: kvstrata.v1.WarmRequest
+	(*WarmProgress)(nil),    // 26: kvstrata.v1.WarmProgress
+	nil,                     // 27: kvstrata.v1.TierStats.DetailEntry
 }
 var file_api_v1_cache_proto_depIdxs = []int32{
 	0,  // 0: kvstrata.v1.BlockMeta.key:type_name -> kvstrata.v1.BlockKey
@@ -1781,30 +1993,34 @@ var file_api_v1_cache_proto_depIdxs = []int32{
 	1,  // 10: kvstrata.v1.EvictedBlock.meta:type_name -> kvstrata.v1.BlockMeta
 	3,  // 11: kvstrata.v1.StatsResponse.node:type_name -> kvstrata.v1.NodeInfo
 	20, // 12: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
-	0,  // 13: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
-	2,  // 14: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
-	4,  // 15: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
-	8,  // 16: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
-	10, // 17: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
-	13, // 18: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
-	15, // 19: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
-	18, // 20: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
-	21, // 21: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
-	23, // 22: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
-	3,  // 23: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
-	6,  // 24: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
-	9,  // 25: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
-	11, // 26: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
-	14, // 27: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
-	16, // 28: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
-	19, // 29: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
-	22, // 30: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
-	24, // 31: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
-	23, // [23:32] is the sub-list for method output_type
-	14, // [14:23] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	27, // 13: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
+	0,  // 14: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
+	0,  // 15: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
+	2,  // 16: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
+	4,  // 17: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
+	8,  // 18: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
+	10, // 19: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
+	13, // 20: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
+	15, // 21: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
+	18, // 22: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
+	21, // 23: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
+	23, // 24: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
+	25, // 25: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
+	3,  // 26: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
+	6,  // 27: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
+	9,  // 28: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
+	11, // 29: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
+	14, // 30: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
+	16, // 31: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
+	19, // 32: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
+	22, // 33: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
+	24, // 34: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
+	26, // 35: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_api_v1_cache_proto_init() }
@@ -1822,7 +2038,7 @@ func file_api_v1_cache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_v1_cache_proto_rawDesc), len(file_api_v1_cache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

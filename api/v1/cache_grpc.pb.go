@@ -32,6 +32,7 @@ const (
 	Cache_Stats_FullMethodName   = "/kvstrata.v1.Cache/Stats"
 	Cache_Pin_FullMethodName     = "/kvstrata.v1.Cache/Pin"
 	Cache_Release_FullMethodName = "/kvstrata.v1.Cache/Release"
+	Cache_Warm_FullMethodName    = "/kvstrata.v1.Cache/Warm"
 )
 
 // CacheClient is the client API for Cache service.
@@ -62,6 +63,9 @@ type CacheClient interface {
 	// Pin leases blocks so that they are not evicted until Release or expiry.
 	Pin(ctx context.Context, in *PinRequest, opts ...grpc.CallOption) (*PinResponse, error)
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// Warm copies blocks from lower tiers (an object store) up into a faster
+	// one ahead of need, in parallel, streaming progress.
+	Warm(ctx context.Context, in *WarmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WarmProgress], error)
 }
 
 type cacheClient struct {
@@ -174,6 +178,25 @@ func (c *cacheClient) Release(ctx context.Context, in *ReleaseRequest, opts ...g
 	return out, nil
 }
 
+func (c *cacheClient) Warm(ctx context.Context, in *WarmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WarmProgress], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Cache_ServiceDesc.Streams[2], Cache_Warm_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WarmRequest, WarmProgress]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cache_WarmClient = grpc.ServerStreamingClient[WarmProgress]
+
 // CacheServer is the server API for Cache service.
 // All implementations must embed UnimplementedCacheServer
 // for forward compatibility.
@@ -202,6 +225,9 @@ type CacheServer interface {
 	// Pin leases blocks so that they are not evicted until Release or expiry.
 	Pin(context.Context, *PinRequest) (*PinResponse, error)
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// Warm copies blocks from lower tiers (an object store) up into a faster
+	// one ahead of need, in parallel, streaming progress.
+	Warm(*WarmRequest, grpc.ServerStreamingServer[WarmProgress]) error
 	mustEmbedUnimplementedCacheServer()
 }
 
@@ -238,6 +264,9 @@ func (UnimplementedCacheServer) Pin(context.Context, *PinRequest) (*PinResponse,
 }
 func (UnimplementedCacheServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedCacheServer) Warm(*WarmRequest, grpc.ServerStreamingServer[WarmProgress]) error {
+	return status.Error(codes.Unimplemented, "method Warm not implemented")
 }
 func (UnimplementedCacheServer) mustEmbedUnimplementedCacheServer() {}
 func (UnimplementedCacheServer) testEmbeddedByValue()               {}
@@ -404,6 +433,17 @@ func _Cache_Release_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cache_Warm_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WarmRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CacheServer).Warm(m, &grpc.GenericServerStream[WarmRequest, WarmProgress]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cache_WarmServer = grpc.ServerStreamingServer[WarmProgress]
+
 // Cache_ServiceDesc is the grpc.ServiceDesc for Cache service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -449,6 +489,11 @@ var Cache_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Get",
 			Handler:       _Cache_Get_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Warm",
+			Handler:       _Cache_Warm_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -26,6 +26,7 @@ type evictFlags struct {
 	bytes     string
 	all       bool
 	dryRun    bool
+	demote    bool
 	yes       bool
 	list      int
 }
@@ -93,6 +94,7 @@ two tiers counts once per tier.`,
 	fl.StringVar(&f.bytes, "bytes", "", "stop once this much is freed, least recently used first, e.g. 1GiB")
 	fl.BoolVar(&f.all, "all", false, "allow an eviction with no selector: everything")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "report what would be evicted; remove nothing")
+	fl.BoolVar(&f.demote, "demote", false, "move the blocks from --tier to the tier below instead of removing them")
 	fl.BoolVarP(&f.yes, "yes", "y", false, "evict without asking for confirmation")
 	fl.IntVar(&f.list, "list", 20, "blocks listed in the output")
 	return cmd
@@ -112,11 +114,12 @@ type evictSelector struct {
 	olderThan time.Duration
 	bytes     int64
 	all       bool
+	demote    bool
 }
 
 func (s evictSelector) request(dryRun bool, listed int) *pb.EvictRequest {
 	req := &pb.EvictRequest{Tier: s.tier, OlderThanMs: s.olderThan.Milliseconds(), Bytes: uint64(s.bytes),
-		All: s.all, DryRun: dryRun, MaxListed: uint32(max(listed, 1))}
+		All: s.all, DryRun: dryRun, MaxListed: uint32(max(listed, 1)), Demote: s.demote}
 	if s.namespace != nil {
 		req.HasNamespace, req.Namespace = true, uint64(*s.namespace)
 	}
@@ -169,6 +172,10 @@ func (f evictFlags) plan() (evictPlan, error) {
 		probs = append(probs, fmt.Sprintf("--list is %d, must be ≥ 0", f.list))
 	}
 	p.sel.all = f.all
+	p.sel.demote = f.demote
+	if f.demote && f.tier == "" {
+		probs = append(probs, "--demote needs --tier: the tier to move the blocks out of")
+	}
 	selects := f.namespace != "" || f.tier != "" || len(f.keys) > 0 || f.keysFile != "" || f.olderThan != 0 || f.bytes != ""
 	if !selects && !f.all {
 		probs = append(probs, "evict needs a selector: --namespace, --tier, --key, --keys-file, --older-than or --bytes (or --all for everything)")

@@ -54,7 +54,10 @@ type tierBlocks struct {
 	Blocks uint32 `json:"blocks"`
 }
 
-func (a *app) runLookup(ctx context.Context, namespace string, args []string, hashesFile string) error {
+// readChain reads a namespace and a chain of hashes from --namespace, the
+// arguments and --hashes-file, reporting every problem of the command line
+// at once as a usage error.
+func readChain(cmd, namespace string, args []string, hashesFile string) (index.NamespaceID, []index.Hash, error) {
 	var probs []string
 	var ns index.NamespaceID
 	if namespace == "" {
@@ -76,17 +79,25 @@ func (a *app) runLookup(ctx context.Context, namespace string, args []string, ha
 		probs = append(probs, "no hashes: give them as arguments or with --hashes-file")
 	}
 	if len(probs) > 0 {
-		return usageErrorf("lookup: %s", strings.Join(probs, "; "))
+		return 0, nil, usageErrorf("%s: %s", cmd, strings.Join(probs, "; "))
 	}
 	if hashesFile != "" {
 		more, err := readHashes(hashesFile)
 		if err != nil {
-			return fmt.Errorf("lookup: --hashes-file: %w", err)
+			return 0, nil, fmt.Errorf("%s: --hashes-file: %w", cmd, err)
 		}
 		chain = append(chain, more...)
 		if len(chain) == 0 {
-			return fmt.Errorf("lookup: --hashes-file %s lists no hashes", hashesFile)
+			return 0, nil, fmt.Errorf("%s: --hashes-file %s lists no hashes", cmd, hashesFile)
 		}
+	}
+	return ns, chain, nil
+}
+
+func (a *app) runLookup(ctx context.Context, namespace string, args []string, hashesFile string) error {
+	ns, chain, err := readChain("lookup", namespace, args, hashesFile)
+	if err != nil {
+		return err
 	}
 	c, err := a.connect(ctx, client.Options{})
 	if err != nil {

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -92,6 +94,11 @@ type tierOutput struct {
 	Promotions    uint64   `json:"promotions"`
 	HighWatermark float64  `json:"high_watermark"`
 	LowWatermark  float64  `json:"low_watermark"`
+	Available     bool     `json:"available"`
+	Unavailable   string   `json:"unavailable,omitempty"` // why, when it is not
+	// Detail holds the tier's own counters (the object store's objects,
+	// segments, request errors …).
+	Detail map[string]int64 `json:"detail,omitempty"`
 }
 
 func (a *app) runStats(ctx context.Context) error {
@@ -129,7 +136,8 @@ func newStatsOutput(st *pb.StatsResponse, now time.Time) statsOutput {
 	for _, t := range st.Tiers {
 		to := tierOutput{Tier: t.Tier, Policy: t.Policy, CapacityBytes: t.CapacityBytes, UsedBytes: t.UsedBytes,
 			Blocks: t.Blocks, Hits: t.Hits, Evictions: t.Evictions, Drops: t.Drops, Demotions: t.Demotions,
-			Promotions: t.Promotions, HighWatermark: t.HighWatermark, LowWatermark: t.LowWatermark}
+			Promotions: t.Promotions, HighWatermark: t.HighWatermark, LowWatermark: t.LowWatermark,
+			Available: t.Available, Unavailable: t.Unavailable, Detail: t.Detail}
 		if t.CapacityBytes > 0 {
 			to.UsedFraction = float64(t.UsedBytes) / float64(t.CapacityBytes)
 		}
@@ -181,16 +189,38 @@ func (a *app) writeStats(s statsOutput) error {
 	}
 	fmt.Fprintln(&b)
 	header := []string{"TIER", "POLICY", "CAPACITY", "USED", "USED%", "BLOCKS", "HITS", "HIT_RATE",
-		"EVICTIONS", "DROPS", "DEMOTIONS", "PROMOTIONS", "WATERMARKS"}
+		"EVICTIONS", "DROPS", "DEMOTIONS", "PROMOTIONS", "WATERMARKS", "STATE"}
 	var rows [][]string
 	for _, t := range s.Tiers {
+		state := "up"
+		if !t.Available {
+			state = "DOWN"
+		}
 		rows = append(rows, []string{t.Tier, t.Policy, formatBytes(t.CapacityBytes), formatBytes(t.UsedBytes),
 			percent(t.UsedFraction), thousands(t.Blocks), thousands(t.Hits), rate(t.HitRate),
 			thousands(t.Evictions), thousands(t.Drops), thousands(t.Demotions), thousands(t.Promotions),
-			strconv.FormatFloat(t.HighWatermark, 'g', -1, 64) + "/" + strconv.FormatFloat(t.LowWatermark, 'g', -1, 64)})
+			strconv.FormatFloat(t.HighWatermark, 'g', -1, 64) + "/" + strconv.FormatFloat(t.LowWatermark, 'g', -1, 64), state})
 	}
 	if err := writeTable(&b, header, rows); err != nil {
 		return err
+	}
+	for _, t := range s.Tiers {
+		if t.Unavailable != "" {
+			fmt.Fprintf(&b, "\n%s is unavailable: %s\n", t.Tier, t.Unavailable)
+		}
+		if len(t.Detail) == 0 {
+			continue
+		}
+		names := slices.Sorted(maps.Keys(t.Detail))
+		fmt.Fprintf(&b, "\n%s:", t.Tier)
+		for _, n := range names {
+			v := thousands(t.Detail[n])
+			if strings.HasSuffix(n, "bytes") {
+				v = formatBytes(t.Detail[n])
+			}
+			fmt.Fprintf(&b, " %s=%s", n, v)
+		}
+		fmt.Fprintln(&b)
 	}
 	_, err := fmt.Fprint(a.stdout, b.String())
 	return err

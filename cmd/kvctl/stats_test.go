@@ -52,9 +52,9 @@ func TestStatsShowsTheNodeTotalsAndEveryTier(t *testing.T) {
 		}
 	}
 	want := []string{
-		"TIER POLICY CAPACITY USED USED% BLOCKS HITS HIT_RATE EVICTIONS DROPS DEMOTIONS PROMOTIONS WATERMARKS",
-		"dram lru 8.0 MiB 7.0 MiB 87.50% 7 2 50.00% 4 0 0 1 0.95/0.85",
-		"ssd lru 8.0 MiB 4.0 MiB 50.00% 4 1 25.00% 0 0 4 0 0.95/0.85",
+		"TIER POLICY CAPACITY USED USED% BLOCKS HITS HIT_RATE EVICTIONS DROPS DEMOTIONS PROMOTIONS WATERMARKS STATE",
+		"dram lru 8.0 MiB 7.0 MiB 87.50% 7 2 50.00% 4 0 0 1 0.95/0.85 up",
+		"ssd lru 8.0 MiB 4.0 MiB 50.00% 4 1 25.00% 0 0 4 0 0.95/0.85 up",
 	}
 	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
 		t.Errorf("tier table:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))

@@ -28,6 +28,7 @@ import (
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/dram"
 	"github.com/kvstrata/kvstrata/tiers/policy"
+	"github.com/kvstrata/kvstrata/tiers/s3"
 	"github.com/kvstrata/kvstrata/tiers/ssd"
 	"github.com/kvstrata/kvstrata/transfer"
 )
@@ -114,7 +115,7 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 }
 
 // openTiers opens the tiers the configuration asks for and stacks them.
-func openTiers(cfg config.Config, log *slog.Logger) (*tiers.Hierarchy, error) {
+func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger) (*tiers.Hierarchy, error) {
 	maxBlock := int64(cfg.Limits.MaxBlockSize)
 	d, err := dram.New(dram.Config{Capacity: int64(cfg.DRAM.Capacity), PageSize: int(cfg.DRAM.PageSize), MaxBlockSize: maxBlock})
 	if err != nil {
@@ -138,6 +139,21 @@ func openTiers(cfg config.Config, log *slog.Logger) (*tiers.Hierarchy, error) {
 		levels = append(levels, tiers.LevelConfig{Kind: index.TierSSD, Tier: s, Policy: ssdPolicy,
 			HighWatermark: cfg.SSD.HighWatermark, LowWatermark: cfg.SSD.LowWatermark, AdmitMinSeen: cfg.SSD.AdmitMinSeen})
 	}
+	if c := cfg.S3; c.Endpoint != "" {
+		s, err := s3.Open(ctx, s3.Config{Endpoint: c.Endpoint, Bucket: c.Bucket, Prefix: c.Prefix, Region: c.Region,
+			Secure: c.Secure, AccessKey: c.AccessKey, SecretKey: c.SecretKey, CreateBucket: c.CreateBucket,
+			Capacity: int64(c.Capacity), MaxBlockSize: maxBlock, SegmentSize: int64(c.SegmentSize),
+			FlushInterval: c.FlushInterval, MaxPendingBytes: int64(c.MaxPending), Concurrency: c.Concurrency,
+			Logger: log.With("tier", "s3")})
+		if err != nil {
+			for _, l := range levels {
+				l.Tier.Close()
+			}
+			return nil, fmt.Errorf("s3 tier at %s: %w", c.Endpoint, err)
+		}
+		s3Policy, _ := policy.New(c.Policy)
+		levels = append(levels, tiers.LevelConfig{Kind: index.TierS3, Tier: s, Policy: s3Policy, Shared: true})
+	}
 	h, err := tiers.New(tiers.Config{Node: index.NodeID(cfg.NodeID), Levels: levels})
 	if err != nil {
 		for _, l := range levels {
@@ -151,12 +167,13 @@ func openTiers(cfg config.Config, log *slog.Logger) (*tiers.Hierarchy, error) {
 // serve runs a node until ctx is done, then shuts it down gracefully.
 func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 	start := time.Now()
-	h, err := openTiers(cfg.Config, log)
+	h, err := openTiers(ctx, cfg.Config, log)
 	if err != nil {
 		return err
 	}
 	n, err := node.New(h, node.Config{MaxBlockSize: int64(cfg.Limits.MaxBlockSize),
-		MaxBatchBlocks: cfg.Limits.MaxBatchBlocks, MaxBatchBytes: int64(cfg.Limits.MaxBatchBytes)})
+		MaxBatchBlocks: cfg.Limits.MaxBatchBlocks, MaxBatchBytes: int64(cfg.Limits.MaxBatchBytes),
+		FetchConcurrency: cfg.S3.Concurrency})
 	if err != nil {
 		h.Close()
 		return err
@@ -239,12 +256,18 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 			n.Close()
 			return fmt.Errorf("listen http %s: %w", cfg.Listen.HTTP, err)
 		}
-		hsrv = &http.Server{Handler: m.Handler(cfg.Pprof, metrics.Check{Name: "node", Fn: func() error {
+		checks := []metrics.Check{{Name: "node", Fn: func() error {
 			if !ready.Load() {
 				return errors.New("starting or shutting down")
 			}
 			return nil
-		}}), ReadHeaderTimeout: 10 * time.Second}
+		}}}
+		for i, kind := range h.Kinds() {
+			checks = append(checks, metrics.Check{Name: "tier " + kind.String(), Advisory: true, Fn: func() error {
+				return h.Stats().Levels[i].Unavailable
+			}})
+		}
+		hsrv = &http.Server{Handler: m.Handler(cfg.Pprof, checks...), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := hsrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				fail <- fmt.Errorf("http: %w", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
 )
 
@@ -77,12 +78,22 @@ func (s *session) get(count uint32) error {
 	if err := s.read(keys); err != nil {
 		return err
 	}
+	open := s.h.Open
+	if p, ok := s.h.(transfer.Prefetcher); ok {
+		all := make([]index.Key, n)
+		for i := range all {
+			all[i] = decodeKey(keys[i*keySize:])
+		}
+		o := p.Prefetch(all)
+		defer o.Close()
+		open = o.Open
+	}
 	b := &s.batch
 	b.reset(s.opts.WriteBatch)
 	putResponse(b.frame(responseSize), statusOK, 0, 0, n)
 	for i := range n {
 		k := decodeKey(keys[i*keySize:])
-		h, data, release, err := s.h.Open(k)
+		h, data, release, err := open(k)
 		if err == nil && len(data) != int(h.Size) {
 			release()
 			err = fmt.Errorf("tcp: handler opened %d bytes for %v, a block of %d bytes", len(data), k, h.Size)
