@@ -204,7 +204,7 @@ func (h *Hierarchy) PromoteTo(kind index.TierKind, key index.Key) (bool, error) 
 
 // Demote moves a block's copy out of the tier of the given kind into the
 // next one down (whatever its admission rule says), or only drops it there
-// when the next level holds it already: an operator's "move this out of
+// when a lower level holds it already: an operator's "move this out of
 // DRAM". A pinned block moves too. The bottom tier has nowhere to demote to.
 func (h *Hierarchy) Demote(kind index.TierKind, key index.Key) error {
 	i := h.levelOf(kind)
@@ -222,7 +222,7 @@ func (h *Hierarchy) Demote(kind index.TierKind, key index.Key) error {
 	if in&(1<<i) == 0 {
 		return fmt.Errorf("hierarchy: %v not in %v: %w", key, kind, ErrNotFound)
 	}
-	if in>>(i+1)&1 == 0 {
+	if in>>(i+1) == 0 { // no level below holds it yet
 		if err := h.copyDown(i, m); err != nil {
 			return fmt.Errorf("hierarchy: demote %v from %v: %w", key, kind, err)
 		}

@@ -97,7 +97,7 @@ func (n *Node) Evict(s Selector) (EvictResult, error) {
 			var err error
 			switch {
 			case s.Demote:
-				err = n.h.Demote(s.Tier, b.Key)
+				err = n.demote(s.Tier, b.Key)
 			case s.Tier != 0:
 				err = n.h.DeleteFrom(s.Tier, b.Key)
 			default:
@@ -120,4 +120,21 @@ func (n *Node) Evict(s Selector) (EvictResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// busyWait is how long a demotion waits, in all, for a busy tier below
+// (an object store's upload backlog) to take a block.
+const busyWait = 2 * time.Minute
+
+// demote moves key out of kind, waiting while the tier below is busy.
+func (n *Node) demote(kind index.TierKind, key index.Key) error {
+	wait := 10 * time.Millisecond
+	for deadline := time.Now().Add(busyWait); ; {
+		err := n.h.Demote(kind, key)
+		if !errors.Is(err, tiers.ErrBusy) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 500*time.Millisecond)
+	}
 }

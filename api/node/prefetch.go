@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -10,21 +11,23 @@ import (
 	"github.com/kvstrata/kvstrata/transfer"
 )
 
-// Prefetch makes the data plane read a Get's slow blocks ahead: blocks
+// Prefetch makes the data plane read a Get's slow blocks ahead. Blocks
 // whose fastest copy is not in the top tier (an SSD, an object store) are
-// read by up to FetchConcurrency workers, at most PrefetchWindow blocks
-// ahead of the one being sent, while blocks already in the top tier are
-// opened in place when their turn comes. A long context restored from an
-// object store thus streams back in order at the pace of parallel ranged
-// reads, not of one read after another, and holds at most the window in
-// memory.
+// read in chunks of prefetchChunk blocks through the hierarchy's ReadMany —
+// which turns a chunk of a chain stored together in an object store into
+// one ranged GET — with up to FetchConcurrency/4 chunks in flight ahead of
+// the block being sent; blocks already in the top tier are opened in place
+// when their turn comes. A long context thus streams back in order at the
+// pace of a few large parallel reads, holding at most the chunks in flight
+// in memory.
 func (d *dataHandler) Prefetch(keys []index.Key) transfer.Opener {
-	p := &prefetch{d: d, keys: keys, slots: make([]slot, len(keys)),
-		window: 2 * d.n.cfg.FetchConcurrency, sem: make(chan struct{}, d.n.cfg.FetchConcurrency)}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &prefetch{d: d, keys: keys, slots: make([]slot, len(keys)), ctx: ctx, cancel: cancel,
+		maxChunks: max(1, d.n.cfg.FetchConcurrency/4)}
 	top := d.n.h.Kinds()[0]
 	for i, k := range keys {
 		if _, kind, err := d.n.h.Stat(k); err != nil || kind != top {
-			p.slots[i].done = make(chan struct{}) // fetched ahead (a miss may be found in a shared tier)
+			p.slots[i].done = make(chan struct{}) // read ahead (a miss may be found in a shared tier)
 		}
 	}
 	p.mu.Lock()
@@ -33,65 +36,88 @@ func (d *dataHandler) Prefetch(keys []index.Key) transfer.Opener {
 	return p
 }
 
+// prefetchChunk is how many slow blocks one read ahead covers.
+const prefetchChunk = 16
+
 // prefetch is the Opener of one Get.
 type prefetch struct {
-	d      *dataHandler
-	keys   []index.Key
-	slots  []slot
-	window int
-	sem    chan struct{} // bounds the reads in flight
+	d         *dataHandler
+	keys      []index.Key
+	slots     []slot
+	ctx       context.Context // ends when the Get does
+	cancel    context.CancelFunc
+	maxChunks int
 
 	mu      sync.Mutex
 	next    int // the next block Open hands out
-	started int // blocks before it are fetched or being fetched
+	started int // blocks before it are being read ahead, or need not be
+	chunks  int // reads ahead in flight
+	issued  int // reads ahead started so far
 	closed  bool
 }
 
 // slot is one block of the Get; done is nil for blocks opened in place.
 type slot struct {
 	done  chan struct{}
-	view  tiers.View
+	data  []byte
+	meta  tiers.Meta
 	err   error
 	start time.Time
-	taken bool
 }
 
-// startLocked starts the fetches the window allows.
+// startLocked starts the reads ahead the window allows: chunks in flight
+// stay under maxChunks and within maxChunks chunks of the next block. The
+// first chunks are small (1, 2, 4, … blocks) so that the first block goes
+// out after one small read, not after a whole chunk.
 func (p *prefetch) startLocked() {
-	for ; p.started < len(p.slots) && p.started < p.next+p.window; p.started++ {
-		s := &p.slots[p.started]
-		if s.done == nil {
-			continue
+	for p.chunks < p.maxChunks && p.started < len(p.slots) && p.started < p.next+p.maxChunks*prefetchChunk {
+		var idx []int
+		size := min(prefetchChunk, 1<<min(p.issued, 4))
+		p.issued++
+		for ; p.started < len(p.slots) && len(idx) < size; p.started++ {
+			if s := &p.slots[p.started]; s.done != nil {
+				s.start = time.Now()
+				idx = append(idx, p.started)
+			}
 		}
-		s.start = time.Now()
-		go p.fetch(p.started)
+		if len(idx) > 0 {
+			p.chunks++
+			go p.read(idx)
+		}
 	}
 }
 
-func (p *prefetch) fetch(i int) {
-	p.sem <- struct{}{}
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed { // the Get ended while this block waited for a worker
-		<-p.sem
-		close(p.slots[i].done)
-		return
+// read reads the blocks of one chunk, handing each over as it arrives.
+func (p *prefetch) read(idx []int) {
+	keys := make([]index.Key, len(idx))
+	for j, i := range idx {
+		keys[j] = p.keys[i]
 	}
-	v, _, err := p.d.n.View(p.keys[i])
-	<-p.sem
+	delivered := make([]bool, len(idx))
+	err := p.d.n.h.ReadMany(p.ctx, keys, func(j int, v []byte, m tiers.Meta, _ index.TierKind, err error) {
+		p.mu.Lock()
+		s := &p.slots[idx[j]]
+		s.data, s.meta, s.err = v, m, err
+		p.mu.Unlock()
+		delivered[j] = true
+		close(s.done)
+	})
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := &p.slots[i]
-	if p.closed && err == nil {
-		_ = v.Release() // the Get ended before this block's turn
-	} else {
-		s.view, s.err = v, err
+	for j, ok := range delivered { // a ReadMany that failed as a whole
+		if !ok {
+			s := &p.slots[idx[j]]
+			s.err = fmt.Errorf("node: reading %v ahead: %w", p.keys[idx[j]], err)
+			close(s.done)
+		}
 	}
-	close(s.done)
+	p.chunks--
+	if !p.closed {
+		p.startLocked()
+	}
 }
 
-// Open hands out the next block of the Get, waiting for its fetch.
+// Open hands out the next block of the Get, waiting for its read.
 func (p *prefetch) Open(key index.Key) (transfer.Header, []byte, func(), error) {
 	p.mu.Lock()
 	i := p.next
@@ -108,35 +134,19 @@ func (p *prefetch) Open(key index.Key) (transfer.Header, []byte, func(), error) 
 	}
 	<-s.done
 	p.mu.Lock()
-	v, err := s.view, s.err
-	s.taken = true
+	data, m, err := s.data, s.meta, s.err
+	s.data = nil // the transport owns it now
 	p.mu.Unlock()
 	if err != nil {
 		return transfer.Header{}, nil, nil, dataError(err)
 	}
-	b := v.Bytes()
-	return header(v.Meta()), b, func() {
-		_ = v.Release()
-		p.d.observe("out", len(b), s.start)
-	}, nil
+	return header(m), data, func() { p.d.observe("out", len(data), s.start) }, nil
 }
 
-// Close lets go of blocks fetched but never opened.
+// Close ends the Get: reads ahead still in flight are cancelled.
 func (p *prefetch) Close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.closed = true
-	for i := range p.slots {
-		s := &p.slots[i]
-		if s.done == nil || s.taken {
-			continue
-		}
-		select {
-		case <-s.done:
-			if s.err == nil {
-				_ = s.view.Release()
-			}
-		default: // still in flight: fetch releases it
-		}
-	}
+	p.mu.Unlock()
+	p.cancel()
 }

@@ -27,7 +27,7 @@ func Code(err error) codes.Code {
 		return codes.ResourceExhausted
 	case errors.Is(err, tiers.ErrPinned):
 		return codes.FailedPrecondition
-	case errors.Is(err, tiers.ErrClosed):
+	case errors.Is(err, tiers.ErrClosed), errors.Is(err, tiers.ErrBusy), errors.Is(err, tiers.ErrUnavailable):
 		return codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded

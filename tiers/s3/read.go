@@ -43,49 +43,140 @@ func (t *Tier) Stat(key index.Key) (tiers.Meta, error) {
 	return b.meta, nil
 }
 
-// GetMany reads the blocks of keys, up to Config.Concurrency at a time,
-// and calls fn once for each key with its position in keys, the block's
-// bytes and Meta, or the error Get would return. Calls of fn come one at a
-// time, in no particular order; value is valid only during the call. Each
-// block may take RequestTimeout; when ctx ends, the keys not yet read get
-// ctx's error. GetMany returns ctx.Err(), or tiers.ErrClosed.
+// GetMany reads the blocks of keys and calls fn once for each key with its
+// position in keys, the block's bytes and Meta, or the error Get would
+// return. Blocks stored next to each other in one segment (the blocks of a
+// chain demoted together) are read with ONE ranged GET of up to
+// Config.SegmentSize bytes, which an object store serves far faster than
+// many small ones; up to Config.Concurrency such reads are in flight. Each
+// block is checked against its checksum on its own. Calls of fn come one at
+// a time, in no particular order; value is the caller's to keep (it may
+// share memory with other blocks of its read, never with later calls).
+// When ctx ends, the keys not yet read get ctx's error. GetMany returns
+// ctx.Err(), or tiers.ErrClosed.
 func (t *Tier) GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m tiers.Meta, err error)) error {
 	if t.isClosed() {
 		return fmt.Errorf("s3: get many: %w", tiers.ErrClosed)
 	}
+	runs := t.runs(ctx, keys)
 	var next atomic.Int64
 	var fnMu sync.Mutex
+	emit := func(i int, v []byte, m tiers.Meta, err error) {
+		if err != nil {
+			err = fmt.Errorf("s3: get %v: %w", keys[i], err)
+		}
+		fnMu.Lock()
+		fn(i, v, m, err)
+		fnMu.Unlock()
+	}
 	var wg sync.WaitGroup
-	for range min(t.cfg.Concurrency, len(keys)) {
+	for range min(t.cfg.Concurrency, len(runs)) {
 		wg.Go(func() {
-			var buf []byte
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(keys) {
+				r := int(next.Add(1) - 1)
+				if r >= len(runs) {
 					return
 				}
-				var v []byte
-				var m tiers.Meta
-				err := ctx.Err()
-				if err == nil {
-					rctx, cancel := t.requestContext(ctx)
-					v, m, err = t.get(rctx, keys[i], buf[:0])
-					cancel()
-				}
-				if err != nil {
-					err = fmt.Errorf("s3: get %v: %w", keys[i], err)
-				}
-				fnMu.Lock()
-				fn(i, v, m, err)
-				fnMu.Unlock()
-				if cap(v) > cap(buf) {
-					buf = v
-				}
+				t.readRun(ctx, keys, runs[r], emit)
 			}
 		})
 	}
 	wg.Wait()
 	return ctx.Err()
+}
+
+// run is a stretch of keys whose blocks lie back to back in one stored
+// segment (or a single key that does not).
+type run struct {
+	first, n int     // keys[first : first+n]
+	found    []found // their lookups; nil for a key lookup failed on
+	err      error   // the lookup's error, for a single failed key
+}
+
+// runs looks keys up and groups them into runs of adjacent blocks.
+func (t *Tier) runs(ctx context.Context, keys []index.Key) []run {
+	var out []run
+	var bytes int64
+	for i, k := range keys {
+		f, err := t.lookup(ctx, k)
+		if err != nil {
+			out = append(out, run{first: i, n: 1, err: err})
+			continue
+		}
+		if len(out) > 0 {
+			last := &out[len(out)-1]
+			if p := last.found; last.err == nil && len(p) > 0 && !f.inMemory && !p[0].inMemory &&
+				f.name == p[0].name && f.off == p[len(p)-1].off+int64(p[len(p)-1].meta.Size) &&
+				bytes+int64(f.meta.Size) <= t.cfg.SegmentSize {
+				last.found = append(last.found, f)
+				last.n++
+				bytes += int64(f.meta.Size)
+				continue
+			}
+		}
+		out = append(out, run{first: i, n: 1, found: []found{f}})
+		bytes = int64(f.meta.Size)
+	}
+	return out
+}
+
+// readRun reads one run with one request and hands out each block.
+func (t *Tier) readRun(ctx context.Context, keys []index.Key, r run, emit func(int, []byte, tiers.Meta, error)) {
+	if err := ctx.Err(); err != nil {
+		for i := range r.n {
+			emit(r.first+i, nil, tiers.Meta{}, err)
+		}
+		return
+	}
+	if r.err != nil {
+		emit(r.first, nil, tiers.Meta{}, r.err)
+		return
+	}
+	if r.n == 1 {
+		rctx, cancel := t.requestContext(ctx)
+		v, m, err := t.get(rctx, keys[r.first], nil)
+		cancel()
+		emit(r.first, v, m, err)
+		return
+	}
+	first, last := r.found[0], r.found[len(r.found)-1]
+	whole := found{seg: first.seg, name: first.name, off: first.off}
+	whole.meta.Size = uint32(last.off + int64(last.meta.Size) - first.off)
+	rctx, cancel := t.requestContext(ctx)
+	buf, err := t.readRange(rctx, whole)
+	cancel()
+	if err != nil { // one by one, so that each block gets its own answer
+		for i := range r.n {
+			rctx, cancel := t.requestContext(ctx)
+			v, m, err := t.get(rctx, keys[r.first+i], nil)
+			cancel()
+			emit(r.first+i, v, m, err)
+		}
+		return
+	}
+	for i, f := range r.found {
+		v := buf[f.off-first.off : f.off-first.off+int64(f.meta.Size) : f.off-first.off+int64(f.meta.Size)]
+		if sum := tiers.Checksum(v); sum != f.meta.Sum {
+			emit(r.first+i, nil, tiers.Meta{}, t.dropCorrupt(f, corruptf("checksum %016x, want %016x", sum, f.meta.Sum)))
+			continue
+		}
+		emit(r.first+i, v, f.meta, nil)
+	}
+}
+
+// readRange reads the stored bytes a found covers, without checking them.
+func (t *Tier) readRange(ctx context.Context, f found) ([]byte, error) {
+	if err := t.avail.err(); err != nil {
+		return nil, err
+	}
+	select {
+	case t.getSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for a free request slot: %w", tiers.ErrUnavailable, ctx.Err())
+	}
+	v, err := t.store.getRange(ctx, f.name, f.off, int64(f.meta.Size), nil)
+	<-t.getSlots
+	return v, err
 }
 
 // requestContext bounds one caller's request by RequestTimeout and by

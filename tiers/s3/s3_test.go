@@ -351,4 +351,9 @@ func TestOpenReadsOnlyIndexes(t *testing.T) {
 	if len(seen) != 40 {
 		t.Fatalf("GetMany called fn for %d of 40 keys", len(seen))
 	}
+	// Adjacent blocks of a segment come in one ranged GET each segment:
+	// 4 segments of 10 blocks, 4 requests, not 40.
+	if got := tr.S3Stats().RangedGets - s.RangedGets; got != 4 {
+		t.Fatalf("GetMany of 40 blocks in 4 segments sent %d ranged GETs, want 4", got)
+	}
 }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# s3-restore.sh — the long-context restore benchmark: a 100K-token context
+# (12 KiB of KV a token, Qwen2.5-0.5B's layout: about 1.2 GB in 3 MiB blocks)
+# is stored through a kvstrata node, moved down to the object store, and
+# restored to a client; side by side in one run with the same bytes as one
+# object fetched by one plain minio-go GET (the limit) and as one object per
+# block fetched in turn. See bench/s3restore/main.go.
+#
+# It builds kvstrata and the benchmark, starts versitygw (an S3-compatible
+# server: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0) and
+# a node on free ports in a temporary directory, runs, and stops both.
+#
+# Usage: bench/s3-restore.sh
+# Environment: TOKENS (100000), BLOCK_TOKENS (256), RUNS (3),
+#              CONCURRENCY (the node's s3.concurrency, 16), KEEP (1: keep logs),
+#              NODE_FLAGS (more kvstrata serve flags, e.g. "--pprof --listen-http 127.0.0.1:9099").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TOKENS=${TOKENS:-100000} BLOCK_TOKENS=${BLOCK_TOKENS:-256} RUNS=${RUNS:-3} CONCURRENCY=${CONCURRENCY:-16}
+vgw=$(command -v versitygw || echo "$(go env GOPATH)/bin/versitygw")
+[ -x "$vgw" ] || { echo "s3-restore: versitygw not found; go install github.com/versity/versitygw/cmd/versitygw@v1.8.0" >&2; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvstrata-s3-restore.XXXXXX")
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	if [ "${KEEP:-0}" = 1 ]; then echo "logs in $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+
+echo "building..." >&2
+go build -o "$work/kvstrata" ./cmd/kvstrata
+go build -o "$work/s3restore" ./bench/s3restore
+
+export AWS_ACCESS_KEY_ID=restorebench AWS_SECRET_ACCESS_KEY=restorebenchsecret
+s3port=$(free_port)
+mkdir -p "$work/s3"
+"$vgw" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --port "127.0.0.1:$s3port" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
+pids+=($!)
+wait_port "$s3port"
+
+grpc=$(free_port) data=$(free_port)
+"$work/kvstrata" serve --data-dir "$work/node" --dram-capacity 2GiB --ssd-capacity 2GiB \
+	--listen-grpc "127.0.0.1:$grpc" --listen-data "127.0.0.1:$data" --listen-resp "" \
+	--s3-endpoint "127.0.0.1:$s3port" --s3-bucket kvstrata-restore --s3-concurrency "$CONCURRENCY" ${NODE_FLAGS:-} \
+	>"$work/kvstrata.log" 2>&1 &
+pids+=($!)
+wait_port "$grpc"
+
+"$work/s3restore" --addr "127.0.0.1:$grpc" --s3-endpoint "127.0.0.1:$s3port" \
+	--tokens "$TOKENS" --block-tokens "$BLOCK_TOKENS" --runs "$RUNS" ${BENCH_FLAGS:-} | sed '/^\[/,$d'

@@ -1,0 +1,110 @@
+package tiers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+
+	"github.com/kvstrata/kvstrata/index"
+)
+
+// ManyGetter is implemented by tiers that read a batch of blocks faster
+// than one after another (an object store coalesces adjacent blocks into
+// one request). fn is called once per key, one call at a time, in any
+// order; value is the caller's to keep.
+type ManyGetter interface {
+	GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m Meta, err error)) error
+}
+
+// ReadMany reads keys from the fastest level holding each, a level that is
+// a ManyGetter in one batch, and calls fn once per key (one call at a time,
+// in any order) with the block's bytes — fn may keep them — its Meta and
+// the kind of tier that served it, or ErrNotFound. Hits count and promote
+// as Get's do. It is how a long chain is restored from an object store.
+func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m Meta, kind index.TierKind, err error)) error {
+	byLevel := make([][]int, len(h.levels))
+	var missing []int
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return ErrClosed
+	}
+	for i, k := range keys {
+		e := h.entries[k]
+		if e == nil || e.in == 0 {
+			missing = append(missing, i)
+			continue
+		}
+		l := bits.TrailingZeros8(e.in)
+		byLevel[l] = append(byLevel[l], i)
+	}
+	h.mu.Unlock()
+	for _, i := range missing { // maybe in a shared level another node filled
+		if !h.discover(keys[i]) {
+			h.mu.Lock()
+			h.gets++
+			h.misses++
+			h.mu.Unlock()
+			fn(i, nil, Meta{}, 0, fmt.Errorf("hierarchy: %v: %w", keys[i], ErrNotFound))
+			continue
+		}
+		h.mu.Lock()
+		if e := h.entries[keys[i]]; e != nil && e.in != 0 {
+			l := bits.TrailingZeros8(e.in)
+			byLevel[l] = append(byLevel[l], i)
+		}
+		h.mu.Unlock()
+	}
+	for lvl, idx := range byLevel {
+		if len(idx) == 0 {
+			continue
+		}
+		mg, ok := h.levels[lvl].Tier.(ManyGetter)
+		if !ok || len(idx) == 1 {
+			for _, i := range idx {
+				v, m, kind, err := h.Get(keys[i], nil)
+				fn(i, v, m, kind, err)
+			}
+			continue
+		}
+		sub := make([]index.Key, len(idx))
+		for j, i := range idx {
+			sub[j] = keys[i]
+		}
+		err := mg.GetMany(ctx, sub, func(j int, v []byte, m Meta, err error) {
+			i := idx[j]
+			if err == nil {
+				h.hit(keys[i], lvl, v, m)
+				fn(i, v, m, h.levels[lvl].Kind, nil)
+				return
+			}
+			if errors.Is(err, ErrCorrupt) {
+				h.lost(lvl, keys[i])
+			}
+			// Moved, dropped or out of reach: one more try the usual way.
+			v, m, kind, err := h.Get(keys[i], nil)
+			fn(i, v, m, kind, err)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hit counts a hit on level lvl for a block read outside read and
+// schedules its promotion with the bytes read.
+func (h *Hierarchy) hit(key index.Key, lvl int, v []byte, m Meta) {
+	h.mu.Lock()
+	if e := h.entries[key]; e != nil {
+		h.levels[lvl].Policy.Touch(key)
+		h.touchLocked(key, e)
+	}
+	h.gets++
+	h.levels[lvl].hits++
+	h.mu.Unlock()
+	if lvl > 0 && !h.cfg.NoPromote {
+		h.promoteLater(promotion{key: key, from: lvl, data: v, meta: m})
+	}
+}
