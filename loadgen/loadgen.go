@@ -45,8 +45,13 @@ var ErrUnsupported = errors.New("loadgen: operation not supported by the target"
 // Config describes a run. Zero fields take the defaults said.
 type Config struct {
 	// Op is what each request does. Get, lookup and mixed runs first put
-	// every key of the working set (the populate phase, reported apart).
+	// every key of the working set (the populate phase, reported apart),
+	// unless NoPopulate.
 	Op Op
+	// NoPopulate skips the populate phase: the run reads what an earlier
+	// run put (a put run with the same keys, namespace and value size),
+	// for instance after the node's page cache was dropped.
+	NoPopulate bool
 	// GetRatio is the share of a mixed run's requests that are gets, in
 	// [0, 1]; the others are puts. Only for OpMixed.
 	GetRatio float64
@@ -221,7 +226,7 @@ func Run(ctx context.Context, dial Dialer, cfg Config) (*Report, error) {
 	}
 
 	rep := &Report{Run: Result{Latency: new(Histogram)}} // what an interrupted populate leaves
-	if cfg.Op != OpPut {
+	if cfg.Op != OpPut && !cfg.NoPopulate {
 		var next atomic.Int64
 		batches := (int64(cfg.Keys) + int64(cfg.Batch) - 1) / int64(cfg.Batch)
 		res := runPhase(ctx, workers, &cfg, phase{name: "populate", total: batches}, func(w *worker) (kind, bool) {

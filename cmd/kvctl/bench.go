@@ -36,6 +36,7 @@ type benchFlags struct {
 	requests    int64
 	namespace   string
 	grpc        bool
+	noPopulate  bool
 }
 
 func (a *app) newBenchCommand() *cobra.Command {
@@ -105,6 +106,7 @@ default namespace is ` + benchNamespace.String() + `).`,
 	fl.Int64VarP(&f.requests, "requests", "n", 0, "end after this many requests instead of --duration")
 	fl.StringVar(&f.namespace, "namespace", "", "namespace of the blocks (16 hex digits; default "+benchNamespace.String()+")")
 	fl.BoolVar(&f.grpc, "grpc", false, "kvstrata: move block bytes over gRPC, not the data plane")
+	fl.BoolVar(&f.noPopulate, "no-populate", false, "get/lookup/mixed: read what an earlier put run with the same --keys and --size left, without putting it first")
 	return cmd
 }
 
@@ -136,7 +138,7 @@ func (f benchFlags) plan(addr string, changed func(flag string) bool) (benchPlan
 	}
 	op := loadgen.Op(strings.ToLower(f.op))
 	p.cfg = loadgen.Config{Op: op, GetRatio: f.getRatio, Keys: f.keys, Batch: f.batch, Concurrency: f.concurrency,
-		Requests: f.requests, Duration: f.duration}
+		Requests: f.requests, Duration: f.duration, NoPopulate: f.noPopulate}
 	size, err := parseSize(f.size)
 	switch {
 	case err != nil:
