@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvstrata/kvstrata/raftstore"
 	"github.com/kvstrata/kvstrata/tiers/policy"
 )
 
@@ -30,6 +31,7 @@ type Config struct {
 	DRAM    DRAM
 	SSD     SSD
 	S3      S3
+	Cluster Cluster
 	Limits  Limits
 	// Transport is the data-plane backend: "tcp" (default) or "ucx" (in
 	// binaries built with the ucx tag).
@@ -128,6 +130,29 @@ type S3 struct {
 	Concurrency int
 }
 
+// Cluster configures the node's membership in a cluster that shares a
+// Raft-replicated block directory. A node without cluster state and with
+// neither Bootstrap nor Join starts a cluster of itself.
+type Cluster struct {
+	// Name names the node for people. Default: its host name and node id.
+	Name string
+	// RaftAddr is where the node's raft transport listens and what its
+	// peers dial. Default 127.0.0.1:7072.
+	RaftAddr string
+	// Bootstrap lists the voters of a new cluster, "1=host:7072,2=…", this
+	// node among them; used only by a node without cluster state.
+	Bootstrap string
+	// Join is the gRPC address of a member to join through; used only by a
+	// node without cluster state.
+	Join string
+	// HeartbeatInterval is how often the node tells the leader it is
+	// alive. Default 500ms.
+	HeartbeatInterval time.Duration
+	// LivenessTimeout is how long a node may be silent before the leader
+	// marks it down and lookups stop returning its blocks. Default 5s.
+	LivenessTimeout time.Duration
+}
+
 // Limits protect the node; requests over them are refused whole.
 type Limits struct {
 	MaxBlockSize   ByteSize // default 4MiB
@@ -150,6 +175,7 @@ func Default() Config {
 		DRAM: DRAM{PageSize: 4 << 10, Policy: "lru", HighWatermark: 0.95, LowWatermark: 0.85},
 		SSD: SSD{Enabled: true, Policy: "lru", AdmitMinSeen: 1,
 			HighWatermark: 0.95, LowWatermark: 0.85},
+		Cluster: Cluster{RaftAddr: "127.0.0.1:7072", HeartbeatInterval: 500 * time.Millisecond, LivenessTimeout: 5 * time.Second},
 		S3: S3{Bucket: "kvstrata", Region: "us-east-1", CreateBucket: true, Policy: "lru",
 			SegmentSize: 64 << 20, FlushInterval: time.Second, MaxPending: 256 << 20, Concurrency: 16},
 		Limits: Limits{
@@ -240,6 +266,29 @@ func (c *Config) Validate() error {
 		if (c.S3.AccessKey == "") != (c.S3.SecretKey == "") {
 			bad("s3.access-key and s3.secret-key must be set together (or both left to AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 		}
+	}
+	if _, _, err := net.SplitHostPort(c.Cluster.RaftAddr); err != nil {
+		bad("cluster.raft-addr %q is not host:port", c.Cluster.RaftAddr)
+	}
+	if c.Cluster.Bootstrap != "" && c.Cluster.Join != "" {
+		bad("cluster.bootstrap and cluster.join exclude each other: a new node either starts a cluster or joins one")
+	}
+	if c.Cluster.Bootstrap != "" {
+		peers, err := raftstore.ParsePeers(c.Cluster.Bootstrap)
+		switch {
+		case err != nil:
+			bad("cluster.bootstrap: %v", err)
+		case !slices.ContainsFunc(peers, func(p raftstore.Peer) bool { return uint32(p.ID) == c.NodeID }):
+			bad("cluster.bootstrap %q does not list this node (node-id %d)", c.Cluster.Bootstrap, c.NodeID)
+		}
+	}
+	if c.Cluster.Join != "" {
+		if _, _, err := net.SplitHostPort(c.Cluster.Join); err != nil {
+			bad("cluster.join %q is not host:port (a member's gRPC address)", c.Cluster.Join)
+		}
+	}
+	if c.Cluster.HeartbeatInterval <= 0 || c.Cluster.LivenessTimeout < 2*c.Cluster.HeartbeatInterval {
+		bad("cluster.liveness-timeout %v must be at least twice cluster.heartbeat-interval %v (> 0)", c.Cluster.LivenessTimeout, c.Cluster.HeartbeatInterval)
 	}
 	l := c.Limits
 	if l.MaxBlockSize <= 0 || l.MaxBlockSize > 1<<31 {

@@ -52,6 +52,11 @@ type Config struct {
 	// Directory receives the hierarchy's locations, so that lookups can be
 	// answered together with other nodes'. The default is a private one.
 	Directory *index.Directory
+	// OnChange, if set, is told every change the hierarchy makes to its
+	// directory, in order: what a cluster node publishes to the replicated
+	// directory. It is called under the hierarchy's lock: it must be quick
+	// and must not call back into the hierarchy.
+	OnChange func(index.Change)
 }
 
 // ErrPinned is returned by Delete for a block under an unexpired pin.
@@ -468,6 +473,9 @@ func (h *Hierarchy) addedLocked(i int, m Meta) {
 	l := h.levels[i]
 	l.Policy.Add(policy.Entry{Key: m.Key, Parent: m.Parent, HasParent: m.HasParent, Size: int64(m.Size)})
 	h.dir.Add(m.Key, m.Meta, l.loc)
+	if h.cfg.OnChange != nil {
+		h.cfg.OnChange(index.Change{Kind: index.ChangeStored, Key: m.Key, Meta: m.Meta, Loc: l.loc})
+	}
 }
 
 // removedLocked forgets level i's copy of key.
@@ -475,6 +483,9 @@ func (h *Hierarchy) removedLocked(i int, e *entry, key index.Key) {
 	e.in &^= 1 << i
 	h.levels[i].Policy.Remove(key)
 	h.dir.Remove(key, h.levels[i].loc)
+	if h.cfg.OnChange != nil {
+		h.cfg.OnChange(index.Change{Kind: index.ChangeRemoved, Key: key, Loc: h.levels[i].loc})
+	}
 }
 
 // dropCopy deletes level i's copy of a key the caller owns.

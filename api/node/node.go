@@ -122,6 +122,20 @@ type Node struct {
 	leases    map[uint64]*tiers.Lease
 	nextLease uint64
 	addrs     Addrs
+	cluster   ClusterLookup
+}
+
+// ClusterLookup answers lookups across a cluster's replicated directory
+// (api/cluster does).
+type ClusterLookup interface {
+	Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix
+}
+
+// SetCluster makes the node answer lookups for the whole cluster.
+func (n *Node) SetCluster(c ClusterLookup) {
+	n.mu.Lock()
+	n.cluster = c
+	n.mu.Unlock()
 }
 
 // Addrs are the endpoints a node serves on, for Info.
@@ -241,6 +255,12 @@ func (n *Node) View(key index.Key) (tiers.View, index.TierKind, error) {
 func (n *Node) Lookup(ns index.NamespaceID, chain []index.Hash) (index.Prefix, error) {
 	if len(chain) > n.cfg.MaxBatchBlocks*64 {
 		return index.Prefix{}, &LimitError{fmt.Sprintf("lookup of %d hashes, over the %d-hash limit", len(chain), n.cfg.MaxBatchBlocks*64)}
+	}
+	n.mu.Lock()
+	c := n.cluster
+	n.mu.Unlock()
+	if c != nil {
+		return c.Lookup(ns, chain), nil
 	}
 	return n.h.Lookup(ns, chain), nil
 }

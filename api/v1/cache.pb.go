@@ -1781,6 +1781,842 @@ func (x *WarmProgress) GetLastError() string {
 	return ""
 }
 
+type Member struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	RaftAddr      string                 `protobuf:"bytes,3,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	GrpcAddr      string                 `protobuf:"bytes,4,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	DataAddr      string                 `protobuf:"bytes,5,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"`
+	Transport     string                 `protobuf:"bytes,6,opt,name=transport,proto3" json:"transport,omitempty"`
+	Up            bool                   `protobuf:"varint,7,opt,name=up,proto3" json:"up,omitempty"`                                        // not marked down by the liveness monitor
+	SinceUnixMs   int64                  `protobuf:"varint,8,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"` // when its liveness last changed
+	Voter         bool                   `protobuf:"varint,9,opt,name=voter,proto3" json:"voter,omitempty"`                                  // in the raft configuration
+	Tiers         []*TierUsage           `protobuf:"bytes,10,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	TiersUnixMs   int64                  `protobuf:"varint,11,opt,name=tiers_unix_ms,json=tiersUnixMs,proto3" json:"tiers_unix_ms,omitempty"` // when the node reported them
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_api_v1_cache_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Member) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Member) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Member) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+func (x *Member) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
+func (x *Member) GetDataAddr() string {
+	if x != nil {
+		return x.DataAddr
+	}
+	return ""
+}
+
+func (x *Member) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *Member) GetUp() bool {
+	if x != nil {
+		return x.Up
+	}
+	return false
+}
+
+func (x *Member) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *Member) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *Member) GetTiers() []*TierUsage {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+func (x *Member) GetTiersUnixMs() int64 {
+	if x != nil {
+		return x.TiersUnixMs
+	}
+	return 0
+}
+
+type TierUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tier          string                 `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"`
+	CapacityBytes uint64                 `protobuf:"varint,2,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	UsedBytes     uint64                 `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	Blocks        uint64                 `protobuf:"varint,4,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TierUsage) Reset() {
+	*x = TierUsage{}
+	mi := &file_api_v1_cache_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TierUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TierUsage) ProtoMessage() {}
+
+func (x *TierUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
+func (*TierUsage) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TierUsage) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *TierUsage) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *TierUsage) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *TierUsage) GetBlocks() uint64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+type MembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersRequest) Reset() {
+	*x = MembersRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersRequest) ProtoMessage() {}
+
+func (x *MembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
+func (*MembersRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
+}
+
+type MembersResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Members         []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	LeaderId        uint32                 `protobuf:"varint,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`                      // 0 when no leader is known
+	DirectoryKeys   uint64                 `protobuf:"varint,3,opt,name=directory_keys,json=directoryKeys,proto3" json:"directory_keys,omitempty"`       // blocks in this replica's directory
+	AppliedIndex    uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`          // the last raft entry this replica applied
+	DirectoryDigest uint64                 `protobuf:"varint,5,opt,name=directory_digest,json=directoryDigest,proto3" json:"directory_digest,omitempty"` // a hash of the directory, to compare replicas
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *MembersResponse) Reset() {
+	*x = MembersResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersResponse) ProtoMessage() {}
+
+func (x *MembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
+func (*MembersResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *MembersResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *MembersResponse) GetLeaderId() uint32 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+func (x *MembersResponse) GetDirectoryKeys() uint64 {
+	if x != nil {
+		return x.DirectoryKeys
+	}
+	return 0
+}
+
+func (x *MembersResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *MembersResponse) GetDirectoryDigest() uint64 {
+	if x != nil {
+		return x.DirectoryDigest
+	}
+	return 0
+}
+
+type JoinRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *JoinRequest) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+type JoinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinResponse) Reset() {
+	*x = JoinResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinResponse) ProtoMessage() {}
+
+func (x *JoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
+func (*JoinResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
+}
+
+type RemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveRequest) Reset() {
+	*x = RemoveRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveRequest) ProtoMessage() {}
+
+func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
+func (*RemoveRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RemoveRequest) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type RemoveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveResponse) Reset() {
+	*x = RemoveResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveResponse) ProtoMessage() {}
+
+func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
+func (*RemoveResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
+}
+
+type ProposeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entry         []byte                 `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeRequest) Reset() {
+	*x = ProposeRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeRequest) ProtoMessage() {}
+
+func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
+func (*ProposeRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ProposeRequest) GetEntry() []byte {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+type ProposeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeResponse) Reset() {
+	*x = ProposeResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeResponse) ProtoMessage() {}
+
+func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
+func (*ProposeResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
+}
+
+type HeartbeatRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Tiers         []*TierUsage           `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *HeartbeatRequest) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetTiers() []*TierUsage {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+type HeartbeatResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
+}
+
+type SyncRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncRequest) Reset() {
+	*x = SyncRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncRequest) ProtoMessage() {}
+
+func (x *SyncRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
+func (*SyncRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
+}
+
+type SyncResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncResponse) Reset() {
+	*x = SyncResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncResponse) ProtoMessage() {}
+
+func (x *SyncResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
+func (*SyncResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
+}
+
+type LocateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*BlockKey            `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocateRequest) Reset() {
+	*x = LocateRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocateRequest) ProtoMessage() {}
+
+func (x *LocateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
+func (*LocateRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *LocateRequest) GetKeys() []*BlockKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type LocateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*KeyLocations        `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"` // one per key, in order
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocateResponse) Reset() {
+	*x = LocateResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocateResponse) ProtoMessage() {}
+
+func (x *LocateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocateResponse.ProtoReflect.Descriptor instead.
+func (*LocateResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *LocateResponse) GetKeys() []*KeyLocations {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type KeyLocations struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Locations     []*TierBlocks          `protobuf:"bytes,1,rep,name=locations,proto3" json:"locations,omitempty"` // blocks = 1 for each location holding the key
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyLocations) Reset() {
+	*x = KeyLocations{}
+	mi := &file_api_v1_cache_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyLocations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyLocations) ProtoMessage() {}
+
+func (x *KeyLocations) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyLocations.ProtoReflect.Descriptor instead.
+func (*KeyLocations) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *KeyLocations) GetLocations() []*TierBlocks {
+	if x != nil {
+		return x.Locations
+	}
+	return nil
+}
+
 var File_api_v1_cache_proto protoreflect.FileDescriptor
 
 const file_api_v1_cache_proto_rawDesc = "" +
@@ -1923,7 +2759,54 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x06failed\x18\x06 \x01(\rR\x06failed\x12\x14\n" +
 	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\b \x01(\tR\tlastError2\xfd\x04\n" +
+	"last_error\x18\b \x01(\tR\tlastError\"\xbd\x02\n" +
+	"\x06Member\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\traft_addr\x18\x03 \x01(\tR\braftAddr\x12\x1b\n" +
+	"\tgrpc_addr\x18\x04 \x01(\tR\bgrpcAddr\x12\x1b\n" +
+	"\tdata_addr\x18\x05 \x01(\tR\bdataAddr\x12\x1c\n" +
+	"\ttransport\x18\x06 \x01(\tR\ttransport\x12\x0e\n" +
+	"\x02up\x18\a \x01(\bR\x02up\x12\"\n" +
+	"\rsince_unix_ms\x18\b \x01(\x03R\vsinceUnixMs\x12\x14\n" +
+	"\x05voter\x18\t \x01(\bR\x05voter\x12,\n" +
+	"\x05tiers\x18\n" +
+	" \x03(\v2\x16.kvstrata.v1.TierUsageR\x05tiers\x12\"\n" +
+	"\rtiers_unix_ms\x18\v \x01(\x03R\vtiersUnixMs\"}\n" +
+	"\tTierUsage\x12\x12\n" +
+	"\x04tier\x18\x01 \x01(\tR\x04tier\x12%\n" +
+	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\x12\x16\n" +
+	"\x06blocks\x18\x04 \x01(\x04R\x06blocks\"\x10\n" +
+	"\x0eMembersRequest\"\xd4\x01\n" +
+	"\x0fMembersResponse\x12-\n" +
+	"\amembers\x18\x01 \x03(\v2\x13.kvstrata.v1.MemberR\amembers\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\rR\bleaderId\x12%\n" +
+	"\x0edirectory_keys\x18\x03 \x01(\x04R\rdirectoryKeys\x12#\n" +
+	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12)\n" +
+	"\x10directory_digest\x18\x05 \x01(\x04R\x0fdirectoryDigest\":\n" +
+	"\vJoinRequest\x12+\n" +
+	"\x06member\x18\x01 \x01(\v2\x13.kvstrata.v1.MemberR\x06member\"\x0e\n" +
+	"\fJoinResponse\"\x1f\n" +
+	"\rRemoveRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\"\x10\n" +
+	"\x0eRemoveResponse\"&\n" +
+	"\x0eProposeRequest\x12\x14\n" +
+	"\x05entry\x18\x01 \x01(\fR\x05entry\"\x11\n" +
+	"\x0fProposeResponse\"P\n" +
+	"\x10HeartbeatRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12,\n" +
+	"\x05tiers\x18\x02 \x03(\v2\x16.kvstrata.v1.TierUsageR\x05tiers\"\x13\n" +
+	"\x11HeartbeatResponse\"\r\n" +
+	"\vSyncRequest\"\x0e\n" +
+	"\fSyncResponse\":\n" +
+	"\rLocateRequest\x12)\n" +
+	"\x04keys\x18\x01 \x03(\v2\x15.kvstrata.v1.BlockKeyR\x04keys\"?\n" +
+	"\x0eLocateResponse\x12-\n" +
+	"\x04keys\x18\x01 \x03(\v2\x19.kvstrata.v1.KeyLocationsR\x04keys\"E\n" +
+	"\fKeyLocations\x125\n" +
+	"\tlocations\x18\x01 \x03(\v2\x17.kvstrata.v1.TierBlocksR\tlocations2\xfd\x04\n" +
 	"\x05Cache\x127\n" +
 	"\x04Info\x12\x18.kvstrata.v1.InfoRequest\x1a\x15.kvstrata.v1.NodeInfo\x12:\n" +
 	"\x03Put\x12\x17.kvstrata.v1.PutRequest\x1a\x18.kvstrata.v1.PutResponse(\x01\x12:\n" +
@@ -1934,7 +2817,15 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x05Stats\x12\x19.kvstrata.v1.StatsRequest\x1a\x1a.kvstrata.v1.StatsResponse\x128\n" +
 	"\x03Pin\x12\x17.kvstrata.v1.PinRequest\x1a\x18.kvstrata.v1.PinResponse\x12D\n" +
 	"\aRelease\x12\x1b.kvstrata.v1.ReleaseRequest\x1a\x1c.kvstrata.v1.ReleaseResponse\x12=\n" +
-	"\x04Warm\x12\x18.kvstrata.v1.WarmRequest\x1a\x19.kvstrata.v1.WarmProgress0\x01B0Z.github.com/kvstrata/kvstrata/api/v1;kvstratav1b\x06proto3"
+	"\x04Warm\x12\x18.kvstrata.v1.WarmRequest\x1a\x19.kvstrata.v1.WarmProgress0\x012\xe1\x03\n" +
+	"\aCluster\x12D\n" +
+	"\aMembers\x12\x1b.kvstrata.v1.MembersRequest\x1a\x1c.kvstrata.v1.MembersResponse\x12;\n" +
+	"\x04Join\x12\x18.kvstrata.v1.JoinRequest\x1a\x19.kvstrata.v1.JoinResponse\x12A\n" +
+	"\x06Remove\x12\x1a.kvstrata.v1.RemoveRequest\x1a\x1b.kvstrata.v1.RemoveResponse\x12D\n" +
+	"\aPropose\x12\x1b.kvstrata.v1.ProposeRequest\x1a\x1c.kvstrata.v1.ProposeResponse\x12J\n" +
+	"\tHeartbeat\x12\x1d.kvstrata.v1.HeartbeatRequest\x1a\x1e.kvstrata.v1.HeartbeatResponse\x12;\n" +
+	"\x04Sync\x12\x18.kvstrata.v1.SyncRequest\x1a\x19.kvstrata.v1.SyncResponse\x12A\n" +
+	"\x06Locate\x12\x1a.kvstrata.v1.LocateRequest\x1a\x1b.kvstrata.v1.LocateResponseB0Z.github.com/kvstrata/kvstrata/api/v1;kvstratav1b\x06proto3"
 
 var (
 	file_api_v1_cache_proto_rawDescOnce sync.Once
@@ -1948,36 +2839,53 @@ func file_api_v1_cache_proto_rawDescGZIP() []byte {
 	return file_api_v1_cache_proto_rawDescData
 }
 
-var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_api_v1_cache_proto_goTypes = []any{
-	(*BlockKey)(nil),        // 0: kvstrata.v1.BlockKey
-	(*BlockMeta)(nil),       // 1: kvstrata.v1.BlockMeta
-	(*InfoRequest)(nil),     // 2: kvstrata.v1.InfoRequest
-	(*NodeInfo)(nil),        // 3: kvstrata.v1.NodeInfo
-	(*PutRequest)(nil),      // 4: kvstrata.v1.PutRequest
-	(*PutHeader)(nil),       // 5: kvstrata.v1.PutHeader
-	(*PutResponse)(nil),     // 6: kvstrata.v1.PutResponse
-	(*BlockResult)(nil),     // 7: kvstrata.v1.BlockResult
-	(*GetRequest)(nil),      // 8: kvstrata.v1.GetRequest
-	(*GetResponse)(nil),     // 9: kvstrata.v1.GetResponse
-	(*LookupRequest)(nil),   // 10: kvstrata.v1.LookupRequest
-	(*LookupResponse)(nil),  // 11: kvstrata.v1.LookupResponse
-	(*TierBlocks)(nil),      // 12: kvstrata.v1.TierBlocks
-	(*ExistsRequest)(nil),   // 13: kvstrata.v1.ExistsRequest
-	(*ExistsResponse)(nil),  // 14: kvstrata.v1.ExistsResponse
-	(*EvictRequest)(nil),    // 15: kvstrata.v1.EvictRequest
-	(*EvictResponse)(nil),   // 16: kvstrata.v1.EvictResponse
-	(*EvictedBlock)(nil),    // 17: kvstrata.v1.EvictedBlock
-	(*StatsRequest)(nil),    // 18: kvstrata.v1.StatsRequest
-	(*StatsResponse)(nil),   // 19: kvstrata.v1.StatsResponse
-	(*TierStats)(nil),       // 20: kvstrata.v1.TierStats
-	(*PinRequest)(nil),      // 21: kvstrata.v1.PinRequest
-	(*PinResponse)(nil),     // 22: kvstrata.v1.PinResponse
-	(*ReleaseRequest)(nil),  // 23: kvstrata.v1.ReleaseRequest
-	(*ReleaseResponse)(nil), // 24: kvstrata.v1.ReleaseResponse
-	(*WarmRequest)(nil),     // 25: kvstrata.v1.WarmRequest
-	(*WarmProgress)(nil),    // 26: kvstrata.v1.WarmProgress
-	nil,                     // 27: kvstrata.v1.TierStats.DetailEntry
+	(*BlockKey)(nil),          // 0: kvstrata.v1.BlockKey
+	(*BlockMeta)(nil),         // 1: kvstrata.v1.BlockMeta
+	(*InfoRequest)(nil),       // 2: kvstrata.v1.InfoRequest
+	(*NodeInfo)(nil),          // 3: kvstrata.v1.NodeInfo
+	(*PutRequest)(nil),        // 4: kvstrata.v1.PutRequest
+	(*PutHeader)(nil),         // 5: kvstrata.v1.PutHeader
+	(*PutResponse)(nil),       // 6: kvstrata.v1.PutResponse
+	(*BlockResult)(nil),       // 7: kvstrata.v1.BlockResult
+	(*GetRequest)(nil),        // 8: kvstrata.v1.GetRequest
+	(*GetResponse)(nil),       // 9: kvstrata.v1.GetResponse
+	(*LookupRequest)(nil),     // 10: kvstrata.v1.LookupRequest
+	(*LookupResponse)(nil),    // 11: kvstrata.v1.LookupResponse
+	(*TierBlocks)(nil),        // 12: kvstrata.v1.TierBlocks
+	(*ExistsRequest)(nil),     // 13: kvstrata.v1.ExistsRequest
+	(*ExistsResponse)(nil),    // 14: kvstrata.v1.ExistsResponse
+	(*EvictRequest)(nil),      // 15: kvstrata.v1.EvictRequest
+	(*EvictResponse)(nil),     // 16: kvstrata.v1.EvictResponse
+	(*EvictedBlock)(nil),      // 17: kvstrata.v1.EvictedBlock
+	(*StatsRequest)(nil),      // 18: kvstrata.v1.StatsRequest
+	(*StatsResponse)(nil),     // 19: kvstrata.v1.StatsResponse
+	(*TierStats)(nil),         // 20: kvstrata.v1.TierStats
+	(*PinRequest)(nil),        // 21: kvstrata.v1.PinRequest
+	(*PinResponse)(nil),       // 22: kvstrata.v1.PinResponse
+	(*ReleaseRequest)(nil),    // 23: kvstrata.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),   // 24: kvstrata.v1.ReleaseResponse
+	(*WarmRequest)(nil),       // 25: kvstrata.v1.WarmRequest
+	(*WarmProgress)(nil),      // 26: kvstrata.v1.WarmProgress
+	(*Member)(nil),            // 27: kvstrata.v1.Member
+	(*TierUsage)(nil),         // 28: kvstrata.v1.TierUsage
+	(*MembersRequest)(nil),    // 29: kvstrata.v1.MembersRequest
+	(*MembersResponse)(nil),   // 30: kvstrata.v1.MembersResponse
+	(*JoinRequest)(nil),       // 31: kvstrata.v1.JoinRequest
+	(*JoinResponse)(nil),      // 32: kvstrata.v1.JoinResponse
+	(*RemoveRequest)(nil),     // 33: kvstrata.v1.RemoveRequest
+	(*RemoveResponse)(nil),    // 34: kvstrata.v1.RemoveResponse
+	(*ProposeRequest)(nil),    // 35: kvstrata.v1.ProposeRequest
+	(*ProposeResponse)(nil),   // 36: kvstrata.v1.ProposeResponse
+	(*HeartbeatRequest)(nil),  // 37: kvstrata.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil), // 38: kvstrata.v1.HeartbeatResponse
+	(*SyncRequest)(nil),       // 39: kvstrata.v1.SyncRequest
+	(*SyncResponse)(nil),      // 40: kvstrata.v1.SyncResponse
+	(*LocateRequest)(nil),     // 41: kvstrata.v1.LocateRequest
+	(*LocateResponse)(nil),    // 42: kvstrata.v1.LocateResponse
+	(*KeyLocations)(nil),      // 43: kvstrata.v1.KeyLocations
+	nil,                       // 44: kvstrata.v1.TierStats.DetailEntry
 }
 var file_api_v1_cache_proto_depIdxs = []int32{
 	0,  // 0: kvstrata.v1.BlockMeta.key:type_name -> kvstrata.v1.BlockKey
@@ -1993,34 +2901,55 @@ var file_api_v1_cache_proto_depIdxs = []int32{
 	1,  // 10: kvstrata.v1.EvictedBlock.meta:type_name -> kvstrata.v1.BlockMeta
 	3,  // 11: kvstrata.v1.StatsResponse.node:type_name -> kvstrata.v1.NodeInfo
 	20, // 12: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
-	27, // 13: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
+	44, // 13: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
 	0,  // 14: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
 	0,  // 15: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
-	2,  // 16: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
-	4,  // 17: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
-	8,  // 18: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
-	10, // 19: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
-	13, // 20: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
-	15, // 21: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
-	18, // 22: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
-	21, // 23: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
-	23, // 24: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
-	25, // 25: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
-	3,  // 26: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
-	6,  // 27: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
-	9,  // 28: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
-	11, // 29: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
-	14, // 30: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
-	16, // 31: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
-	19, // 32: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
-	22, // 33: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
-	24, // 34: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
-	26, // 35: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	28, // 16: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
+	27, // 17: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
+	27, // 18: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
+	28, // 19: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
+	0,  // 20: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
+	43, // 21: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
+	12, // 22: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
+	2,  // 23: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
+	4,  // 24: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
+	8,  // 25: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
+	10, // 26: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
+	13, // 27: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
+	15, // 28: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
+	18, // 29: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
+	21, // 30: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
+	23, // 31: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
+	25, // 32: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
+	29, // 33: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
+	31, // 34: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
+	33, // 35: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
+	35, // 36: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
+	37, // 37: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
+	39, // 38: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
+	41, // 39: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
+	3,  // 40: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
+	6,  // 41: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
+	9,  // 42: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
+	11, // 43: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
+	14, // 44: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
+	16, // 45: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
+	19, // 46: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
+	22, // 47: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
+	24, // 48: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
+	26, // 49: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
+	30, // 50: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
+	32, // 51: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
+	34, // 52: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
+	36, // 53: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
+	38, // 54: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
+	40, // 55: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
+	42, // 56: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
+	40, // [40:57] is the sub-list for method output_type
+	23, // [23:40] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_api_v1_cache_proto_init() }
@@ -2038,9 +2967,9 @@ func file_api_v1_cache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_v1_cache_proto_rawDesc), len(file_api_v1_cache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   45,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_api_v1_cache_proto_goTypes,
 		DependencyIndexes: file_api_v1_cache_proto_depIdxs,

@@ -72,7 +72,8 @@ func startNode(t *testing.T, dir string, extra ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, dir: dir, grpc: freeAddr(t), resp: freeAddr(t), http: freeAddr(t)}
 	p.args = append([]string{"serve", "--data-dir", dir, "--dram-capacity", "64MiB", "--ssd-capacity", "512MiB",
-		"--listen-grpc", p.grpc, "--listen-data", freeAddr(t), "--listen-resp", p.resp, "--listen-http", p.http}, extra...)
+		"--listen-grpc", p.grpc, "--listen-data", freeAddr(t), "--listen-resp", p.resp, "--listen-http", p.http,
+		"--cluster-raft-addr", freeAddr(t)}, extra...)
 	p.start()
 	return p
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,12 +20,14 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/kvstrata/kvstrata/api/cluster"
 	"github.com/kvstrata/kvstrata/api/metrics"
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/resp"
 	"github.com/kvstrata/kvstrata/api/server"
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/raftstore"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/dram"
 	"github.com/kvstrata/kvstrata/tiers/policy"
@@ -114,8 +117,9 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// openTiers opens the tiers the configuration asks for and stacks them.
-func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger) (*tiers.Hierarchy, error) {
+// openTiers opens the tiers the configuration asks for and stacks them;
+// onChange hears every change of their contents.
+func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger, onChange func(index.Change)) (*tiers.Hierarchy, error) {
 	maxBlock := int64(cfg.Limits.MaxBlockSize)
 	d, err := dram.New(dram.Config{Capacity: int64(cfg.DRAM.Capacity), PageSize: int(cfg.DRAM.PageSize), MaxBlockSize: maxBlock})
 	if err != nil {
@@ -154,7 +158,7 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger) (*tiers
 		s3Policy, _ := policy.New(c.Policy)
 		levels = append(levels, tiers.LevelConfig{Kind: index.TierS3, Tier: s, Policy: s3Policy, Shared: true})
 	}
-	h, err := tiers.New(tiers.Config{Node: index.NodeID(cfg.NodeID), Levels: levels})
+	h, err := tiers.New(tiers.Config{Node: index.NodeID(cfg.NodeID), Levels: levels, OnChange: onChange})
 	if err != nil {
 		for _, l := range levels {
 			l.Tier.Close()
@@ -165,9 +169,27 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger) (*tiers
 }
 
 // serve runs a node until ctx is done, then shuts it down gracefully.
-func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
+func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error) {
 	start := time.Now()
-	h, err := openTiers(ctx, cfg.Config, log)
+	var undo []func() // closes what is open so far, in reverse, if starting fails
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	// The cluster first: the tiers publish their changes to it from the
+	// moment they load.
+	cl, err := openCluster(cfg.Config, log)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, func() { cl.Close() })
+	self := index.NodeID(cfg.NodeID)
+	cl.Publish(index.Change{Kind: index.ChangeNodeDropped, Loc: index.Location{Node: self}}) // what a crash left listed
+	h, err := openTiers(ctx, cfg.Config, log, cl.Publish)
 	if err != nil {
 		return err
 	}
@@ -178,6 +200,15 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 		h.Close()
 		return err
 	}
+	undo = append(undo, func() { n.Close() })
+	n.SetCluster(cl)
+	cl.SetUsage(func() []raftstore.TierUsage {
+		var out []raftstore.TierUsage
+		for _, l := range h.Stats().Levels {
+			out = append(out, raftstore.TierUsage{Tier: l.Kind, Capacity: uint64(l.Capacity), Used: uint64(l.Used), Blocks: uint64(l.Blocks)})
+		}
+		return out
+	})
 	server.Version = version()
 	m := metrics.New(h.Stats, map[string]string{"version": version(), "node_id": fmt.Sprint(cfg.NodeID), "transport": cfg.Transport})
 	var ready atomic.Bool
@@ -186,16 +217,17 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 	// Control plane.
 	glis, err := net.Listen("tcp", cfg.Listen.GRPC)
 	if err != nil {
-		n.Close()
 		return fmt.Errorf("listen grpc %s: %w", cfg.Listen.GRPC, err)
 	}
 	g := grpc.NewServer(grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
 		grpc.MaxRecvMsgSize(16<<20))
 	server.Register(g, n)
+	cl.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
 	go func() { fail <- fmt.Errorf("grpc: %w", g.Serve(glis)) }()
+	undo = append(undo, g.Stop)
 	addrs := node.Addrs{GRPC: glis.Addr().String(), Transport: cfg.Transport}
 	stops := []func(){} // run in reverse order on shutdown, before the grpc server's graceful stop
 
@@ -203,8 +235,6 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 	if cfg.Listen.Data != "" {
 		t, err := newTransport(cfg.Config)
 		if err != nil {
-			g.Stop()
-			n.Close()
 			return err
 		}
 		l, err := t.Listen(cfg.Listen.Data, n.DataHandler(func(dir string, bytes int, start time.Time) {
@@ -212,12 +242,11 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 			m.Observe("data", map[string]string{"in": "put", "out": "get"}[dir], start)
 		}))
 		if err != nil {
-			g.Stop()
-			n.Close()
 			return fmt.Errorf("listen data %s: %w", cfg.Listen.Data, err)
 		}
 		addrs.Data = l.Addr()
 		stops = append(stops, func() { l.Close() })
+		undo = append(undo, func() { l.Close() })
 	}
 
 	// Redis protocol.
@@ -227,14 +256,10 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 			Logger:    log.With("server", "resp"),
 			OnCommand: func(name string, start time.Time) { m.Observe("resp", name, start) }})
 		if err != nil {
-			g.Stop()
-			n.Close()
 			return err
 		}
 		rl, err := net.Listen("tcp", cfg.Listen.RESP)
 		if err != nil {
-			g.Stop()
-			n.Close()
 			return fmt.Errorf("listen resp %s: %w", cfg.Listen.RESP, err)
 		}
 		go func() {
@@ -245,6 +270,7 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 		addrs.RESP = rl.Addr().String()
 		m.WatchRESP(func() (map[string]uint64, int) { st := rs.Stats(); return st.Commands, st.ConnectedClients })
 		stops = append(stops, func() { rs.Close() })
+		undo = append(undo, func() { rs.Close() })
 	}
 
 	// Metrics and health.
@@ -252,13 +278,16 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 	if cfg.Listen.HTTP != "" {
 		hl, err := net.Listen("tcp", cfg.Listen.HTTP)
 		if err != nil {
-			g.Stop()
-			n.Close()
 			return fmt.Errorf("listen http %s: %w", cfg.Listen.HTTP, err)
 		}
 		checks := []metrics.Check{{Name: "node", Fn: func() error {
 			if !ready.Load() {
 				return errors.New("starting or shutting down")
+			}
+			return nil
+		}}, {Name: "cluster", Advisory: true, Fn: func() error {
+			if cl.Leader() == 0 {
+				return errors.New("no raft leader known")
 			}
 			return nil
 		}}}
@@ -274,16 +303,26 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 			}
 		}()
 		addrs.HTTP = hl.Addr().String()
+		undo = append(undo, func() { hsrv.Close() })
 	}
 
-	addrs.Transport = cfg.Transport
 	n.SetAddrs(addrs)
+	if err := cl.Start(raftstore.Member{Name: cfg.Cluster.Name, GRPCAddr: addrs.GRPC, DataAddr: addrs.Data, Transport: cfg.Transport}); err != nil {
+		return err
+	}
+	// Ready once the directory lists what the tiers loaded, so that the
+	// first lookups answer right; a cluster without quorum gets a while.
+	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
+	if err := cl.Sync(syncCtx); err != nil {
+		log.Warn("the directory does not list this node's blocks yet", "err", err)
+	}
+	cancelSync()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	ready.Store(true)
 	hst := h.Stats()
 	log.Info("kvstrata serving", "version", version(), "node", cfg.NodeID, "grpc", addrs.GRPC, "data", addrs.Data,
-		"transport", cfg.Transport, "resp", addrs.RESP, "http", addrs.HTTP, "tiers", tierSummary(hst),
-		"blocks", hst.Keys, "startup", time.Since(start).Round(time.Millisecond))
+		"transport", cfg.Transport, "resp", addrs.RESP, "http", addrs.HTTP, "raft", cfg.Cluster.RaftAddr,
+		"tiers", tierSummary(hst), "blocks", hst.Keys, "startup", time.Since(start).Round(time.Millisecond))
 
 	var runErr error
 	select {
@@ -308,12 +347,36 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 		_ = hsrv.Shutdown(sctx)
 		cancel()
 	}
-	if err := n.Close(); err != nil {
-		log.Error("closing the tiers", "err", err)
-		return errors.Join(runErr, err)
+	closeErr := n.Close()
+	if closeErr != nil {
+		log.Error("closing the tiers", "err", closeErr)
+	}
+	if err := cl.Close(); err != nil {
+		log.Error("leaving raft", "err", err)
+		closeErr = errors.Join(closeErr, err)
+	}
+	if closeErr != nil {
+		return errors.Join(runErr, closeErr)
 	}
 	log.Info("stopped")
 	return runErr
+}
+
+// openCluster starts the node's raft replica of the block directory.
+func openCluster(cfg config.Config, log *slog.Logger) (*cluster.Cluster, error) {
+	var peers []raftstore.Peer
+	if cfg.Cluster.Bootstrap != "" {
+		peers, _ = raftstore.ParsePeers(cfg.Cluster.Bootstrap) // validated
+	}
+	name := cfg.Cluster.Name
+	if name == "" {
+		host, _ := os.Hostname()
+		name = fmt.Sprintf("%s-%d", host, cfg.NodeID)
+	}
+	return cluster.Open(cluster.Config{ID: index.NodeID(cfg.NodeID), Name: name, Dir: filepath.Join(cfg.DataDir, "raft"),
+		RaftAddr: cfg.Cluster.RaftAddr, Bootstrap: peers, Join: cfg.Cluster.Join,
+		HeartbeatInterval: cfg.Cluster.HeartbeatInterval, LivenessTimeout: cfg.Cluster.LivenessTimeout,
+		Logger: log.With("component", "cluster")})
 }
 
 func tierSummary(s tiers.HierarchyStats) string {

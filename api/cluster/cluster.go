@@ -1,0 +1,243 @@
+// Package cluster makes a cache node a member of a kvstrata cluster. It
+// runs the node's Raft replica of the global block directory
+// (raftstore), bootstraps or joins, publishes the node's tier changes to
+// the directory in batches, forwards what only the leader may do to the
+// leader over gRPC, heartbeats, and — on the leader — marks nodes that
+// fall silent down and back up. It also serves the kvstrata.v1.Cluster
+// service.
+//
+// Lookups are answered from the local replica: a follower's directory may
+// trail the leader's by the events in flight (a few milliseconds on a
+// LAN). That staleness is safe: a block the directory still lists costs a
+// fetch that finds nothing and falls back to the next location, and a
+// block not listed yet is a miss; checksums make sure no wrong bytes are
+// ever used.
+//
+// A Cluster is safe for concurrent use.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/raftstore"
+)
+
+// Config configures a Cluster; zero durations take their defaults.
+type Config struct {
+	ID       index.NodeID
+	Name     string
+	Dir      string // raft's log and snapshots
+	RaftAddr string
+	// Bootstrap starts a new cluster of these voters when the replica has
+	// no state. With neither Bootstrap nor Join, a node without state
+	// bootstraps a cluster of itself.
+	Bootstrap []raftstore.Peer
+	// Join is the gRPC address of any member; a node without state asks
+	// it to add this node.
+	Join string
+	// HeartbeatInterval is how often a node tells the leader it is alive.
+	// The default is 500ms.
+	HeartbeatInterval time.Duration
+	// LivenessTimeout is how long a node may be silent before the leader
+	// marks it down (its locations stop counting in lookups; object-store
+	// locations stay). The default is 5s.
+	LivenessTimeout time.Duration
+	Logger          *slog.Logger
+}
+
+// Cluster is a node's membership.
+type Cluster struct {
+	cfg     Config
+	rep     *raftstore.Replica
+	batcher *raftstore.Batcher
+	log     *slog.Logger
+
+	mu    sync.Mutex
+	self  raftstore.Member // set by Start
+	usage func() []raftstore.TierUsage
+	conns map[string]*grpc.ClientConn
+	seen  map[index.NodeID]time.Time // leader: last heartbeat of each node
+	leads bool                       // whether the monitor saw itself leading
+	caps  map[index.NodeID]time.Time // leader: last capacities proposed
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Open starts the node's replica and its event batcher. Call Start once the
+// node's addresses are known.
+func Open(cfg Config) (*Cluster, error) {
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = 500 * time.Millisecond
+	}
+	if cfg.LivenessTimeout == 0 {
+		cfg.LivenessTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	boot := cfg.Bootstrap
+	if len(boot) == 0 && cfg.Join == "" {
+		boot = []raftstore.Peer{{ID: cfg.ID, RaftAddr: cfg.RaftAddr}}
+	}
+	rep, err := raftstore.OpenReplica(raftstore.ReplicaConfig{ID: cfg.ID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr,
+		Bootstrap: boot, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Cluster{cfg: cfg, rep: rep, log: cfg.Logger, conns: map[string]*grpc.ClientConn{},
+		seen: map[index.NodeID]time.Time{}, caps: map[index.NodeID]time.Time{}, ctx: ctx, cancel: cancel}
+	c.batcher, err = raftstore.NewBatcher(raftstore.BatcherConfig{Propose: c.propose, Logger: cfg.Logger})
+	if err != nil {
+		rep.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Publish queues one change of the node's tiers for the directory; it never
+// blocks (a full queue drops and counts the change).
+func (c *Cluster) Publish(ch index.Change) { c.batcher.Add(ch) }
+
+// FSM is the node's replica of the directory and the cluster state.
+func (c *Cluster) FSM() *raftstore.FSM { return c.rep.FSM }
+
+// Leader returns the leader's node id, or 0 while none is known.
+func (c *Cluster) Leader() index.NodeID { return c.rep.Leader() }
+
+// Lookup answers a longest-prefix lookup across the cluster from the local
+// replica, ignoring nodes marked down.
+func (c *Cluster) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix {
+	return c.rep.FSM.Lookup(ns, chain)
+}
+
+// Sync waits until every change published before the call is committed.
+func (c *Cluster) Sync(ctx context.Context) error { return c.batcher.Flush(ctx) }
+
+// BatcherStats reports the publishing of the node's changes.
+func (c *Cluster) BatcherStats() raftstore.BatcherStats { return c.batcher.Stats() }
+
+// SetUsage gives the heartbeats the node's tier usage.
+func (c *Cluster) SetUsage(usage func() []raftstore.TierUsage) {
+	c.mu.Lock()
+	c.usage = usage
+	c.mu.Unlock()
+}
+
+// Start records the node's addresses: it joins through Config.Join when
+// the replica has no cluster yet, and keeps its member record current.
+func (c *Cluster) Start(self raftstore.Member) error {
+	self.ID, self.RaftAddr = c.cfg.ID, c.cfg.RaftAddr
+	if self.Name == "" {
+		self.Name = c.cfg.Name
+	}
+	c.mu.Lock()
+	c.self = self
+	c.mu.Unlock()
+	if c.cfg.Join != "" {
+		if err := c.join(); err != nil {
+			return err
+		}
+	}
+	c.wg.Add(2)
+	go c.heartbeats()
+	go c.monitor()
+	return nil
+}
+
+// join asks the cluster at Config.Join to add this node, retrying while no
+// leader answers, unless the replica already belongs to a cluster.
+func (c *Cluster) join() error {
+	if voters, err := c.rep.Voters(); err == nil && len(voters) > 0 {
+		return nil // a restart: the replica has its cluster
+	}
+	conn, err := c.conn(c.cfg.Join)
+	if err != nil {
+		return err
+	}
+	req := &pb.JoinRequest{Member: memberToPB(c.self)}
+	var last error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+		_, last = pb.NewClusterClient(conn).Join(ctx, req)
+		cancel()
+		if last == nil {
+			c.log.Info("joined the cluster", "through", c.cfg.Join)
+			return nil
+		}
+	}
+	return fmt.Errorf("cluster: join through %s: %w", c.cfg.Join, last)
+}
+
+// propose commits an entry: through raft on the leader, else forwarded to
+// the leader, one proposal at a time so that entries keep their order.
+func (c *Cluster) propose(ctx context.Context, data []byte) error {
+	if c.rep.IsLeader() {
+		return c.rep.Propose(ctx, data)
+	}
+	conn, err := c.leaderConn()
+	if err != nil {
+		return err
+	}
+	_, err = pb.NewClusterClient(conn).Propose(ctx, &pb.ProposeRequest{Entry: data})
+	return err
+}
+
+// errNoLeader is returned while no leader (or its address) is known.
+var errNoLeader = errors.New("cluster: no leader known yet")
+
+// leaderConn returns a connection to the leader's gRPC endpoint.
+func (c *Cluster) leaderConn() (*grpc.ClientConn, error) {
+	id := c.rep.Leader()
+	if id == 0 {
+		return nil, errNoLeader
+	}
+	m, ok := c.rep.FSM.Member(id)
+	if !ok || m.GRPCAddr == "" {
+		return nil, fmt.Errorf("%w (node %d has not registered its address)", errNoLeader, id)
+	}
+	return c.conn(m.GRPCAddr)
+}
+
+// conn returns a cached client connection to addr.
+func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc := c.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: dial %s: %w", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// Close publishes what is queued (for up to a second), then leaves raft.
+func (c *Cluster) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = c.batcher.Flush(ctx)
+	cancel()
+	c.cancel()
+	c.wg.Wait()
+	err := errors.Join(c.batcher.Close(), c.rep.Close())
+	c.mu.Lock()
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	c.mu.Unlock()
+	return err
+}

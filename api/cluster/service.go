@@ -1,0 +1,210 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/raftstore"
+)
+
+// Register serves the Cluster service for c on g.
+func (c *Cluster) Register(g *grpc.Server) { pb.RegisterClusterServer(g, &service{c: c}) }
+
+type service struct {
+	pb.UnimplementedClusterServer
+	c *Cluster
+}
+
+// forward sends a leader-only call to the leader; call runs it there.
+func forward[Resp any](s *service, ctx context.Context, call func(pb.ClusterClient) (Resp, error)) (Resp, error) {
+	var zero Resp
+	conn, err := s.c.leaderConn()
+	if err != nil {
+		return zero, status.Error(codes.Unavailable, err.Error())
+	}
+	return call(pb.NewClusterClient(conn))
+}
+
+func (s *service) Members(context.Context, *pb.MembersRequest) (*pb.MembersResponse, error) {
+	fsm := s.c.rep.FSM
+	voters, _ := s.c.rep.Voters()
+	out := &pb.MembersResponse{LeaderId: uint32(s.c.rep.Leader()), AppliedIndex: fsm.AppliedIndex()}
+	for _, m := range fsm.Members() {
+		pm := memberToPB(m)
+		pm.Up = fsm.Alive(m.ID)
+		if l, ok := fsm.Liveness(m.ID); ok {
+			pm.SinceUnixMs = l.Since.UnixMilli()
+		}
+		pm.Voter = slices.ContainsFunc(voters, func(p raftstore.Peer) bool { return p.ID == m.ID })
+		if caps, ok := fsm.Capacities(m.ID); ok {
+			pm.Tiers, pm.TiersUnixMs = usageToPB(caps.Tiers), caps.At.UnixMilli()
+		}
+		out.Members = append(out.Members, pm)
+	}
+	out.DirectoryKeys, out.DirectoryDigest = digest(fsm.Directory())
+	return out, nil
+}
+
+// digest counts a directory's keys and hashes its content, the same on
+// every replica that holds the same entries whatever their order.
+func digest(d *index.Directory) (uint64, uint64) {
+	var n, sum uint64
+	d.Snapshot().Range(func(k index.Key, e *index.Entry) bool {
+		locs := slices.Clone(e.Locations)
+		slices.SortFunc(locs, func(a, b index.Location) int {
+			if a.Node != b.Node {
+				return int(a.Node) - int(b.Node)
+			}
+			return int(a.Tier) - int(b.Tier)
+		})
+		var buf []byte
+		buf = append(buf, k.String()...)
+		for _, l := range locs {
+			buf = append(buf, l.String()...)
+		}
+		sum ^= xxhash.Sum64(buf)
+		n++
+		return true
+	})
+	return n, sum
+}
+
+func (s *service) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+	m := memberFromPB(req.GetMember())
+	if m.ID == 0 || m.RaftAddr == "" || m.GRPCAddr == "" {
+		return nil, status.Error(codes.InvalidArgument, "join: the member needs an id > 0, a raft address and a gRPC address")
+	}
+	if !s.c.rep.IsLeader() {
+		return forward(s, ctx, func(cc pb.ClusterClient) (*pb.JoinResponse, error) { return cc.Join(ctx, req) })
+	}
+	if err := s.c.rep.AddVoter(m.ID, m.RaftAddr, 10*time.Second); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.c.proposeNow(raftstore.EncodeMemberUpsert(m)); err != nil {
+		return nil, toStatus(err)
+	}
+	s.c.log.Info("node joined", "node", m.ID, "raft", m.RaftAddr, "grpc", m.GRPCAddr)
+	return &pb.JoinResponse{}, nil
+}
+
+func (s *service) Remove(ctx context.Context, req *pb.RemoveRequest) (*pb.RemoveResponse, error) {
+	id := index.NodeID(req.Id)
+	if id == 0 {
+		return nil, status.Error(codes.InvalidArgument, "remove: node id 0")
+	}
+	if !s.c.rep.IsLeader() {
+		return forward(s, ctx, func(cc pb.ClusterClient) (*pb.RemoveResponse, error) { return cc.Remove(ctx, req) })
+	}
+	if err := s.c.rep.RemoveServer(id, 10*time.Second); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.c.proposeNow(raftstore.EncodeMemberRemove(id)); err != nil && !errors.Is(err, raftstore.ErrUnknownMember) {
+		return nil, toStatus(err)
+	}
+	s.c.log.Info("node removed", "node", id)
+	return &pb.RemoveResponse{}, nil
+}
+
+func (s *service) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.ProposeResponse, error) {
+	if len(req.Entry) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "propose: empty entry")
+	}
+	if !s.c.rep.IsLeader() {
+		return nil, status.Error(codes.Unavailable, "propose: not the leader")
+	}
+	if err := s.c.rep.Propose(ctx, req.Entry); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ProposeResponse{}, nil
+}
+
+func (s *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
+	if !s.c.rep.IsLeader() {
+		return forward(s, ctx, func(cc pb.ClusterClient) (*pb.HeartbeatResponse, error) { return cc.Heartbeat(ctx, req) })
+	}
+	s.c.heard(index.NodeID(req.Id), usageFromPB(req.Tiers))
+	return &pb.HeartbeatResponse{}, nil
+}
+
+func (s *service) Sync(ctx context.Context, _ *pb.SyncRequest) (*pb.SyncResponse, error) {
+	if err := s.c.Sync(ctx); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.SyncResponse{}, nil
+}
+
+func (s *service) Locate(_ context.Context, req *pb.LocateRequest) (*pb.LocateResponse, error) {
+	if len(req.Keys) > 1<<16 {
+		return nil, status.Errorf(codes.InvalidArgument, "locate: %d keys, over the 65536-key limit", len(req.Keys))
+	}
+	fsm := s.c.rep.FSM
+	dir := fsm.Directory()
+	out := &pb.LocateResponse{Keys: make([]*pb.KeyLocations, len(req.Keys))}
+	for i, k := range req.Keys {
+		kl := &pb.KeyLocations{}
+		if e, ok := dir.Get(index.Key{NS: index.NamespaceID(k.GetNamespace()), Hash: index.Hash(k.GetHash())}); ok {
+			for _, l := range e.Locations {
+				if fsm.Alive(l.Node) {
+					kl.Locations = append(kl.Locations, &pb.TierBlocks{NodeId: uint32(l.Node), Tier: l.Tier.String(), Blocks: 1})
+				}
+			}
+		}
+		out.Keys[i] = kl
+	}
+	return out, nil
+}
+
+// toStatus maps the replica's errors to gRPC codes.
+func toStatus(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, errNoLeader):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, raftstore.ErrUnknownMember), errors.Is(err, raftstore.ErrInvalidMember):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func memberToPB(m raftstore.Member) *pb.Member {
+	return &pb.Member{Id: uint32(m.ID), Name: m.Name, RaftAddr: m.RaftAddr, GrpcAddr: m.GRPCAddr,
+		DataAddr: m.DataAddr, Transport: m.Transport}
+}
+
+func memberFromPB(m *pb.Member) raftstore.Member {
+	return raftstore.Member{ID: index.NodeID(m.GetId()), Name: m.GetName(), RaftAddr: m.GetRaftAddr(),
+		GRPCAddr: m.GetGrpcAddr(), DataAddr: m.GetDataAddr(), Transport: m.GetTransport()}
+}
+
+func usageToPB(us []raftstore.TierUsage) []*pb.TierUsage {
+	out := make([]*pb.TierUsage, len(us))
+	for i, u := range us {
+		out[i] = &pb.TierUsage{Tier: u.Tier.String(), CapacityBytes: u.Capacity, UsedBytes: u.Used, Blocks: u.Blocks}
+	}
+	return out
+}
+
+func usageFromPB(us []*pb.TierUsage) []raftstore.TierUsage {
+	out := make([]raftstore.TierUsage, 0, len(us))
+	for _, u := range us {
+		kind, err := index.ParseTierKind(u.Tier)
+		if err != nil {
+			continue
+		}
+		out = append(out, raftstore.TierUsage{Tier: kind, Capacity: u.CapacityBytes, Used: u.UsedBytes, Blocks: u.Blocks})
+	}
+	return out
+}

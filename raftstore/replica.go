@@ -1,0 +1,236 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/kvstrata/kvstrata/index"
+)
+
+// ErrNotLeader is returned by a Replica's leader-only calls on a follower.
+var ErrNotLeader = errors.New("raftstore: not the leader")
+
+// Peer is a voter of the initial cluster.
+type Peer struct {
+	ID       index.NodeID
+	RaftAddr string
+}
+
+// ParsePeers reads "1=10.0.0.1:7072,2=10.0.0.2:7072".
+func ParsePeers(s string) ([]Peer, error) {
+	var out []Peer
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(part, "=")
+		n, err := strconv.ParseUint(id, 10, 32)
+		if !ok || err != nil || n == 0 {
+			return nil, fmt.Errorf("peer %q: want ID=HOST:PORT with ID > 0", part)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("peer %q: %q is not host:port", part, addr)
+		}
+		out = append(out, Peer{ID: index.NodeID(n), RaftAddr: addr})
+	}
+	return out, nil
+}
+
+// ReplicaConfig configures a Replica; zero fields take their defaults.
+type ReplicaConfig struct {
+	ID       index.NodeID
+	Dir      string // the log store and snapshots; created if missing
+	RaftAddr string // where the raft transport listens, and what peers dial
+	// Bootstrap, when the replica has no state yet, starts a cluster with
+	// these voters (this node among them). A replica with state ignores
+	// it; one without state and without Bootstrap waits to be added.
+	Bootstrap []Peer
+	// HeartbeatTimeout and ElectionTimeout are raft's; the defaults, 500ms
+	// and 1s, suit a LAN and elect a new leader within a few seconds.
+	HeartbeatTimeout, ElectionTimeout time.Duration
+	// SnapshotThreshold is how many entries raft lets pile up before it
+	// snapshots. The default is 8192.
+	SnapshotThreshold uint64
+	Logger            *slog.Logger
+}
+
+// Replica is one node's raft: the FSM, its Pebble log, file snapshots and a
+// TCP transport.
+type Replica struct {
+	Raft      *raft.Raft
+	FSM       *FSM
+	id        index.NodeID
+	store     *LogStore
+	transport *raft.NetworkTransport
+}
+
+// OpenReplica starts the node's raft, bootstrapping a new cluster when
+// asked and the replica has no state.
+func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
+	if cfg.ID == 0 || cfg.Dir == "" || cfg.RaftAddr == "" {
+		return nil, fmt.Errorf("raftstore: replica needs an id > 0, a directory and a raft address")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("raftstore: %w", err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = serverID(cfg.ID)
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 500*time.Millisecond, time.Second, 500*time.Millisecond
+	if cfg.HeartbeatTimeout > 0 {
+		rc.HeartbeatTimeout, rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout, cfg.HeartbeatTimeout
+	}
+	if cfg.ElectionTimeout > 0 {
+		rc.ElectionTimeout = cfg.ElectionTimeout
+	}
+	rc.SnapshotThreshold = 8192
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}})
+
+	store, err := Open(filepath.Join(cfg.Dir, "log"), &Options{Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	logs, err := raft.NewLogCache(512, store)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.Dir, "snapshots"), 2, rc.Logger)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("raftstore: snapshots: %w", err)
+	}
+	addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("raftstore: raft address %s: %w", cfg.RaftAddr, err)
+	}
+	transport, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 8, 10*time.Second, rc.Logger)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("raftstore: listen %s: %w", cfg.RaftAddr, err)
+	}
+	fsm := NewFSM()
+	hasState, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		transport.Close()
+		store.Close()
+		return nil, fmt.Errorf("raftstore: %w", err)
+	}
+	if !hasState && len(cfg.Bootstrap) > 0 {
+		var servers []raft.Server
+		for _, p := range cfg.Bootstrap {
+			servers = append(servers, raft.Server{ID: serverID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		}
+		if err := raft.BootstrapCluster(rc, logs, store, snaps, transport, raft.Configuration{Servers: servers}); err != nil {
+			transport.Close()
+			store.Close()
+			return nil, fmt.Errorf("raftstore: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, fsm, logs, store, snaps, transport)
+	if err != nil {
+		transport.Close()
+		store.Close()
+		return nil, fmt.Errorf("raftstore: %w", err)
+	}
+	return &Replica{Raft: r, FSM: fsm, id: cfg.ID, store: store, transport: transport}, nil
+}
+
+func serverID(id index.NodeID) raft.ServerID { return raft.ServerID(strconv.FormatUint(uint64(id), 10)) }
+
+// ParseServerID is the inverse of the raft server ids the replica uses.
+func ParseServerID(id raft.ServerID) (index.NodeID, bool) {
+	n, err := strconv.ParseUint(string(id), 10, 32)
+	return index.NodeID(n), err == nil && n > 0
+}
+
+// IsLeader reports whether this replica leads.
+func (r *Replica) IsLeader() bool { return r.Raft.State() == raft.Leader }
+
+// Leader returns the leader's node id, or 0 when none is known.
+func (r *Replica) Leader() index.NodeID {
+	_, id := r.Raft.LeaderWithID()
+	n, _ := ParseServerID(id)
+	return n
+}
+
+// Propose commits data (an encoded entry) through raft: the leader's
+// ProposeFunc.
+func (r *Replica) Propose(ctx context.Context, data []byte) error {
+	if !r.IsLeader() {
+		return ErrNotLeader
+	}
+	return RaftPropose(r.Raft)(ctx, data)
+}
+
+// AddVoter adds a node to the cluster's voters (leader only).
+func (r *Replica) AddVoter(id index.NodeID, raftAddr string, timeout time.Duration) error {
+	if err := r.Raft.AddVoter(serverID(id), raft.ServerAddress(raftAddr), 0, timeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return ErrNotLeader
+		}
+		return fmt.Errorf("raftstore: add voter %d: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveServer removes a node from the cluster (leader only).
+func (r *Replica) RemoveServer(id index.NodeID, timeout time.Duration) error {
+	if err := r.Raft.RemoveServer(serverID(id), 0, timeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return ErrNotLeader
+		}
+		return fmt.Errorf("raftstore: remove %d: %w", id, err)
+	}
+	return nil
+}
+
+// Voters returns the ids and raft addresses of the current configuration.
+func (r *Replica) Voters() ([]Peer, error) {
+	f := r.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	var out []Peer
+	for _, s := range f.Configuration().Servers {
+		if id, ok := ParseServerID(s.ID); ok {
+			out = append(out, Peer{ID: id, RaftAddr: string(s.Address)})
+		}
+	}
+	return out, nil
+}
+
+// Close shuts raft down and closes the log store.
+func (r *Replica) Close() error {
+	err := r.Raft.Shutdown().Error()
+	return errors.Join(err, r.transport.Close(), r.store.Close())
+}
+
+// slogWriter carries hclog's lines into slog at warning level.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Warn(strings.TrimSpace(string(p)), "component", "raft")
+	return len(p), nil
+}
+
+var _ io.Writer = slogWriter{}
