@@ -43,6 +43,9 @@ type Result struct {
 	Parent    index.Hash
 	HasParent bool
 	Tier      string // the tier that served it, when the node says (gRPC)
+	// Node is the node that served it, for a Cluster's gets (AnyNode: the
+	// shared object store, through the seed).
+	Node index.NodeID
 }
 
 // Put stores blocks, in batches the node accepts. A block that failed alone

@@ -67,11 +67,12 @@ func (o *Options) setDefaults() {
 
 // Client talks to one cache node.
 type Client struct {
-	opts Options
-	cc   *grpc.ClientConn
-	api  pb.CacheClient
-	info *pb.NodeInfo
-	data *pool // nil: bytes go over gRPC
+	opts    Options
+	cc      *grpc.ClientConn
+	api     pb.CacheClient
+	cluster pb.ClusterClient
+	info    *pb.NodeInfo
+	data    *pool // nil: bytes go over gRPC
 }
 
 // Dial connects to the node whose gRPC address is addr and asks it for its
@@ -86,7 +87,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvstrata: dial %s: %w", addr, err)
 	}
-	c := &Client{opts: opts, cc: cc, api: pb.NewCacheClient(cc)}
+	c := &Client{opts: opts, cc: cc, api: pb.NewCacheClient(cc), cluster: pb.NewClusterClient(cc)}
 	err = c.call(ctx, "info", func(ctx context.Context) error {
 		var err error
 		c.info, err = c.api.Info(ctx, &pb.InfoRequest{})

@@ -178,9 +178,16 @@ func (a *app) runGet(ctx context.Context, args []string, dir, out string) error 
 	if err != nil {
 		return err
 	}
+	// Blocks held on other nodes of a cluster are fetched from them.
+	cl := client.NewCluster(c, client.Options{NoDataPlane: true, Timeout: a.timeout})
+	defer cl.Close()
+	seed := index.NodeID(c.Info().NodeId)
 	rows := make([]blockRow, len(keys))
 	var missing []string
-	err = c.GetFunc(ctx, keys, client.GetOptions{}, func(i int, r client.Result) error {
+	err = cl.GetFunc(ctx, keys, client.GetOptions{}, func(i int, r client.Result) error {
+		if r.Found && r.Node != 0 && r.Node != seed {
+			r.Tier = fmt.Sprintf("%s (node %d)", r.Tier, r.Node)
+		}
 		row := &rows[i]
 		*row = blockRow{Key: keys[i].String(), Found: r.Found, Tier: "missing"}
 		if !r.Found {

@@ -124,7 +124,7 @@ case nothing ran.`,
 	pf.StringVar(&a.addr, "addr", addr, "gRPC address of the node, host:port [KVSTRATA_ADDR]")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "how long each call to the node may take")
 
-	root.AddCommand(a.newStatsCommand(), a.newEvictCommand(), a.newLookupCommand(), a.newWarmCommand(),
+	root.AddCommand(a.newStatsCommand(), a.newEvictCommand(), a.newLookupCommand(), a.newWarmCommand(), a.newClusterCommand(),
 		a.newPutCommand(), a.newGetCommand(), a.newBenchCommand(), a.newSimCommand())
 	return root
 }

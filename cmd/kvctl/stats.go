@@ -16,7 +16,8 @@ import (
 )
 
 func (a *app) newStatsCommand() *cobra.Command {
-	return &cobra.Command{
+	var all bool
+	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Show a node's addresses, limits, counters and tiers",
 		Long: `stats asks the node at --addr for its statistics and prints:
@@ -43,8 +44,79 @@ Sizes are in binary units in the table and in bytes in JSON (-o json).`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.runStats(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if all {
+				return a.runClusterStats(cmd.Context())
+			}
+			return a.runStats(cmd.Context())
+		},
 	}
+	cmd.Flags().BoolVar(&all, "cluster", false, "every member's tiers, and the replicated directory's totals")
+	return cmd
+}
+
+// clusterStatsOutput is stats --cluster's JSON document.
+type clusterStatsOutput struct {
+	Leader        uint32        `json:"leader_id"`
+	DirectoryKeys uint64        `json:"directory_keys"`
+	Nodes         []statsOutput `json:"nodes"`
+	Unreachable   []uint32      `json:"unreachable,omitempty"`
+}
+
+// runClusterStats asks every member for its stats.
+func (a *app) runClusterStats(ctx context.Context) error {
+	c, err := a.connect(ctx, client.Options{})
+	if err != nil {
+		return err
+	}
+	ms, err := c.Members(ctx)
+	if err != nil {
+		return fmt.Errorf("stats --cluster: %w", err)
+	}
+	out := clusterStatsOutput{Leader: ms.LeaderId, DirectoryKeys: ms.DirectoryKeys}
+	var rows [][]string
+	totals := map[string][2]uint64{}
+	for _, m := range ms.Members {
+		nc, err := a.connectTo(ctx, m.GrpcAddr, client.Options{NoDataPlane: true})
+		var st *pb.StatsResponse
+		if err == nil {
+			st, err = nc.Stats(ctx)
+		}
+		if err != nil {
+			out.Unreachable = append(out.Unreachable, m.Id)
+			rows = append(rows, []string{strconv.FormatUint(uint64(m.Id), 10), "-", "-", "-", "-", "-", "unreachable"})
+			continue
+		}
+		so := newStatsOutput(st, time.Now())
+		out.Nodes = append(out.Nodes, so)
+		for _, t := range so.Tiers {
+			state := "up"
+			if !m.Up {
+				state = "DOWN"
+			} else if !t.Available {
+				state = "tier down"
+			}
+			rows = append(rows, []string{strconv.FormatUint(uint64(m.Id), 10), t.Tier, formatBytes(t.CapacityBytes),
+				formatBytes(t.UsedBytes), thousands(t.Blocks), thousands(t.Hits), state})
+			tt := totals[t.Tier]
+			totals[t.Tier] = [2]uint64{tt[0] + t.UsedBytes, tt[1] + t.Blocks}
+		}
+	}
+	if a.output == outputJSON {
+		return writeJSON(a.stdout, out)
+	}
+	fmt.Fprintf(a.stdout, "Leader: %s. Directory: %s blocks across %s.\n\n", nodeName(out.Leader),
+		thousands(out.DirectoryKeys), count(len(ms.Members), "node"))
+	if err := writeTable(a.stdout, []string{"NODE", "TIER", "CAPACITY", "USED", "BLOCKS", "HITS", "STATE"}, rows); err != nil {
+		return err
+	}
+	for _, tier := range slices.Sorted(maps.Keys(totals)) {
+		fmt.Fprintf(a.stdout, "total %s: %s in %s blocks\n", tier, formatBytes(totals[tier][0]), thousands(totals[tier][1]))
+	}
+	if len(out.Unreachable) > 0 {
+		return fmt.Errorf("stats --cluster: %s did not answer", count(len(out.Unreachable), "node"))
+	}
+	return nil
 }
 
 // statsOutput is stats' JSON document, part of kvctl's interface.
