@@ -36,6 +36,8 @@ type Config struct {
 	// Transport is the data-plane backend: "tcp" (default) or "ucx" (in
 	// binaries built with the ucx tag).
 	Transport string
+	// UCX tunes the ucx transport.
+	UCX UCX
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string
 	// LogFormat is text (default) or json.
@@ -151,6 +153,17 @@ type Cluster struct {
 	// LivenessTimeout is how long a node may be silent before the leader
 	// marks it down and lookups stop returning its blocks. Default 5s.
 	LivenessTimeout time.Duration
+}
+
+// UCX tunes the UCX data plane (binaries built with the ucx tag).
+type UCX struct {
+	// TLS lists the UCX transports to use, as UCX_TLS takes them
+	// ("posix,cma,self" for shared memory, "tcp", "rc,ud" for RDMA).
+	// Empty (the default) lets UCX pick the best the machine has.
+	TLS string
+	// NetDevices lists the network devices UCX may use, as
+	// UCX_NET_DEVICES takes them ("mlx5_0:1", "eth0"). Default: all.
+	NetDevices string
 }
 
 // Limits protect the node; requests over them are refused whole.

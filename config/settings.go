@@ -87,6 +87,8 @@ func (c *Config) Settings() []*Setting {
 		sizeSetting("limits.max-batch-bytes", "most bytes in one put", &c.Limits.MaxBatchBytes),
 		intSetting("limits.max-connections", "most data-plane and RESP connections, each", &c.Limits.MaxConnections),
 		strSetting("transport", "data-plane transport: tcp or ucx", &c.Transport),
+		strSetting("ucx.tls", "UCX transports to use, as UCX_TLS takes them (empty: UCX's choice)", &c.UCX.TLS),
+		strSetting("ucx.net-devices", "network devices UCX may use, as UCX_NET_DEVICES takes them", &c.UCX.NetDevices),
 		strSetting("log-level", "debug, info, warn or error", &c.LogLevel),
 		strSetting("log-format", "text or json", &c.LogFormat),
 		durationSetting("shutdown-timeout", "how long a graceful shutdown may take", &c.ShutdownTimeout),

@@ -26,6 +26,9 @@ var (
 	ErrClosed  = errors.New("transfer: connection closed")
 	// ErrFull marks a block the server had no room for.
 	ErrFull = errors.New("transfer: no room for the block")
+	// ErrRemote marks an error the server's Handler reported for one block
+	// (a disk error, say); the error's message holds the server's.
+	ErrRemote = errors.New("transfer: server error")
 )
 
 // Header describes one block on the wire.

@@ -65,6 +65,11 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// extraTransports make the data-plane backends, beyond tcp, that a client
+// offers by default, for the node's block-size and batch limits; files
+// behind build tags (transports_ucx.go) add theirs in init.
+var extraTransports []func(maxBlockSize, maxBlocks int) transfer.Transport
+
 // Client talks to one cache node.
 type Client struct {
 	opts    Options
@@ -102,6 +107,9 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		if transports == nil {
 			transports = []transfer.Transport{tcp.New(tcp.Options{
 				MaxBlockSize: int(c.info.MaxBlockSize), MaxBlocks: int(c.info.MaxBatchBlocks)})}
+			for _, extra := range extraTransports {
+				transports = append(transports, extra(int(c.info.MaxBlockSize), int(c.info.MaxBatchBlocks)))
+			}
 		}
 		for _, t := range transports {
 			if t.Name() == c.info.Transport {

@@ -142,6 +142,9 @@ func (n *Node) SetCluster(c ClusterLookup) {
 type Addrs struct {
 	GRPC, Data, RESP, HTTP string
 	Transport              string // data-plane transport name
+	// TransportDetail, if set, says what the transport uses underneath
+	// now (ucx: its lanes).
+	TransportDetail func() string
 }
 
 // New returns a node over h. The node owns h: Close closes it.

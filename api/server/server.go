@@ -54,6 +54,9 @@ func (s *Server) info() *pb.NodeInfo {
 		MaxBlockSize: uint64(i.Config.MaxBlockSize), MaxBatchBlocks: uint32(i.Config.MaxBatchBlocks),
 		MaxBatchBytes: uint64(i.Config.MaxBatchBytes), StartedUnixMs: i.Started.UnixMilli(),
 	}
+	if i.Addrs.TransportDetail != nil {
+		out.TransportDetail = i.Addrs.TransportDetail()
+	}
 	for _, t := range i.Tiers {
 		out.Tiers = append(out.Tiers, t.String())
 	}

@@ -205,8 +205,11 @@ type NodeInfo struct {
 	MaxBatchBytes  uint64                 `protobuf:"varint,10,opt,name=max_batch_bytes,json=maxBatchBytes,proto3" json:"max_batch_bytes,omitempty"`
 	Tiers          []string               `protobuf:"bytes,11,rep,name=tiers,proto3" json:"tiers,omitempty"` // fastest first
 	StartedUnixMs  int64                  `protobuf:"varint,12,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the data-plane transport uses underneath, when it says (ucx: the
+	// lanes of its endpoints, e.g. "posix/memory(am,am_bw)").
+	TransportDetail string `protobuf:"bytes,13,opt,name=transport_detail,json=transportDetail,proto3" json:"transport_detail,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeInfo) Reset() {
@@ -321,6 +324,13 @@ func (x *NodeInfo) GetStartedUnixMs() int64 {
 		return x.StartedUnixMs
 	}
 	return 0
+}
+
+func (x *NodeInfo) GetTransportDetail() string {
+	if x != nil {
+		return x.TransportDetail
+	}
+	return ""
 }
 
 type PutRequest struct {
@@ -2632,7 +2642,7 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"has_parent\x18\x03 \x01(\bR\thasParent\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\rR\x04size\x12\x1a\n" +
 	"\bchecksum\x18\x05 \x01(\x06R\bchecksum\"\r\n" +
-	"\vInfoRequest\"\x85\x03\n" +
+	"\vInfoRequest\"\xb0\x03\n" +
 	"\bNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\rR\x06nodeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1b\n" +
@@ -2646,7 +2656,8 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x0fmax_batch_bytes\x18\n" +
 	" \x01(\x04R\rmaxBatchBytes\x12\x14\n" +
 	"\x05tiers\x18\v \x03(\tR\x05tiers\x12&\n" +
-	"\x0fstarted_unix_ms\x18\f \x01(\x03R\rstartedUnixMs\"[\n" +
+	"\x0fstarted_unix_ms\x18\f \x01(\x03R\rstartedUnixMs\x12)\n" +
+	"\x10transport_detail\x18\r \x01(\tR\x0ftransportDetail\"[\n" +
 	"\n" +
 	"PutRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.kvstrata.v1.PutHeaderH\x00R\x06header\x12\x14\n" +

@@ -132,17 +132,19 @@ type statsOutput struct {
 }
 
 type nodeOutput struct {
-	ID        uint32       `json:"id"`
-	Version   string       `json:"version"`
-	GRPCAddr  string       `json:"grpc_addr"`
-	DataAddr  string       `json:"data_addr"`
-	Transport string       `json:"transport"`
-	RESPAddr  string       `json:"resp_addr"`
-	HTTPAddr  string       `json:"http_addr"`
-	Tiers     []string     `json:"tiers"`
-	Started   time.Time    `json:"started"`
-	Uptime    float64      `json:"uptime_seconds"`
-	Limits    limitsOutput `json:"limits"`
+	ID        uint32 `json:"id"`
+	Version   string `json:"version"`
+	GRPCAddr  string `json:"grpc_addr"`
+	DataAddr  string `json:"data_addr"`
+	Transport string `json:"transport"`
+	// TransportDetail says what the transport uses underneath (ucx: lanes).
+	TransportDetail string       `json:"transport_detail,omitempty"`
+	RESPAddr        string       `json:"resp_addr"`
+	HTTPAddr        string       `json:"http_addr"`
+	Tiers           []string     `json:"tiers"`
+	Started         time.Time    `json:"started"`
+	Uptime          float64      `json:"uptime_seconds"`
+	Limits          limitsOutput `json:"limits"`
 }
 
 type limitsOutput struct {
@@ -194,7 +196,7 @@ func newStatsOutput(st *pb.StatsResponse, now time.Time) statsOutput {
 	started := time.UnixMilli(n.GetStartedUnixMs())
 	out := statsOutput{
 		Node: nodeOutput{ID: n.GetNodeId(), Version: n.GetVersion(), GRPCAddr: n.GetGrpcAddr(), DataAddr: n.GetDataAddr(),
-			Transport: n.GetTransport(), RESPAddr: n.GetRespAddr(), HTTPAddr: n.GetHttpAddr(), Tiers: n.GetTiers(),
+			Transport: n.GetTransport(), TransportDetail: n.GetTransportDetail(), RESPAddr: n.GetRespAddr(), HTTPAddr: n.GetHttpAddr(), Tiers: n.GetTiers(),
 			Started: started.UTC(),
 			Limits:  limitsOutput{MaxBlockSize: n.GetMaxBlockSize(), MaxBatchBlocks: n.GetMaxBatchBlocks(), MaxBatchBytes: n.GetMaxBatchBytes()}},
 		Gets: st.Gets, Misses: st.Misses, Keys: st.Keys, Pinned: st.Pins,
@@ -231,7 +233,11 @@ func (a *app) writeStats(s statsOutput) error {
 	}
 	data := or(s.Node.DataAddr, "off")
 	if s.Node.DataAddr != "" {
-		data += " (" + s.Node.Transport + ")"
+		data += " (" + s.Node.Transport
+		if s.Node.TransportDetail != "" {
+			data += ": " + s.Node.TransportDetail
+		}
+		data += ")"
 	}
 	rate := func(r *float64) string {
 		if r == nil {

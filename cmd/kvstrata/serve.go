@@ -245,6 +245,10 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 			return fmt.Errorf("listen data %s: %w", cfg.Listen.Data, err)
 		}
 		addrs.Data = l.Addr()
+		if d, ok := l.(interface{ Describe() string }); ok {
+			addrs.TransportDetail = d.Describe
+			log.Info("data plane", "transport", cfg.Transport, "detail", d.Describe())
+		}
 		stops = append(stops, func() { l.Close() })
 		undo = append(undo, func() { l.Close() })
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"os"
 	"sync"
@@ -17,11 +16,8 @@ import (
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
+	"github.com/kvstrata/kvstrata/transfer/internal/frame"
 )
-
-// ErrRemote marks an error the server reported for one block (its Handler
-// failed: the store is full, a disk error); the message is the server's.
-var ErrRemote = errors.New("tcp: server error")
 
 // aLongTimeAgo is a deadline in the past: setting it fails blocked I/O now.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -42,8 +38,8 @@ type conn struct {
 	intr      chan struct{} // interrupt signals here once it set aLongTimeAgo
 	interrupt func()
 
-	small   [headerSize]byte
-	msg     [maxMsg]byte
+	small   [frame.HeaderSize]byte
+	msg     [frame.MaxMsg]byte
 	out     []byte // a request's header and keys or block headers
 	iov     net.Buffers
 	nb      net.Buffers
@@ -80,7 +76,7 @@ func (c *conn) handshake(ctx context.Context) error {
 	c.arm(hsCtx)
 	defer c.disarm()
 	var b [helloSize]byte
-	putHello(b[:], statusOK, 0)
+	putHello(b[:], frame.StatusOK, 0)
 	if _, err := c.nc.Write(b[:]); err != nil {
 		return c.ioError(hsCtx, "handshake with "+c.addr, err)
 	}
@@ -96,9 +92,9 @@ func (c *conn) handshake(ctx context.Context) error {
 		return c.ioError(hsCtx, "handshake with "+c.addr, err)
 	}
 	switch {
-	case st == statusRefused:
+	case st == frame.StatusRefused:
 		return fmt.Errorf("tcp: dial %s: %w: %s", c.addr, transfer.ErrRefused, msg)
-	case st != statusOK:
+	case st != frame.StatusOK:
 		return fmt.Errorf("tcp: dial %s: the node answered: %s", c.addr, msg)
 	case ver != version:
 		return fmt.Errorf("tcp: dial %s: the node speaks protocol version %d, this client %d", c.addr, ver, version)
@@ -120,10 +116,10 @@ func (c *conn) Get(ctx context.Context, keys []index.Key, r transfer.Receiver) e
 	}
 	c.arm(ctx)
 	defer c.disarm()
-	out := grow(&c.out, requestSize+len(keys)*keySize)
+	out := grow(&c.out, requestSize+len(keys)*frame.KeySize)
 	putRequest(out, opGet, len(keys))
 	for i, k := range keys {
-		putKey(out[requestSize+i*keySize:], k)
+		frame.PutKey(out[requestSize+i*frame.KeySize:], k)
 	}
 	if _, err := c.nc.Write(out); err != nil {
 		return c.fail(ctx, err)
@@ -141,25 +137,22 @@ func (c *conn) Get(ctx context.Context, keys []index.Key, r transfer.Receiver) e
 
 // block reads block i of a Get and reports it to r.
 func (c *conn) block(ctx context.Context, i int, k index.Key, r transfer.Receiver) error {
-	if _, err := io.ReadFull(c.nc, c.small[:headerSize]); err != nil {
+	if _, err := io.ReadFull(c.nc, c.small[:frame.HeaderSize]); err != nil {
 		return c.fail(ctx, err)
 	}
-	h, st, msgLen, err := decodeHeader(c.small[:headerSize])
-	switch {
-	case err != nil:
+	h, st, msgLen, err := frame.DecodeHeader(c.small[:frame.HeaderSize])
+	if err != nil {
 		return c.fail(ctx, fmt.Errorf("block %d: %w", i, err))
-	case h.Key != k:
-		return c.fail(ctx, fmt.Errorf("%w: block %d is %v, want %v", errProtocol, i, h.Key, k))
-	case st == statusOK && int64(h.Size) > int64(c.opts.MaxBlockSize):
-		return c.fail(ctx, fmt.Errorf("%w: block %d is %s, over this client's %s limit",
-			errProtocol, i, formatBytes(int64(h.Size)), formatBytes(int64(c.opts.MaxBlockSize))))
+	}
+	if err := frame.CheckGetHeader(i, k, h, st, c.opts.MaxBlockSize); err != nil {
+		return c.fail(ctx, err)
 	}
 	msg := c.msg[:msgLen]
 	if _, err := io.ReadFull(c.nc, msg); err != nil {
 		return c.fail(ctx, err)
 	}
-	if st != statusOK {
-		r.Done(i, h, c.blockError(i, h.Key, st, msg))
+	if st != frame.StatusOK {
+		r.Done(i, h, frame.BlockError("tcp", c.addr, i, h.Key, st, msg))
 		return nil
 	}
 	buf := r.Buffer(i, h)
@@ -192,16 +185,16 @@ func (c *conn) Put(ctx context.Context, blocks []transfer.Block) ([]error, error
 	if err := c.usable(ctx); err != nil || len(blocks) == 0 {
 		return nil, err
 	}
-	if err := checkBlocks(blocks); err != nil {
+	if err := frame.CheckPut(blocks, MaxBlocksLimit); err != nil {
 		return nil, fmt.Errorf("tcp: %v: %w: %w", c.cur.in(c.addr), transfer.ErrRefused, err)
 	}
 	c.arm(ctx)
 	defer c.disarm()
-	out := grow(&c.out, requestSize+len(blocks)*headerSize)
+	out := grow(&c.out, requestSize+len(blocks)*frame.HeaderSize)
 	putRequest(out, opPut, len(blocks))
 	iov := append(c.iov[:0], out)
 	for i := range blocks {
-		putHeader(out[requestSize+i*headerSize:], &blocks[i].Header, statusOK, 0)
+		frame.PutHeader(out[requestSize+i*frame.HeaderSize:], &blocks[i].Header, frame.StatusOK, 0)
 		if len(blocks[i].Data) > 0 {
 			iov = append(iov, blocks[i].Data)
 		}
@@ -223,10 +216,10 @@ func (c *conn) Put(ctx context.Context, blocks []transfer.Block) ([]error, error
 	}
 	errs := make([]error, len(blocks))
 	for i := range blocks {
-		if _, err := io.ReadFull(c.nc, c.small[:resultSize]); err != nil {
+		if _, err := io.ReadFull(c.nc, c.small[:frame.ResultSize]); err != nil {
 			return nil, c.fail(ctx, err)
 		}
-		st, msgLen, err := decodeResult(c.small[:resultSize])
+		st, msgLen, err := frame.DecodeResult(c.small[:frame.ResultSize])
 		if err != nil {
 			return nil, c.fail(ctx, fmt.Errorf("block %d: %w", i, err))
 		}
@@ -234,24 +227,11 @@ func (c *conn) Put(ctx context.Context, blocks []transfer.Block) ([]error, error
 		if _, err := io.ReadFull(c.nc, msg); err != nil {
 			return nil, c.fail(ctx, err)
 		}
-		if st != statusOK {
-			errs[i] = c.blockError(i, blocks[i].Key, st, msg)
+		if st != frame.StatusOK {
+			errs[i] = frame.BlockError("tcp", c.addr, i, blocks[i].Key, st, msg)
 		}
 	}
 	return errs, nil
-}
-
-// checkBlocks checks what the client can before sending anything.
-func checkBlocks(blocks []transfer.Block) error {
-	if len(blocks) > MaxBlocksLimit {
-		return fmt.Errorf("%d blocks, over the protocol's %d-block limit", len(blocks), MaxBlocksLimit)
-	}
-	for i, b := range blocks {
-		if len(b.Data) > math.MaxUint32 || len(b.Data) != int(b.Size) {
-			return fmt.Errorf("block %d (%v) has %d bytes but its header says %d", i, b.Key, len(b.Data), b.Size)
-		}
-	}
-	return nil
 }
 
 // response reads a response header and its message. A refusal comes back
@@ -270,34 +250,18 @@ func (c *conn) response(ctx context.Context, count int) error {
 		return c.fail(ctx, err)
 	}
 	switch {
-	case st == statusRefused:
+	case st == frame.StatusRefused:
 		err := fmt.Errorf("tcp: %v: %w: %s", c.cur.in(c.addr), transfer.ErrRefused, msg)
 		if flags&flagClosing != 0 {
 			c.markBroken(err)
 		}
 		return err
-	case st != statusOK:
+	case st != frame.StatusOK:
 		return c.fail(ctx, fmt.Errorf("the node answered: %s", msg))
 	case int(n) != count:
-		return c.fail(ctx, fmt.Errorf("%w: response for %d blocks, want %d", errProtocol, n, count))
+		return c.fail(ctx, fmt.Errorf("%w: response for %d blocks, want %d", frame.ErrProtocol, n, count))
 	}
 	return nil
-}
-
-// blockError is the error of block i that the server reported with st.
-func (c *conn) blockError(i int, k index.Key, st status, msg []byte) error {
-	switch st {
-	case statusNotFound:
-		return transfer.ErrNotFound
-	case statusCorrupt:
-		if len(msg) == 0 {
-			return fmt.Errorf("tcp: block %d (%v) at %s: %w", i, k, c.addr, transfer.ErrCorrupt)
-		}
-		return fmt.Errorf("tcp: block %d (%v) at %s: %s: %w", i, k, c.addr, msg, transfer.ErrCorrupt)
-	case statusFull:
-		return fmt.Errorf("tcp: block %d (%v) at %s: %s: %w", i, k, c.addr, msg, transfer.ErrFull)
-	}
-	return fmt.Errorf("%w at %s: block %d (%v): %s", ErrRemote, c.addr, i, k, msg)
 }
 
 // Close closes the connection; a request in flight fails with ErrClosed.

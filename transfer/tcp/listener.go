@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/transfer"
+	"github.com/kvstrata/kvstrata/transfer/internal/frame"
 )
 
 // maxRefusing is the most connections a listener refuses at once (reading
@@ -142,7 +143,7 @@ func (l *listener) refuse(c net.Conn) {
 	if _, err := io.ReadFull(c, hello[:]); err != nil {
 		return
 	}
-	writeHello(c, statusRefused, fmt.Sprintf(
+	writeHello(c, frame.StatusRefused, fmt.Sprintf(
 		"node is serving its limit of %d data-plane connections; retry later, pool fewer connections per client, or raise MaxConns",
 		l.opts.MaxConns))
 }
@@ -167,23 +168,23 @@ func (l *listener) handshake(c net.Conn) bool {
 	ver, _, _, err := decodeHello(hello[:])
 	switch {
 	case err != nil:
-		writeHello(c, statusError, "not a kvstrata data-plane hello: "+err.Error())
+		writeHello(c, frame.StatusError, "not a kvstrata data-plane hello: "+err.Error())
 		return false
 	case ver != version:
-		writeHello(c, statusRefused, fmt.Sprintf(
+		writeHello(c, frame.StatusRefused, fmt.Sprintf(
 			"protocol version %d is not supported; this node speaks version %d", ver, version))
 		return false
 	}
-	if err := writeHello(c, statusOK, ""); err != nil {
+	if err := writeHello(c, frame.StatusOK, ""); err != nil {
 		return false
 	}
 	_ = c.SetDeadline(time.Time{})
 	return true
 }
 
-// writeHello writes a server hello with msg (cut to maxMsg bytes).
-func writeHello(c net.Conn, st status, msg string) error {
-	msg = clip(msg)
+// writeHello writes a server hello with msg (cut to frame.MaxMsg bytes).
+func writeHello(c net.Conn, st frame.Status, msg string) error {
+	msg = frame.Clip(msg)
 	b := make([]byte, helloSize+len(msg))
 	putHello(b, st, len(msg))
 	copy(b[helloSize:], msg)

@@ -157,17 +157,3 @@ func New(opts Options) transfer.Transport {
 
 // Name returns "tcp".
 func (t *Transport) Name() string { return "tcp" }
-
-// formatBytes formats n for a person: "512 B", "64.0 KiB", "5.0 MiB".
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
-}

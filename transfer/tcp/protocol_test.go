@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
+	"github.com/kvstrata/kvstrata/transfer/internal/frame"
 	"github.com/kvstrata/kvstrata/transfer/transfertest"
 )
 
@@ -26,15 +27,15 @@ func TestServerRefusesAnOversizedPutBeforeReadingItsPayloads(t *testing.T) {
 	send(t, c, putFrames(small, big))
 	// No payload has been sent: the refusal must come from the headers.
 	st, flags, msg := readResponse(t, c)
-	if st != statusRefused || flags != 0 || msg != "block 1 is 2.0 MiB, over the 1.0 MiB limit" {
+	if st != frame.StatusRefused || flags != 0 || msg != "block 1 is 2.0 MiB, over the 1.0 MiB limit" {
 		t.Fatalf("response = status %d, flags %d, %q; want a refusal naming block 1's size", st, flags, msg)
 	}
 	// The server skips the payloads and takes the next request.
 	send(t, c, small.Data, big.Data, getFrame(small.Key))
-	if st, _, msg := readResponse(t, c); st != statusOK {
+	if st, _, msg := readResponse(t, c); st != frame.StatusOK {
 		t.Fatalf("get after a refused put: status %d, %q", st, msg)
 	}
-	if _, st, _, _ := decodeHeader(recv(t, c, headerSize)); st != statusNotFound {
+	if _, st, _, _ := frame.DecodeHeader(recv(t, c, frame.HeaderSize)); st != frame.StatusNotFound {
 		t.Errorf("block of the refused put: status %d, want NotFound", st)
 	}
 	if mem.Reserves() != 0 {
@@ -47,7 +48,7 @@ func TestServerClosesAfterRefusingAPutTooLargeToSkip(t *testing.T) {
 	huge := transfer.Block{Header: transfer.Header{Key: transfertest.Key(1), Size: 64 << 20}}
 	send(t, c, putFrames(huge))
 	st, flags, msg := readResponse(t, c)
-	if st != statusRefused || flags != flagClosing || !strings.Contains(msg, "64.0 MiB") {
+	if st != frame.StatusRefused || flags != flagClosing || !strings.Contains(msg, "64.0 MiB") {
 		t.Fatalf("response = status %d, flags %d, %q; want a closing refusal", st, flags, msg)
 	}
 	wantEOF(t, c)
@@ -57,7 +58,7 @@ func TestServerAnswersAnUnknownOpAndCloses(t *testing.T) {
 	c := rawDial(t, serve(t, Options{}, transfertest.NewMemory()))
 	send(t, c, []byte{9, 0, 0, 0, 1, 0, 0, 0})
 	st, flags, msg := readResponse(t, c)
-	if st != statusError || flags != flagClosing || !strings.Contains(msg, "unknown op 0x09") {
+	if st != frame.StatusError || flags != flagClosing || !strings.Contains(msg, "unknown op 0x09") {
 		t.Fatalf("response = status %d, flags %d, %q; want an error naming the op", st, flags, msg)
 	}
 	wantEOF(t, c)
@@ -67,11 +68,11 @@ func TestServerRefusesAnotherProtocolVersion(t *testing.T) {
 	addr := serve(t, Options{}, transfertest.NewMemory())
 	c := rawConn(t, addr)
 	hello := make([]byte, helloSize)
-	putHello(hello, statusOK, 0)
+	putHello(hello, frame.StatusOK, 0)
 	hello[4] = version + 1
 	send(t, c, hello)
 	_, st, msgLen, err := decodeHello(recv(t, c, helloSize))
-	if err != nil || st != statusRefused {
+	if err != nil || st != frame.StatusRefused {
 		t.Fatalf("hello = status %d, %v; want a refusal", st, err)
 	}
 	if msg := string(recv(t, c, msgLen)); !strings.Contains(msg, "version 2 is not supported") {
@@ -82,10 +83,10 @@ func TestServerRefusesAnotherProtocolVersion(t *testing.T) {
 
 func TestClientRejectsABlockForAnotherKey(t *testing.T) {
 	addr := fakeServer(t, func(c net.Conn) {
-		recv(t, c, requestSize+keySize)
-		resp := make([]byte, responseSize+headerSize)
-		putResponse(resp, statusOK, 0, 0, 1)
-		putHeader(resp[responseSize:], &transfer.Header{Key: transfertest.Key(2)}, statusNotFound, 0)
+		recv(t, c, requestSize+frame.KeySize)
+		resp := make([]byte, responseSize+frame.HeaderSize)
+		putResponse(resp, frame.StatusOK, 0, 0, 1)
+		frame.PutHeader(resp[responseSize:], &transfer.Header{Key: transfertest.Key(2)}, frame.StatusNotFound, 0)
 		send(t, c, resp)
 	})
 	conn := dialer(t, Options{}, addr)
@@ -101,10 +102,10 @@ func TestClientRejectsABlockForAnotherKey(t *testing.T) {
 
 func TestClientRejectsABlockOverItsLimit(t *testing.T) {
 	addr := fakeServer(t, func(c net.Conn) {
-		recv(t, c, requestSize+keySize)
-		resp := make([]byte, responseSize+headerSize)
-		putResponse(resp, statusOK, 0, 0, 1)
-		putHeader(resp[responseSize:], &transfer.Header{Key: transfertest.Key(1), Size: 8 << 20}, statusOK, 0)
+		recv(t, c, requestSize+frame.KeySize)
+		resp := make([]byte, responseSize+frame.HeaderSize)
+		putResponse(resp, frame.StatusOK, 0, 0, 1)
+		frame.PutHeader(resp[responseSize:], &transfer.Header{Key: transfertest.Key(1), Size: 8 << 20}, frame.StatusOK, 0)
 		send(t, c, resp)
 	})
 	conn := dialer(t, Options{}, addr)
@@ -158,7 +159,7 @@ func fakeServer(t *testing.T, answer func(c net.Conn)) string {
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		recv(t, c, helloSize)
 		hello := make([]byte, helloSize)
-		putHello(hello, statusOK, 0)
+		putHello(hello, frame.StatusOK, 0)
 		send(t, c, hello)
 		answer(c)
 		_, _ = io.Copy(io.Discard, c) // until the client closes
@@ -182,9 +183,9 @@ func rawDial(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	c := rawConn(t, addr)
 	hello := make([]byte, helloSize)
-	putHello(hello, statusOK, 0)
+	putHello(hello, frame.StatusOK, 0)
 	send(t, c, hello)
-	if _, st, _, err := decodeHello(recv(t, c, helloSize)); err != nil || st != statusOK {
+	if _, st, _, err := decodeHello(recv(t, c, helloSize)); err != nil || st != frame.StatusOK {
 		t.Fatalf("hello: status %d, %v", st, err)
 	}
 	return c
@@ -192,19 +193,19 @@ func rawDial(t *testing.T, addr string) net.Conn {
 
 // putFrames encodes a put request's header and block headers.
 func putFrames(blocks ...transfer.Block) []byte {
-	b := make([]byte, requestSize+len(blocks)*headerSize)
+	b := make([]byte, requestSize+len(blocks)*frame.HeaderSize)
 	putRequest(b, opPut, len(blocks))
 	for i := range blocks {
-		putHeader(b[requestSize+i*headerSize:], &blocks[i].Header, statusOK, 0)
+		frame.PutHeader(b[requestSize+i*frame.HeaderSize:], &blocks[i].Header, frame.StatusOK, 0)
 	}
 	return b
 }
 
 func getFrame(keys ...index.Key) []byte {
-	b := make([]byte, requestSize+len(keys)*keySize)
+	b := make([]byte, requestSize+len(keys)*frame.KeySize)
 	putRequest(b, opGet, len(keys))
 	for i, k := range keys {
-		putKey(b[requestSize+i*keySize:], k)
+		frame.PutKey(b[requestSize+i*frame.KeySize:], k)
 	}
 	return b
 }
@@ -225,7 +226,7 @@ func recv(t *testing.T, c net.Conn, n int) []byte {
 	return b
 }
 
-func readResponse(t *testing.T, c net.Conn) (status, uint8, string) {
+func readResponse(t *testing.T, c net.Conn) (frame.Status, uint8, string) {
 	t.Helper()
 	st, flags, msgLen, _, err := decodeResponse(recv(t, c, responseSize))
 	if err != nil {

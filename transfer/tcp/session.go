@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
+	"github.com/kvstrata/kvstrata/transfer/internal/frame"
 )
 
 // lingerTimeout bounds how long a server reads on, discarding, after it
@@ -42,7 +42,7 @@ type session struct {
 
 // result is the outcome of one block of a put.
 type result struct {
-	st  status
+	st  frame.Status
 	msg string
 }
 
@@ -71,10 +71,10 @@ func (s *session) run() {
 func (s *session) get(count uint32) error {
 	if int64(count) > int64(s.opts.MaxBlocks) {
 		return s.refuse(fmt.Sprintf("get of %d blocks, over the %d-block limit; split it",
-			count, s.opts.MaxBlocks), int64(count)*keySize)
+			count, s.opts.MaxBlocks), int64(count)*frame.KeySize)
 	}
 	n := int(count)
-	keys := s.input(n * keySize)
+	keys := s.input(n * frame.KeySize)
 	if err := s.read(keys); err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (s *session) get(count uint32) error {
 	if p, ok := s.h.(transfer.Prefetcher); ok {
 		all := make([]index.Key, n)
 		for i := range all {
-			all[i] = decodeKey(keys[i*keySize:])
+			all[i] = frame.DecodeKey(keys[i*frame.KeySize:])
 		}
 		o := p.Prefetch(all)
 		defer o.Close()
@@ -90,23 +90,23 @@ func (s *session) get(count uint32) error {
 	}
 	b := &s.batch
 	b.reset(s.opts.WriteBatch)
-	putResponse(b.frame(responseSize), statusOK, 0, 0, n)
+	putResponse(b.frame(responseSize), frame.StatusOK, 0, 0, n)
 	for i := range n {
-		k := decodeKey(keys[i*keySize:])
+		k := frame.DecodeKey(keys[i*frame.KeySize:])
 		h, data, release, err := open(k)
 		if err == nil && len(data) != int(h.Size) {
 			release()
 			err = fmt.Errorf("tcp: handler opened %d bytes for %v, a block of %d bytes", len(data), k, h.Size)
 		}
-		st := statusOf(err)
-		if st != statusOK {
+		st := frame.StatusOf(err)
+		if st != frame.StatusOK {
 			h, data, release = transfer.Header{}, nil, nil
 		}
 		h.Key = k
-		msg := message(st, err)
-		f := b.frame(headerSize + len(msg))
-		putHeader(f, &h, st, len(msg))
-		copy(f[headerSize:], msg)
+		msg := frame.Message(st, err)
+		f := b.frame(frame.HeaderSize + len(msg))
+		frame.PutHeader(f, &h, st, len(msg))
+		copy(f[frame.HeaderSize:], msg)
 		b.add(data, release)
 		if b.full() {
 			if err := s.flush(); err != nil {
@@ -148,31 +148,14 @@ func (s *session) put(count uint32) error {
 			count, s.opts.MaxBlocks), rest)
 	}
 	n := int(count)
-	raw := s.input(n * headerSize)
+	raw := s.input(n * frame.HeaderSize)
 	if err := s.read(raw); err != nil {
 		return err
 	}
-	hdrs := s.hdrs[:0]
-	var problems []string
-	var payload int64
-	for i := range n {
-		h, st, msgLen, err := decodeHeader(raw[i*headerSize:])
-		payload += int64(h.Size)
-		switch {
-		case err != nil:
-			problems = append(problems, fmt.Sprintf("block %d: %v", i, err))
-		case st != statusOK || msgLen != 0:
-			problems = append(problems, fmt.Sprintf(
-				"block %d: a put's header carries status %d and a %d-byte message, want neither", i, st, msgLen))
-		case int64(h.Size) > int64(s.opts.MaxBlockSize):
-			problems = append(problems, fmt.Sprintf("block %d is %s, over the %s limit",
-				i, formatBytes(int64(h.Size)), formatBytes(int64(s.opts.MaxBlockSize))))
-		}
-		hdrs = append(hdrs, h)
-	}
+	hdrs, payload, problem := frame.DecodePutHeaders(s.hdrs, raw, s.opts.MaxBlockSize)
 	s.hdrs = hdrs
-	if len(problems) > 0 {
-		return s.refuse(summarize(problems), payload)
+	if problem != "" {
+		return s.refuse(problem, payload)
 	}
 	results := s.results[:0]
 	for _, h := range hdrs {
@@ -199,11 +182,7 @@ func (s *session) receive(h transfer.Header) (result, error) {
 		if err := s.discard(int64(h.Size)); err != nil {
 			return result{}, err
 		}
-		st := statusOf(err)
-		if st == statusOK || st == statusNotFound {
-			st = statusError
-		}
-		return result{st, clip(err.Error())}, nil
+		return result{frame.ReserveStatus(err), frame.Clip(err.Error())}, nil
 	}
 	if err := s.read(buf); err != nil {
 		_ = commit(false)
@@ -211,10 +190,10 @@ func (s *session) receive(h transfer.Header) (result, error) {
 	}
 	if xxhash.Sum64(buf) != h.Sum {
 		_ = commit(false)
-		return result{statusCorrupt, ""}, nil
+		return result{frame.StatusCorrupt, ""}, nil
 	}
 	if err := commit(true); err != nil {
-		return result{statusError, clip(err.Error())}, nil
+		return result{frame.StatusError, frame.Clip(err.Error())}, nil
 	}
 	return result{}, nil
 }
@@ -222,14 +201,14 @@ func (s *session) receive(h transfer.Header) (result, error) {
 func (s *session) writeResults(results []result) error {
 	size := responseSize
 	for _, r := range results {
-		size += resultSize + len(r.msg)
+		size += frame.ResultSize + len(r.msg)
 	}
 	out := grow(&s.out, size)
-	putResponse(out, statusOK, 0, 0, len(results))
+	putResponse(out, frame.StatusOK, 0, 0, len(results))
 	o := responseSize
 	for i, r := range results {
-		putResult(out[o:], r.st, len(r.msg))
-		o += resultSize + copy(out[o+resultSize:], r.msg)
+		frame.PutResult(out[o:], r.st, len(r.msg))
+		o += frame.ResultSize + copy(out[o+frame.ResultSize:], r.msg)
 		results[i].msg = ""
 	}
 	return s.write(out)
@@ -240,18 +219,18 @@ func (s *session) writeResults(results []result) error {
 // bytes they declare, or -1 when the headers alone pass the most a valid
 // request holds (they are not read then).
 func (s *session) skipHeaders(count uint32) (int64, error) {
-	if int64(count)*headerSize > s.maxRequest() {
+	if int64(count)*frame.HeaderSize > s.maxRequest() {
 		return -1, nil
 	}
 	var payload int64
 	for left := int(count); left > 0; {
 		n := min(left, s.opts.MaxBlocks)
-		raw := s.input(n * headerSize)
+		raw := s.input(n * frame.HeaderSize)
 		if err := s.read(raw); err != nil {
 			return 0, err
 		}
 		for i := range n {
-			h, _, _, _ := decodeHeader(raw[i*headerSize:])
+			h, _, _, _ := frame.DecodeHeader(raw[i*frame.HeaderSize:])
 			payload += int64(h.Size)
 		}
 		left -= n
@@ -265,14 +244,14 @@ func (s *session) skipHeaders(count uint32) (int64, error) {
 // maxRequest, or -1) is not read on: the answer says so and the connection
 // is closed.
 func (s *session) refuse(msg string, rest int64) error {
-	msg = clip(msg)
+	msg = frame.Clip(msg)
 	closing := rest < 0 || rest > s.maxRequest()
 	var flags uint8
 	if closing {
 		flags = flagClosing
 	}
 	out := grow(&s.out, responseSize+len(msg))
-	putResponse(out, statusRefused, flags, len(msg), 0)
+	putResponse(out, frame.StatusRefused, flags, len(msg), 0)
 	copy(out[responseSize:], msg)
 	if err := s.write(out); err != nil {
 		return err
@@ -286,9 +265,9 @@ func (s *session) refuse(msg string, rest int64) error {
 
 // fatal answers a request that cannot be framed and ends the session.
 func (s *session) fatal(err error) {
-	msg := clip(err.Error())
+	msg := frame.Clip(err.Error())
 	out := grow(&s.out, responseSize+len(msg))
-	putResponse(out, statusError, flagClosing, len(msg), 0)
+	putResponse(out, frame.StatusError, flagClosing, len(msg), 0)
 	copy(out[responseSize:], msg)
 	if s.write(out) == nil {
 		s.linger()
@@ -312,7 +291,7 @@ func (s *session) linger() {
 
 // maxRequest is the most bytes past its 8-byte header a valid request holds.
 func (s *session) maxRequest() int64 {
-	return int64(s.opts.MaxBlocks) * (headerSize + int64(s.opts.MaxBlockSize))
+	return int64(s.opts.MaxBlocks) * (frame.HeaderSize + int64(s.opts.MaxBlockSize))
 }
 
 // read fills b from the connection, waiting at most IdleTimeout for it.
@@ -360,16 +339,6 @@ func grow(b *[]byte, n int) []byte {
 	return *b
 }
 
-// summarize joins the problems of a refused put: the first three, then how
-// many more there are.
-func summarize(problems []string) string {
-	const shown = 3
-	if len(problems) <= shown {
-		return strings.Join(problems, "; ")
-	}
-	return fmt.Sprintf("%s; and %d more", strings.Join(problems[:shown], "; "), len(problems)-shown)
-}
-
 // batch gathers the frames and payloads of consecutive blocks of a Get for
 // one writev. Frames are encoded into one fixed buffer; each run of frames
 // between two payloads becomes one iovec, each payload another.
@@ -386,7 +355,7 @@ type batch struct {
 
 func (b *batch) reset(limit int) {
 	if b.frames == nil {
-		b.frames = make([]byte, responseSize+maxBatchBlocks*(headerSize+maxMsg))
+		b.frames = make([]byte, responseSize+maxBatchBlocks*(frame.HeaderSize+frame.MaxMsg))
 	}
 	clear(b.iov)
 	clear(b.releases)
@@ -395,7 +364,7 @@ func (b *batch) reset(limit int) {
 }
 
 // frame returns the next n bytes of the frame buffer; n is at most
-// headerSize+maxMsg, and full keeps that much room.
+// frame.HeaderSize+frame.MaxMsg, and full keeps that much room.
 func (b *batch) frame(n int) []byte {
 	f := b.frames[b.used : b.used+n]
 	b.used += n
@@ -428,5 +397,5 @@ func (b *batch) cut() {
 // full says the batch must be written before the next block is added.
 func (b *batch) full() bool {
 	return b.blocks >= maxBatchBlocks || b.bytes >= b.limit ||
-		len(b.frames)-b.used < headerSize+maxMsg
+		len(b.frames)-b.used < frame.HeaderSize+frame.MaxMsg
 }

@@ -1,0 +1,26 @@
+//go:build ucx
+
+package main
+
+import (
+	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/transfer"
+	"github.com/kvstrata/kvstrata/transfer/ucx"
+)
+
+// A binary built with the ucx tag (make build-ucx) serves the data plane
+// over UCX when --transport ucx says so, over the transports --ucx-tls
+// names (UCX's own choice when empty) and the devices --ucx-net-devices
+// allows.
+func init() {
+	transports["ucx"] = func(cfg config.Config) (transfer.Transport, error) {
+		return ucx.New(ucx.Options{
+			MaxBlockSize: int(cfg.Limits.MaxBlockSize),
+			MaxBlocks:    cfg.Limits.MaxBatchBlocks,
+			MaxConns:     cfg.Limits.MaxConnections,
+			TLS:          cfg.UCX.TLS,
+			NetDevices:   cfg.UCX.NetDevices,
+		}), nil
+	}
+	config.Transports = append(config.Transports, "ucx")
+}
