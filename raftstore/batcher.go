@@ -22,12 +22,15 @@ type BatcherConfig struct {
 	// Propose commits one entry. Required.
 	Propose ProposeFunc
 	// MaxEvents is the number of events at which a batch is proposed at
-	// once. 1024 events make an entry of about 9–40 KiB. The default is
-	// 1024, the most is 65536.
+	// once. 4096 events make an entry of about 36–160 KiB; on a 3-node
+	// loopback cluster 4096 roughly doubles the events/s of 1024. The
+	// default is 4096, the most is 65536.
 	MaxEvents int
 	// MaxDelay is how long a batch that is not full waits for more
 	// events after its first. It bounds the added staleness of the
-	// directory when a node is quiet. The default is 2ms.
+	// directory when a node is quiet. A batch due while proposals are
+	// outstanding (MaxInFlight of them, or one not submitted yet) waits
+	// for one and takes more events meanwhile. The default is 2ms.
 	MaxDelay time.Duration
 	// QueueSize is the number of events the batcher holds, waiting or in
 	// flight, before Add drops events. Events are held encoded, a few
@@ -50,7 +53,7 @@ type BatcherConfig struct {
 
 // Defaults of BatcherConfig.
 const (
-	DefaultMaxEvents       = 1024
+	DefaultMaxEvents       = 4096
 	DefaultMaxDelay        = 2 * time.Millisecond
 	DefaultQueueSize       = 256 << 10
 	DefaultMaxInFlight     = 4
@@ -125,10 +128,12 @@ type BatcherStats struct {
 // batches, one raft entry each.
 //
 // A batch is proposed when it holds MaxEvents events, or MaxDelay after its
-// first event. Up to MaxInFlight proposals are outstanding at once, and
-// submitted in the order the batches were made (see Submitted). When one
-// fails, the batcher waits for the others to return, backs off, and
-// proposes again from the failed batch on, every later batch included
+// first event once a proposal can go out: while MaxInFlight proposals are
+// outstanding, or the last one is not submitted yet, it keeps taking
+// events (group commit). Up to MaxInFlight proposals are outstanding at
+// once, and submitted in the order the batches were made (see Submitted).
+// When one fails, the batcher waits for the others to return, backs off,
+// and proposes again from the failed batch on, every later batch included
 // even if it was committed: the replicas then end with each block's last
 // event applied last, whatever was committed twice or out of order
 // meanwhile. Applying an event twice does no harm. Failures are retried

@@ -165,6 +165,30 @@ func TestBatcherProposesOneAtATimeWithoutSubmitted(t *testing.T) {
 	}
 }
 
+func TestBatcherGrowsPartialBatchesWhileAProposalIsOutstanding(t *testing.T) {
+	// A serial ProposeFunc (a follower forwarding to the leader) that takes
+	// 10ms, fed an event every 250µs with MaxDelay 1ms: batches sealed by
+	// time alone would pile up, one a millisecond, each costing 10ms.
+	l := newFakeLog(t)
+	l.latency = 10 * time.Millisecond
+	l.outcome = func(int) outcome { return noSubmitting }
+	b := newBatcher(t, raftstore.BatcherConfig{Propose: l.propose, MaxDelay: time.Millisecond})
+	evs := chainEvents(1, 400, n1DRAM)
+	start := time.Now()
+	for i, ev := range evs {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * 250 * time.Microsecond)))
+		addAll(t, b, []raftstore.Event{ev})
+	}
+	flush(t, b)
+	// 100ms of events in 10ms round trips: about ten batches.
+	if s := b.Stats(); s.Batches > 30 || s.Committed != 400 {
+		t.Fatalf("%d events in %d batches, want 400 in about 10 (%+v)", s.Committed, s.Batches, s)
+	}
+	if lag := time.Since(start) - 100*time.Millisecond; lag > 250*time.Millisecond {
+		t.Fatalf("the last events were committed %v after they were added", lag)
+	}
+}
+
 func TestBatcherRetriesFailuresAndEndsWithEventsInOrder(t *testing.T) {
 	l := newFakeLog(t)
 	l.latency = 200 * time.Microsecond

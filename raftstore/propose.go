@@ -23,12 +23,12 @@ func (b *Batcher) run() {
 		b.mu.Lock()
 		now := time.Now()
 		if b.cur.Len() > 0 {
-			if wait := b.curSince.Add(b.cfg.MaxDelay).Sub(now); wait <= 0 {
-				b.sealLocked()
-			} else {
+			if wait := b.curSince.Add(b.cfg.MaxDelay).Sub(now); wait > 0 {
 				sealTimer.Reset(wait)
 				sealDue = sealTimer.C
-			}
+			} else if b.canSendLocked() {
+				b.sealLocked()
+			} // else it grows until a proposal returns or is submitted
 		}
 		if b.recovering && b.inflight == 0 && backoff == nil {
 			backoff = time.After(b.backoffLocked())
@@ -48,6 +48,24 @@ func (b *Batcher) run() {
 			sealTimer.Stop()
 			return
 		}
+	}
+}
+
+// canSendLocked reports whether a batch sealed now would be proposed at
+// once: nothing sealed waits, a proposal may start, and the last one is
+// submitted. A partial batch due by MaxDelay is sealed only then, so that a
+// slow or serial ProposeFunc (a follower forwarding to the leader) gets
+// fewer, fuller batches instead of a backlog of small ones that each cost
+// a round trip. The caller holds b.mu.
+func (b *Batcher) canSendLocked() bool {
+	if b.recovering || b.inflight >= b.cfg.MaxInFlight || b.sendSeq != b.nextSeq {
+		return false
+	}
+	select {
+	case <-b.lastSubmitted:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -96,7 +114,12 @@ func (b *Batcher) propose(seq, attempt uint64, data []byte, prev <-chan struct{}
 		return
 	}
 	var once sync.Once
-	release := func() { once.Do(func() { close(submitted) }) }
+	release := func() {
+		once.Do(func() {
+			close(submitted)
+			b.kick() // a batch may be due
+		})
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.ProposeTimeout)
 	err := b.cfg.Propose(context.WithValue(ctx, submittedKey{}, release), data)
 	release()

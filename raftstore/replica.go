@@ -155,7 +155,9 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 	return &Replica{Raft: r, FSM: fsm, id: cfg.ID, store: store, transport: transport}, nil
 }
 
-func serverID(id index.NodeID) raft.ServerID { return raft.ServerID(strconv.FormatUint(uint64(id), 10)) }
+func serverID(id index.NodeID) raft.ServerID {
+	return raft.ServerID(strconv.FormatUint(uint64(id), 10))
+}
 
 // ParseServerID is the inverse of the raft server ids the replica uses.
 func ParseServerID(id raft.ServerID) (index.NodeID, bool) {

@@ -21,11 +21,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
@@ -70,6 +73,11 @@ type Cluster struct {
 	leads bool                       // whether the monitor saw itself leading
 	caps  map[index.NodeID]time.Time // leader: last capacities proposed
 
+	// started is closed by Start; registered is set once this node's
+	// member record is committed as Start gave it.
+	started    chan struct{}
+	registered atomic.Bool
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -98,8 +106,9 @@ func Open(cfg Config) (*Cluster, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cluster{cfg: cfg, rep: rep, log: cfg.Logger, conns: map[string]*grpc.ClientConn{},
-		seen: map[index.NodeID]time.Time{}, caps: map[index.NodeID]time.Time{}, ctx: ctx, cancel: cancel}
-	c.batcher, err = raftstore.NewBatcher(raftstore.BatcherConfig{Propose: c.propose, Logger: cfg.Logger})
+		seen: map[index.NodeID]time.Time{}, caps: map[index.NodeID]time.Time{}, started: make(chan struct{}),
+		ctx: ctx, cancel: cancel}
+	c.batcher, err = raftstore.NewBatcher(raftstore.BatcherConfig{Propose: c.proposeEvents, Logger: cfg.Logger})
 	if err != nil {
 		rep.Close()
 		return nil, err
@@ -146,6 +155,7 @@ func (c *Cluster) Start(self raftstore.Member) error {
 	c.mu.Lock()
 	c.self = self
 	c.mu.Unlock()
+	close(c.started)
 	if c.cfg.Join != "" {
 		if err := c.join(); err != nil {
 			return err
@@ -181,6 +191,29 @@ func (c *Cluster) join() error {
 	return fmt.Errorf("cluster: join through %s: %w", c.cfg.Join, last)
 }
 
+// proposeEvents is the batcher's ProposeFunc. Before the node's first
+// batch of events it commits the node's member record (waiting for Start,
+// which knows the node's addresses): the directory then never lists blocks
+// of a node that clients cannot dial and the monitor cannot mark down,
+// which it only does to members.
+func (c *Cluster) proposeEvents(ctx context.Context, data []byte) error {
+	if !c.registered.Load() {
+		select {
+		case <-c.started:
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: waiting for the node to start: %w", ctx.Err())
+		}
+		c.mu.Lock()
+		self := c.self
+		c.mu.Unlock()
+		if err := c.propose(ctx, raftstore.EncodeMemberUpsert(self)); err != nil {
+			return fmt.Errorf("cluster: registering node %d: %w", self.ID, err)
+		}
+		c.registered.Store(true)
+	}
+	return c.propose(ctx, data)
+}
+
 // propose commits an entry: through raft on the leader, else forwarded to
 // the leader, one proposal at a time so that entries keep their order.
 func (c *Cluster) propose(ctx context.Context, data []byte) error {
@@ -191,9 +224,17 @@ func (c *Cluster) propose(ctx context.Context, data []byte) error {
 	if err != nil {
 		return err
 	}
+	ctx = metadata.AppendToOutgoingContext(ctx, proposerKey, strconv.FormatUint(uint64(c.cfg.ID), 10))
 	_, err = pb.NewClusterClient(conn).Propose(ctx, &pb.ProposeRequest{Entry: data})
 	return err
 }
+
+// proposerKey is the gRPC metadata key under which a forwarded proposal
+// names the node that made it: the leader takes proposals from voters
+// only, so that a node removed while it runs cannot put its blocks back
+// into the directory (Remove dropped them, and a node that is no member
+// is never marked down).
+const proposerKey = "kvstrata-proposer"
 
 // errNoLeader is returned while no leader (or its address) is known.
 var errNoLeader = errors.New("cluster: no leader known yet")

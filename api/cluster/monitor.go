@@ -120,11 +120,14 @@ func (c *Cluster) registerSelf() {
 	self := c.self
 	c.mu.Unlock()
 	if m, ok := c.rep.FSM.Member(self.ID); ok && m == self {
+		c.registered.Store(true)
 		return
 	}
 	if err := c.proposeNow(raftstore.EncodeMemberUpsert(self)); err != nil {
 		c.log.Debug("registering this node", "err", err)
+		return
 	}
+	c.registered.Store(true)
 }
 
 // proposeNow commits one entry outside the batcher.

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/kvstrata/kvstrata/api/v1"
@@ -121,6 +123,15 @@ func (s *service) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.Prop
 	if !s.c.rep.IsLeader() {
 		return nil, status.Error(codes.Unavailable, "propose: not the leader")
 	}
+	if id, ok := proposer(ctx); ok {
+		voters, err := s.c.rep.Voters()
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if !slices.ContainsFunc(voters, func(p raftstore.Peer) bool { return p.ID == id }) {
+			return nil, status.Errorf(codes.FailedPrecondition, "propose: node %d is not a voter of this cluster (removed?)", id)
+		}
+	}
 	if err := s.c.rep.Propose(ctx, req.Entry); err != nil {
 		return nil, toStatus(err)
 	}
@@ -161,6 +172,17 @@ func (s *service) Locate(_ context.Context, req *pb.LocateRequest) (*pb.LocateRe
 		out.Keys[i] = kl
 	}
 	return out, nil
+}
+
+// proposer returns the node a forwarded proposal names, if it names one.
+func proposer(ctx context.Context) (index.NodeID, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vs := md.Get(proposerKey)
+	if len(vs) != 1 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(vs[0], 10, 32)
+	return index.NodeID(n), err == nil
 }
 
 // toStatus maps the replica's errors to gRPC codes.

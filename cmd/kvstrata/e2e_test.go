@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,12 +48,14 @@ type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	dir    string
+	prefix []string // runs the binary, e.g. in a network namespace
 	args   []string
 	log    *syncBuffer
 	grpc   string
 	resp   string
 	http   string
 	exited chan error
+	cl     *client.Client // api's
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
@@ -80,8 +83,16 @@ func startNode(t *testing.T, dir string, extra ...string) *proc {
 
 func (p *proc) start() {
 	p.t.Helper()
+	p.launch()
+	p.waitReady()
+}
+
+// launch starts the process without waiting for it.
+func (p *proc) launch() {
+	p.t.Helper()
 	p.log = &syncBuffer{}
-	p.cmd = exec.Command(binary, p.args...)
+	argv := append(append(slices.Clone(p.prefix), binary), p.args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
@@ -89,6 +100,11 @@ func (p *proc) start() {
 	p.exited = make(chan error, 1)
 	go func() { p.exited <- p.cmd.Wait() }()
 	p.t.Cleanup(func() { p.kill() })
+}
+
+// waitReady waits until /readyz answers OK.
+func (p *proc) waitReady() {
+	p.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + p.http + "/readyz")
@@ -149,6 +165,16 @@ func (p *proc) client(opts client.Options) *client.Client {
 	}
 	p.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// api returns a client of the node, dialled on first use; it reconnects
+// to a restarted node by itself.
+func (p *proc) api() *client.Client {
+	p.t.Helper()
+	if p.cl == nil {
+		p.cl = p.client(client.Options{})
+	}
+	return p.cl
 }
 
 // syncBuffer is a bytes.Buffer safe for a process's two output streams.
