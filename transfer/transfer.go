@@ -115,6 +115,14 @@ type Listener interface {
 	Close() error
 }
 
+// Drainer is an optional power of a Listener: Shutdown stops accepting,
+// closes idle connections, lets each request in flight finish (then closes
+// its connection), and returns once all are done — or, when ctx ends first,
+// closes what is left and returns ctx's error.
+type Drainer interface {
+	Shutdown(ctx context.Context) error
+}
+
 // Transport is one data-plane backend.
 type Transport interface {
 	Name() string

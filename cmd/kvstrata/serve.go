@@ -229,7 +229,9 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 	go func() { fail <- fmt.Errorf("grpc: %w", g.Serve(glis)) }()
 	undo = append(undo, g.Stop)
 	addrs := node.Addrs{GRPC: glis.Addr().String(), Transport: cfg.Transport}
-	stops := []func(){} // run in reverse order on shutdown, before the grpc server's graceful stop
+	// stops run in reverse order on shutdown, before the gRPC server's
+	// graceful stop, with the shutdown's deadline.
+	stops := []func(context.Context){}
 
 	// Data plane.
 	if cfg.Listen.Data != "" {
@@ -249,7 +251,15 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 			addrs.TransportDetail = d.Describe
 			log.Info("data plane", "transport", cfg.Transport, "detail", d.Describe())
 		}
-		stops = append(stops, func() { l.Close() })
+		stops = append(stops, func(ctx context.Context) {
+			if d, ok := l.(transfer.Drainer); ok { // let gets and puts in flight finish
+				if err := d.Shutdown(ctx); err != nil {
+					log.Warn("data plane: requests cut at the shutdown deadline", "err", err)
+				}
+				return
+			}
+			l.Close()
+		})
 		undo = append(undo, func() { l.Close() })
 	}
 
@@ -273,7 +283,7 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 		}()
 		addrs.RESP = rl.Addr().String()
 		m.WatchRESP(func() (map[string]uint64, int) { st := rs.Stats(); return st.Commands, st.ConnectedClients })
-		stops = append(stops, func() { rs.Close() })
+		stops = append(stops, func(context.Context) { rs.Close() })
 		undo = append(undo, func() { rs.Close() })
 	}
 
@@ -341,9 +351,11 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 		log.Warn("shutdown timeout: cutting in-flight requests")
 		g.Stop()
 	})
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	for i := len(stops) - 1; i >= 0; i-- {
-		stops[i]()
+		stops[i](stopCtx)
 	}
+	cancelStop()
 	g.GracefulStop()
 	deadline.Stop()
 	if hsrv != nil {

@@ -26,11 +26,15 @@ type listener struct {
 
 	mu       sync.Mutex
 	closed   bool
+	draining bool                  // Shutdown: finish requests in flight, take no new ones
 	conns    map[net.Conn]struct{} // served and being refused; Close closes them
+	busy     map[net.Conn]bool     // served connections with a request in flight
 	serving  int                   // connections served, at most opts.MaxConns
 	refusing int                   // connections being refused
 	wg       sync.WaitGroup        // the accept loop and every connection's goroutine
 }
+
+var _ transfer.Drainer = (*listener)(nil)
 
 // Listen serves h on addr ("host:port"; port 0 picks a free one) until the
 // Listener is closed.
@@ -46,7 +50,7 @@ func (t *Transport) Listen(addr string, h transfer.Handler) (transfer.Listener, 
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen on %s: %w", addr, err)
 	}
-	l := &listener{opts: &t.opts, h: h, ln: ln, conns: make(map[net.Conn]struct{})}
+	l := &listener{opts: &t.opts, h: h, ln: ln, conns: make(map[net.Conn]struct{}), busy: make(map[net.Conn]bool)}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -76,6 +80,55 @@ func (l *listener) Close() error {
 		return fmt.Errorf("tcp: close listener %s: %w", l.Addr(), err)
 	}
 	return nil
+}
+
+// Shutdown drains the listener: see transfer.Drainer.
+func (l *listener) Shutdown(ctx context.Context) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		l.wg.Wait()
+		return nil
+	}
+	l.draining = true
+	_ = l.ln.Close()
+	for c := range l.conns {
+		if !l.busy[c] { // idle, or being refused: nothing to finish
+			_ = c.Close()
+		}
+	}
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() { l.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		return nil
+	case <-ctx.Done():
+		_ = l.Close()
+		return fmt.Errorf("tcp: drain %s: %w", l.Addr(), ctx.Err())
+	}
+}
+
+// begin marks c busy with a request; it reports false while draining.
+func (l *listener) begin(c net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.draining || l.closed {
+		return false
+	}
+	l.busy[c] = true
+	return true
+}
+
+// end marks c's request done; it reports false when c should close now.
+func (l *listener) end(c net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.busy, c)
+	return !l.draining && !l.closed
 }
 
 func (l *listener) accept() {
@@ -125,6 +178,7 @@ func (l *listener) release(c net.Conn, served bool) {
 	_ = c.Close()
 	l.mu.Lock()
 	delete(l.conns, c)
+	delete(l.busy, c)
 	if served {
 		l.serving--
 	} else {
@@ -155,7 +209,7 @@ func (l *listener) serve(c net.Conn) {
 	if !l.handshake(c) {
 		return
 	}
-	s := &session{c: c, h: l.h, opts: l.opts}
+	s := &session{c: c, h: l.h, opts: l.opts, begin: func() bool { return l.begin(c) }, end: func() bool { return l.end(c) }}
 	s.run()
 }
 

@@ -38,6 +38,10 @@ type session struct {
 	scratch []byte // payload bytes read only to be discarded
 	batch   batch
 	nb      net.Buffers // the batch's iov as WriteTo consumes it
+	// begin and end bracket each request for the listener's drain: begin
+	// reports false when no new request may start, end when the
+	// connection should close after the one just answered.
+	begin, end func() bool
 }
 
 // result is the outcome of one block of a put.
@@ -51,6 +55,9 @@ func (s *session) run() {
 		if err := s.read(s.small[:]); err != nil {
 			return // the peer went away, went silent, or the listener closed
 		}
+		if s.begin != nil && !s.begin() {
+			return // draining: the request that just came in is not started
+		}
 		o, count, err := decodeRequest(s.small[:])
 		if err != nil {
 			s.fatal(err)
@@ -61,7 +68,7 @@ func (s *session) run() {
 		} else {
 			err = s.put(count)
 		}
-		if err != nil {
+		if err != nil || (s.end != nil && !s.end()) {
 			return
 		}
 	}

@@ -186,3 +186,81 @@ func (s *sink) Done(i int, h transfer.Header, err error) {
 		s.err = err
 	}
 }
+
+// TestShutdownFinishesRequestsInFlight: a drain stops taking connections
+// and new requests, closes idle connections at once, and lets a Get that
+// is being served finish before it returns.
+func TestShutdownFinishesRequestsInFlight(t *testing.T) {
+	mem := transfertest.NewMemory()
+	mem.Store(transfertest.MakeBlock(1, 64<<10))
+	opened, release := make(chan struct{}), make(chan struct{})
+	mem.OnOpen = func(index.Key) error {
+		close(opened)
+		<-release
+		return nil
+	}
+	tr := tcp.New(tcp.Options{})
+	ln, err := tr.Listen("127.0.0.1:0", mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	busy, err := tr.Dial(ctx, ln.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := tr.Dial(ctx, ln.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	col := transfertest.NewCollector(1)
+	go func() { got <- busy.Get(ctx, []index.Key{transfertest.Key(1)}, col) }()
+	<-opened
+	drained := make(chan error, 1)
+	go func() { drained <- ln.(transfer.Drainer).Shutdown(ctx) }()
+	// The idle connection is closed; the new connection refused.
+	if err := idle.Get(ctx, []index.Key{transfertest.Key(1)}, transfertest.NewCollector(1)); err == nil {
+		t.Fatal("a request on an idle connection went through a draining listener")
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("Shutdown returned (%v) with a request in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-got; err != nil || col.Reported() != 1 {
+		t.Fatalf("the Get in flight during the drain: %v (%d blocks)", err, col.Reported())
+	}
+	if err := <-drained; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, err := tr.Dial(ctx, ln.Addr()); err == nil {
+		t.Fatal("Dial after Shutdown succeeded")
+	}
+}
+
+func TestShutdownGivesUpAtTheDeadline(t *testing.T) {
+	mem := transfertest.NewMemory()
+	mem.Store(transfertest.MakeBlock(1, 1000))
+	block := make(chan struct{})
+	defer close(block)
+	mem.OnOpen = func(index.Key) error { <-block; return nil }
+	tr := tcp.New(tcp.Options{})
+	ln, err := tr.Listen("127.0.0.1:0", mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tr.Dial(context.Background(), ln.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.Get(context.Background(), []index.Key{transfertest.Key(1)}, transfertest.NewCollector(1))
+	time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	go func() { time.Sleep(200 * time.Millisecond); block <- struct{}{} }() // let the Open return after the deadline
+	if err := ln.(transfer.Drainer).Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown past its deadline: %v", err)
+	}
+}
