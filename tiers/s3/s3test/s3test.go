@@ -10,6 +10,7 @@
 package s3test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -159,6 +160,36 @@ func (s *Server) Pause() {
 		s.tb.Fatalf("s3test: pause: %v", err)
 	}
 	s.tb.Cleanup(s.Resume) // a paused process ignores Kill until it runs
+	// The signal is sent, not yet taken: a thread already running may still
+	// answer a request. Wait until every thread is stopped.
+	deadline := time.Now().Add(2 * time.Second)
+	for !s.stopped() {
+		if time.Now().After(deadline) {
+			s.tb.Fatalf("s3test: pause: versitygw (pid %d) did not stop", s.cmd.Process.Pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stopped reports whether every thread of the server is stopped (state T
+// in /proc/PID/task/*/stat).
+func (s *Server) stopped() bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", s.cmd.Process.Pid))
+	if err != nil {
+		return true // no procfs to check: trust the signal
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", s.cmd.Process.Pid, task.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		// pid (comm) state …: the state follows the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'T' && stat[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
 
 // Resume lets a paused server run again.
