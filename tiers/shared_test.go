@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/s3"
@@ -145,5 +147,55 @@ func TestObjectStoreOutageIsAMissNotAFailure(t *testing.T) {
 	}
 	if _, _, kind, err := h.Get(key(1), nil); err != nil || kind != index.TierS3 {
 		t.Fatalf("s3 block after the store came back: %v %v", kind, err)
+	}
+}
+
+func TestLocateNamesTheObjectRangeOfBlocksInTheStore(t *testing.T) {
+	srv := s3test.Start(t)
+	h, bottom := threeLevels(t, srv, 1)
+	stored := put(t, h, 1)
+	put(t, h, 2)
+	for _, kind := range []index.TierKind{index.TierDRAM, index.TierSSD} {
+		if err := h.Demote(kind, key(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	if ps, err := h.Locate(ctx, []index.Key{key(1)}); err != nil || ps[0].Kind != index.TierS3 || ps[0].InObject {
+		t.Fatalf("a block not uploaded yet: %v %v; want s3 without an object range", ps, err)
+	}
+	if err := bottom.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := h.Locate(ctx, []index.Key{key(1), key(2), key(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := ps[0]; p.Kind != index.TierS3 || !p.InObject || p.Object.Bucket != "shared" || p.Meta.Size != blockSize {
+		t.Fatalf("uploaded block: %v", p)
+	}
+	if p := ps[1]; p.Kind != index.TierDRAM || p.InObject {
+		t.Fatalf("a block in dram: %v; want dram without an object range", p)
+	}
+	if p := ps[2]; p.Kind != 0 || p.InObject {
+		t.Fatalf("a block held nowhere: %v", p)
+	}
+	// The range holds the block's bytes, for any reader with credentials.
+	r := ps[0].Object
+	var opts minio.GetObjectOptions
+	if err := opts.SetRange(r.Offset, r.Offset+int64(r.Meta.Size)-1); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := srv.Client().GetObject(ctx, r.Bucket, r.Object, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(obj); err != nil || !bytes.Equal(got, stored) || tiers.Checksum(got) != r.Meta.Sum {
+		t.Fatalf("the object range does not hold the block's bytes (%v)", err)
+	}
+	// Another node sharing the bucket finds it too.
+	other, _ := threeLevels(t, srv, 2)
+	if ps, err := other.Locate(ctx, []index.Key{key(1)}); err != nil || !ps[0].InObject || ps[0].Object != r {
+		t.Fatalf("locate on another node: %v %v; want %v", ps, err, r)
 	}
 }

@@ -196,6 +196,49 @@ func (c *Client) Exists(ctx context.Context, keys []index.Key) ([]bool, error) {
 	return out, nil
 }
 
+// Placement is where a node holds a block (see LocateObjects).
+type Placement struct {
+	// Tier is the fastest tier holding the block; "" when none does.
+	Tier      string
+	Size      int
+	Sum       uint64 // xxhash64 of the block's bytes
+	Parent    index.Hash
+	HasParent bool
+	// Object, when set, is where the object store keeps the block: Size
+	// bytes at Offset in Object of Bucket, readable with the caller's own
+	// credentials.
+	Bucket, Object string
+	Offset         int64
+}
+
+// LocateObjects says, for each key, which of the node's tiers holds its
+// fastest copy and, when that is the object store, which object range
+// holds it — what s3direct needs to restore a context straight from the
+// store.
+func (c *Client) LocateObjects(ctx context.Context, keys []index.Key) ([]Placement, error) {
+	out := make([]Placement, 0, len(keys))
+	for _, batch := range chunks(len(keys), int(c.info.MaxBatchBlocks)) {
+		var resp *pb.LocateObjectsResponse
+		err := c.call(ctx, "locate objects", func(ctx context.Context) (err error) {
+			resp, err = c.api.LocateObjects(ctx, &pb.LocateObjectsRequest{Keys: keysToPB(keys[batch[0]:batch[1]])})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(resp.Blocks) != batch[1]-batch[0] {
+			return nil, fmt.Errorf("client: locate objects: %d answers for %d keys", len(resp.Blocks), batch[1]-batch[0])
+		}
+		for _, b := range resp.Blocks {
+			m := b.GetMeta()
+			out = append(out, Placement{Tier: b.Tier, Size: int(m.GetSize()), Sum: m.GetChecksum(),
+				Parent: index.Hash(m.GetParent()), HasParent: m.GetHasParent(),
+				Bucket: b.Bucket, Object: b.Object, Offset: int64(b.Offset)})
+		}
+	}
+	return out, nil
+}
+
 // Evict removes the blocks req selects (see EvictRequest).
 func (c *Client) Evict(ctx context.Context, req *pb.EvictRequest) (*pb.EvictResponse, error) {
 	var resp *pb.EvictResponse

@@ -7,6 +7,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -279,6 +280,16 @@ func (n *Node) Exists(keys []index.Key) ([]bool, error) {
 		out[i] = err == nil
 	}
 	return out, nil
+}
+
+// Locate says where each key is held: the kind of its fastest tier and,
+// when that is an object store that has uploaded it, the object range a
+// client may read it from directly (see tiers.Hierarchy.Locate).
+func (n *Node) Locate(ctx context.Context, keys []index.Key) ([]tiers.Placement, error) {
+	if err := n.CheckKeys(len(keys)); err != nil {
+		return nil, err
+	}
+	return n.h.Locate(ctx, keys)
 }
 
 // Pin leases keys for ttl and returns the lease's id.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -176,5 +177,20 @@ func TestConfigValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v does not say %q", err, want)
 		}
+	}
+}
+
+func TestLocateSaysWhereBlocksAreWithoutAnObjectStore(t *testing.T) {
+	n := newNode(t)
+	m, b := tiertest.Block(1, 4<<10)
+	if err := n.Put(m, b); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := n.Locate(context.Background(), []index.Key{m.Key, {NS: 1, Hash: 99}})
+	if err != nil || ps[0].Kind != index.TierDRAM || ps[0].InObject || ps[0].Meta != m || ps[1].Kind != 0 {
+		t.Fatalf("locate: %v %v; want dram (no object range), then nowhere", ps, err)
+	}
+	if _, err := n.Locate(context.Background(), make([]index.Key, 9)); !errors.Is(err, ErrLimit) {
+		t.Fatalf("locate of 9 keys with a batch limit of 8: %v", err)
 	}
 }

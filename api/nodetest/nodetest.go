@@ -26,6 +26,8 @@ type Options struct {
 	// Inline moves blocks between the tiers in the calling goroutine, so
 	// that a test sees each demotion at once; else a background mover does.
 	Inline bool
+	// Below are more levels under the two arenas (an object store).
+	Below []tiers.LevelConfig
 }
 
 // Node is a served node.
@@ -55,6 +57,7 @@ func Start(t testing.TB, opts Options) *Node {
 		}
 		levels = append(levels, tiers.LevelConfig{Kind: l.kind, Tier: tr})
 	}
+	levels = append(levels, opts.Below...)
 	h, err := tiers.New(tiers.Config{Levels: levels, Inline: opts.Inline})
 	if err != nil {
 		t.Fatal(err)

@@ -225,6 +225,27 @@ func (s *Server) Exists(_ context.Context, req *pb.ExistsRequest) (*pb.ExistsRes
 	return &pb.ExistsResponse{Exists: ex}, nil
 }
 
+// LocateObjects says where each key is held and, for blocks whose fastest
+// copy is in the object store, which object range holds them.
+func (s *Server) LocateObjects(ctx context.Context, req *pb.LocateObjectsRequest) (*pb.LocateObjectsResponse, error) {
+	ps, err := s.n.Locate(ctx, keysFromPB(req.Keys))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.LocateObjectsResponse{Blocks: make([]*pb.BlockPlacement, len(ps))}
+	for i, p := range ps {
+		b := &pb.BlockPlacement{}
+		if p.Kind != 0 {
+			b.Tier, b.Meta = p.Kind.String(), metaToPB(p.Meta)
+		}
+		if p.InObject {
+			b.Bucket, b.Object, b.Offset = p.Object.Bucket, p.Object.Object, uint64(p.Object.Offset)
+		}
+		out.Blocks[i] = b
+	}
+	return out, nil
+}
+
 // Evict removes the blocks a selector picks.
 func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictResponse, error) {
 	sel := node.Selector{

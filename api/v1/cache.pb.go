@@ -1638,6 +1638,173 @@ func (*ReleaseResponse) Descriptor() ([]byte, []int) {
 	return file_api_v1_cache_proto_rawDescGZIP(), []int{24}
 }
 
+type LocateObjectsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*BlockKey            `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocateObjectsRequest) Reset() {
+	*x = LocateObjectsRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocateObjectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocateObjectsRequest) ProtoMessage() {}
+
+func (x *LocateObjectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocateObjectsRequest.ProtoReflect.Descriptor instead.
+func (*LocateObjectsRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *LocateObjectsRequest) GetKeys() []*BlockKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type LocateObjectsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Blocks        []*BlockPlacement      `protobuf:"bytes,1,rep,name=blocks,proto3" json:"blocks,omitempty"` // one per key, in order
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocateObjectsResponse) Reset() {
+	*x = LocateObjectsResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocateObjectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocateObjectsResponse) ProtoMessage() {}
+
+func (x *LocateObjectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocateObjectsResponse.ProtoReflect.Descriptor instead.
+func (*LocateObjectsResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LocateObjectsResponse) GetBlocks() []*BlockPlacement {
+	if x != nil {
+		return x.Blocks
+	}
+	return nil
+}
+
+// BlockPlacement is where a node holds one block.
+type BlockPlacement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tier  string                 `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"` // the fastest tier holding it; empty: held nowhere
+	Meta  *BlockMeta             `protobuf:"bytes,2,opt,name=meta,proto3" json:"meta,omitempty"` // set when held
+	// Set when the fastest copy is in the object store and uploaded: the
+	// block's bytes are meta.size bytes at offset in object of bucket.
+	Bucket        string `protobuf:"bytes,3,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Object        string `protobuf:"bytes,4,opt,name=object,proto3" json:"object,omitempty"`
+	Offset        uint64 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockPlacement) Reset() {
+	*x = BlockPlacement{}
+	mi := &file_api_v1_cache_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockPlacement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockPlacement) ProtoMessage() {}
+
+func (x *BlockPlacement) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockPlacement.ProtoReflect.Descriptor instead.
+func (*BlockPlacement) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *BlockPlacement) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *BlockPlacement) GetMeta() *BlockMeta {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+func (x *BlockPlacement) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *BlockPlacement) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *BlockPlacement) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 type WarmRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keys          []*BlockKey            `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
@@ -1648,7 +1815,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[25]
+	mi := &file_api_v1_cache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1827,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[25]
+	mi := &file_api_v1_cache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1840,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WarmRequest) GetKeys() []*BlockKey {
@@ -1707,7 +1874,7 @@ type WarmProgress struct {
 
 func (x *WarmProgress) Reset() {
 	*x = WarmProgress{}
-	mi := &file_api_v1_cache_proto_msgTypes[26]
+	mi := &file_api_v1_cache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1886,7 @@ func (x *WarmProgress) String() string {
 func (*WarmProgress) ProtoMessage() {}
 
 func (x *WarmProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[26]
+	mi := &file_api_v1_cache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1899,7 @@ func (x *WarmProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmProgress.ProtoReflect.Descriptor instead.
 func (*WarmProgress) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WarmProgress) GetDone() uint32 {
@@ -1810,7 +1977,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_v1_cache_proto_msgTypes[27]
+	mi := &file_api_v1_cache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1989,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[27]
+	mi := &file_api_v1_cache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +2002,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Member) GetId() uint32 {
@@ -1927,7 +2094,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_v1_cache_proto_msgTypes[28]
+	mi := &file_api_v1_cache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2106,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[28]
+	mi := &file_api_v1_cache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2119,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -1991,7 +2158,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[29]
+	mi := &file_api_v1_cache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2170,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[29]
+	mi := &file_api_v1_cache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2183,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
 }
 
 type MembersResponse struct {
@@ -2032,7 +2199,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[30]
+	mi := &file_api_v1_cache_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2211,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[30]
+	mi := &file_api_v1_cache_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2224,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -2104,7 +2271,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2283,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2296,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *JoinRequest) GetMember() *Member {
@@ -2147,7 +2314,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2326,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2339,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
 }
 
 type RemoveRequest struct {
@@ -2184,7 +2351,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2363,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2376,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RemoveRequest) GetId() uint32 {
@@ -2227,7 +2394,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2406,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2419,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
 }
 
 type ProposeRequest struct {
@@ -2264,7 +2431,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2443,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2456,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProposeRequest) GetEntry() []byte {
@@ -2307,7 +2474,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2486,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2499,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
 }
 
 type HeartbeatRequest struct {
@@ -2345,7 +2512,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2524,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2537,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -2395,7 +2562,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2574,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2587,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
 }
 
 type SyncRequest struct {
@@ -2431,7 +2598,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2610,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2623,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
 }
 
 type SyncResponse struct {
@@ -2467,7 +2634,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2646,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2659,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
 }
 
 type LocateRequest struct {
@@ -2504,7 +2671,7 @@ type LocateRequest struct {
 
 func (x *LocateRequest) Reset() {
 	*x = LocateRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2683,7 @@ func (x *LocateRequest) String() string {
 func (*LocateRequest) ProtoMessage() {}
 
 func (x *LocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2696,7 @@ func (x *LocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
 func (*LocateRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LocateRequest) GetKeys() []*BlockKey {
@@ -2548,7 +2715,7 @@ type LocateResponse struct {
 
 func (x *LocateResponse) Reset() {
 	*x = LocateResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2727,7 @@ func (x *LocateResponse) String() string {
 func (*LocateResponse) ProtoMessage() {}
 
 func (x *LocateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2740,7 @@ func (x *LocateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateResponse.ProtoReflect.Descriptor instead.
 func (*LocateResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *LocateResponse) GetKeys() []*KeyLocations {
@@ -2592,7 +2759,7 @@ type KeyLocations struct {
 
 func (x *KeyLocations) Reset() {
 	*x = KeyLocations{}
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2771,7 @@ func (x *KeyLocations) String() string {
 func (*KeyLocations) ProtoMessage() {}
 
 func (x *KeyLocations) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2784,7 @@ func (x *KeyLocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyLocations.ProtoReflect.Descriptor instead.
 func (*KeyLocations) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KeyLocations) GetLocations() []*TierBlocks {
@@ -2757,7 +2924,17 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x0fexpires_unix_ms\x18\x02 \x01(\x03R\rexpiresUnixMs\"+\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\"\x11\n" +
-	"\x0fReleaseResponse\"L\n" +
+	"\x0fReleaseResponse\"A\n" +
+	"\x14LocateObjectsRequest\x12)\n" +
+	"\x04keys\x18\x01 \x03(\v2\x15.kvstrata.v1.BlockKeyR\x04keys\"L\n" +
+	"\x15LocateObjectsResponse\x123\n" +
+	"\x06blocks\x18\x01 \x03(\v2\x1b.kvstrata.v1.BlockPlacementR\x06blocks\"\x98\x01\n" +
+	"\x0eBlockPlacement\x12\x12\n" +
+	"\x04tier\x18\x01 \x01(\tR\x04tier\x12*\n" +
+	"\x04meta\x18\x02 \x01(\v2\x16.kvstrata.v1.BlockMetaR\x04meta\x12\x16\n" +
+	"\x06bucket\x18\x03 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06object\x18\x04 \x01(\tR\x06object\x12\x16\n" +
+	"\x06offset\x18\x05 \x01(\x04R\x06offset\"L\n" +
 	"\vWarmRequest\x12)\n" +
 	"\x04keys\x18\x01 \x03(\v2\x15.kvstrata.v1.BlockKeyR\x04keys\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\"\xd1\x01\n" +
@@ -2817,7 +2994,7 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x0eLocateResponse\x12-\n" +
 	"\x04keys\x18\x01 \x03(\v2\x19.kvstrata.v1.KeyLocationsR\x04keys\"E\n" +
 	"\fKeyLocations\x125\n" +
-	"\tlocations\x18\x01 \x03(\v2\x17.kvstrata.v1.TierBlocksR\tlocations2\xfd\x04\n" +
+	"\tlocations\x18\x01 \x03(\v2\x17.kvstrata.v1.TierBlocksR\tlocations2\xd5\x05\n" +
 	"\x05Cache\x127\n" +
 	"\x04Info\x12\x18.kvstrata.v1.InfoRequest\x1a\x15.kvstrata.v1.NodeInfo\x12:\n" +
 	"\x03Put\x12\x17.kvstrata.v1.PutRequest\x1a\x18.kvstrata.v1.PutResponse(\x01\x12:\n" +
@@ -2828,7 +3005,8 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x05Stats\x12\x19.kvstrata.v1.StatsRequest\x1a\x1a.kvstrata.v1.StatsResponse\x128\n" +
 	"\x03Pin\x12\x17.kvstrata.v1.PinRequest\x1a\x18.kvstrata.v1.PinResponse\x12D\n" +
 	"\aRelease\x12\x1b.kvstrata.v1.ReleaseRequest\x1a\x1c.kvstrata.v1.ReleaseResponse\x12=\n" +
-	"\x04Warm\x12\x18.kvstrata.v1.WarmRequest\x1a\x19.kvstrata.v1.WarmProgress0\x012\xe1\x03\n" +
+	"\x04Warm\x12\x18.kvstrata.v1.WarmRequest\x1a\x19.kvstrata.v1.WarmProgress0\x01\x12V\n" +
+	"\rLocateObjects\x12!.kvstrata.v1.LocateObjectsRequest\x1a\".kvstrata.v1.LocateObjectsResponse2\xe1\x03\n" +
 	"\aCluster\x12D\n" +
 	"\aMembers\x12\x1b.kvstrata.v1.MembersRequest\x1a\x1c.kvstrata.v1.MembersResponse\x12;\n" +
 	"\x04Join\x12\x18.kvstrata.v1.JoinRequest\x1a\x19.kvstrata.v1.JoinResponse\x12A\n" +
@@ -2850,53 +3028,56 @@ func file_api_v1_cache_proto_rawDescGZIP() []byte {
 	return file_api_v1_cache_proto_rawDescData
 }
 
-var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_api_v1_cache_proto_goTypes = []any{
-	(*BlockKey)(nil),          // 0: kvstrata.v1.BlockKey
-	(*BlockMeta)(nil),         // 1: kvstrata.v1.BlockMeta
-	(*InfoRequest)(nil),       // 2: kvstrata.v1.InfoRequest
-	(*NodeInfo)(nil),          // 3: kvstrata.v1.NodeInfo
-	(*PutRequest)(nil),        // 4: kvstrata.v1.PutRequest
-	(*PutHeader)(nil),         // 5: kvstrata.v1.PutHeader
-	(*PutResponse)(nil),       // 6: kvstrata.v1.PutResponse
-	(*BlockResult)(nil),       // 7: kvstrata.v1.BlockResult
-	(*GetRequest)(nil),        // 8: kvstrata.v1.GetRequest
-	(*GetResponse)(nil),       // 9: kvstrata.v1.GetResponse
-	(*LookupRequest)(nil),     // 10: kvstrata.v1.LookupRequest
-	(*LookupResponse)(nil),    // 11: kvstrata.v1.LookupResponse
-	(*TierBlocks)(nil),        // 12: kvstrata.v1.TierBlocks
-	(*ExistsRequest)(nil),     // 13: kvstrata.v1.ExistsRequest
-	(*ExistsResponse)(nil),    // 14: kvstrata.v1.ExistsResponse
-	(*EvictRequest)(nil),      // 15: kvstrata.v1.EvictRequest
-	(*EvictResponse)(nil),     // 16: kvstrata.v1.EvictResponse
-	(*EvictedBlock)(nil),      // 17: kvstrata.v1.EvictedBlock
-	(*StatsRequest)(nil),      // 18: kvstrata.v1.StatsRequest
-	(*StatsResponse)(nil),     // 19: kvstrata.v1.StatsResponse
-	(*TierStats)(nil),         // 20: kvstrata.v1.TierStats
-	(*PinRequest)(nil),        // 21: kvstrata.v1.PinRequest
-	(*PinResponse)(nil),       // 22: kvstrata.v1.PinResponse
-	(*ReleaseRequest)(nil),    // 23: kvstrata.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),   // 24: kvstrata.v1.ReleaseResponse
-	(*WarmRequest)(nil),       // 25: kvstrata.v1.WarmRequest
-	(*WarmProgress)(nil),      // 26: kvstrata.v1.WarmProgress
-	(*Member)(nil),            // 27: kvstrata.v1.Member
-	(*TierUsage)(nil),         // 28: kvstrata.v1.TierUsage
-	(*MembersRequest)(nil),    // 29: kvstrata.v1.MembersRequest
-	(*MembersResponse)(nil),   // 30: kvstrata.v1.MembersResponse
-	(*JoinRequest)(nil),       // 31: kvstrata.v1.JoinRequest
-	(*JoinResponse)(nil),      // 32: kvstrata.v1.JoinResponse
-	(*RemoveRequest)(nil),     // 33: kvstrata.v1.RemoveRequest
-	(*RemoveResponse)(nil),    // 34: kvstrata.v1.RemoveResponse
-	(*ProposeRequest)(nil),    // 35: kvstrata.v1.ProposeRequest
-	(*ProposeResponse)(nil),   // 36: kvstrata.v1.ProposeResponse
-	(*HeartbeatRequest)(nil),  // 37: kvstrata.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil), // 38: kvstrata.v1.HeartbeatResponse
-	(*SyncRequest)(nil),       // 39: kvstrata.v1.SyncRequest
-	(*SyncResponse)(nil),      // 40: kvstrata.v1.SyncResponse
-	(*LocateRequest)(nil),     // 41: kvstrata.v1.LocateRequest
-	(*LocateResponse)(nil),    // 42: kvstrata.v1.LocateResponse
-	(*KeyLocations)(nil),      // 43: kvstrata.v1.KeyLocations
-	nil,                       // 44: kvstrata.v1.TierStats.DetailEntry
+	(*BlockKey)(nil),              // 0: kvstrata.v1.BlockKey
+	(*BlockMeta)(nil),             // 1: kvstrata.v1.BlockMeta
+	(*InfoRequest)(nil),           // 2: kvstrata.v1.InfoRequest
+	(*NodeInfo)(nil),              // 3: kvstrata.v1.NodeInfo
+	(*PutRequest)(nil),            // 4: kvstrata.v1.PutRequest
+	(*PutHeader)(nil),             // 5: kvstrata.v1.PutHeader
+	(*PutResponse)(nil),           // 6: kvstrata.v1.PutResponse
+	(*BlockResult)(nil),           // 7: kvstrata.v1.BlockResult
+	(*GetRequest)(nil),            // 8: kvstrata.v1.GetRequest
+	(*GetResponse)(nil),           // 9: kvstrata.v1.GetResponse
+	(*LookupRequest)(nil),         // 10: kvstrata.v1.LookupRequest
+	(*LookupResponse)(nil),        // 11: kvstrata.v1.LookupResponse
+	(*TierBlocks)(nil),            // 12: kvstrata.v1.TierBlocks
+	(*ExistsRequest)(nil),         // 13: kvstrata.v1.ExistsRequest
+	(*ExistsResponse)(nil),        // 14: kvstrata.v1.ExistsResponse
+	(*EvictRequest)(nil),          // 15: kvstrata.v1.EvictRequest
+	(*EvictResponse)(nil),         // 16: kvstrata.v1.EvictResponse
+	(*EvictedBlock)(nil),          // 17: kvstrata.v1.EvictedBlock
+	(*StatsRequest)(nil),          // 18: kvstrata.v1.StatsRequest
+	(*StatsResponse)(nil),         // 19: kvstrata.v1.StatsResponse
+	(*TierStats)(nil),             // 20: kvstrata.v1.TierStats
+	(*PinRequest)(nil),            // 21: kvstrata.v1.PinRequest
+	(*PinResponse)(nil),           // 22: kvstrata.v1.PinResponse
+	(*ReleaseRequest)(nil),        // 23: kvstrata.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 24: kvstrata.v1.ReleaseResponse
+	(*LocateObjectsRequest)(nil),  // 25: kvstrata.v1.LocateObjectsRequest
+	(*LocateObjectsResponse)(nil), // 26: kvstrata.v1.LocateObjectsResponse
+	(*BlockPlacement)(nil),        // 27: kvstrata.v1.BlockPlacement
+	(*WarmRequest)(nil),           // 28: kvstrata.v1.WarmRequest
+	(*WarmProgress)(nil),          // 29: kvstrata.v1.WarmProgress
+	(*Member)(nil),                // 30: kvstrata.v1.Member
+	(*TierUsage)(nil),             // 31: kvstrata.v1.TierUsage
+	(*MembersRequest)(nil),        // 32: kvstrata.v1.MembersRequest
+	(*MembersResponse)(nil),       // 33: kvstrata.v1.MembersResponse
+	(*JoinRequest)(nil),           // 34: kvstrata.v1.JoinRequest
+	(*JoinResponse)(nil),          // 35: kvstrata.v1.JoinResponse
+	(*RemoveRequest)(nil),         // 36: kvstrata.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 37: kvstrata.v1.RemoveResponse
+	(*ProposeRequest)(nil),        // 38: kvstrata.v1.ProposeRequest
+	(*ProposeResponse)(nil),       // 39: kvstrata.v1.ProposeResponse
+	(*HeartbeatRequest)(nil),      // 40: kvstrata.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 41: kvstrata.v1.HeartbeatResponse
+	(*SyncRequest)(nil),           // 42: kvstrata.v1.SyncRequest
+	(*SyncResponse)(nil),          // 43: kvstrata.v1.SyncResponse
+	(*LocateRequest)(nil),         // 44: kvstrata.v1.LocateRequest
+	(*LocateResponse)(nil),        // 45: kvstrata.v1.LocateResponse
+	(*KeyLocations)(nil),          // 46: kvstrata.v1.KeyLocations
+	nil,                           // 47: kvstrata.v1.TierStats.DetailEntry
 }
 var file_api_v1_cache_proto_depIdxs = []int32{
 	0,  // 0: kvstrata.v1.BlockMeta.key:type_name -> kvstrata.v1.BlockKey
@@ -2912,55 +3093,60 @@ var file_api_v1_cache_proto_depIdxs = []int32{
 	1,  // 10: kvstrata.v1.EvictedBlock.meta:type_name -> kvstrata.v1.BlockMeta
 	3,  // 11: kvstrata.v1.StatsResponse.node:type_name -> kvstrata.v1.NodeInfo
 	20, // 12: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
-	44, // 13: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
+	47, // 13: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
 	0,  // 14: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
-	0,  // 15: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
-	28, // 16: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
-	27, // 17: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
-	27, // 18: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
-	28, // 19: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
-	0,  // 20: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
-	43, // 21: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
-	12, // 22: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
-	2,  // 23: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
-	4,  // 24: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
-	8,  // 25: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
-	10, // 26: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
-	13, // 27: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
-	15, // 28: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
-	18, // 29: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
-	21, // 30: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
-	23, // 31: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
-	25, // 32: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
-	29, // 33: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
-	31, // 34: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
-	33, // 35: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
-	35, // 36: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
-	37, // 37: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
-	39, // 38: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
-	41, // 39: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
-	3,  // 40: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
-	6,  // 41: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
-	9,  // 42: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
-	11, // 43: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
-	14, // 44: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
-	16, // 45: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
-	19, // 46: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
-	22, // 47: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
-	24, // 48: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
-	26, // 49: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
-	30, // 50: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
-	32, // 51: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
-	34, // 52: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
-	36, // 53: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
-	38, // 54: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
-	40, // 55: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
-	42, // 56: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
-	40, // [40:57] is the sub-list for method output_type
-	23, // [23:40] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	0,  // 15: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
+	27, // 16: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
+	1,  // 17: kvstrata.v1.BlockPlacement.meta:type_name -> kvstrata.v1.BlockMeta
+	0,  // 18: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
+	31, // 19: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
+	30, // 20: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
+	30, // 21: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
+	31, // 22: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
+	0,  // 23: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
+	46, // 24: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
+	12, // 25: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
+	2,  // 26: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
+	4,  // 27: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
+	8,  // 28: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
+	10, // 29: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
+	13, // 30: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
+	15, // 31: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
+	18, // 32: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
+	21, // 33: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
+	23, // 34: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
+	28, // 35: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
+	25, // 36: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
+	32, // 37: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
+	34, // 38: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
+	36, // 39: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
+	38, // 40: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
+	40, // 41: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
+	42, // 42: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
+	44, // 43: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
+	3,  // 44: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
+	6,  // 45: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
+	9,  // 46: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
+	11, // 47: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
+	14, // 48: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
+	16, // 49: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
+	19, // 50: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
+	22, // 51: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
+	24, // 52: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
+	29, // 53: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
+	26, // 54: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
+	33, // 55: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
+	35, // 56: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
+	37, // 57: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
+	39, // 58: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
+	41, // 59: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
+	43, // 60: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
+	45, // 61: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
+	44, // [44:62] is the sub-list for method output_type
+	26, // [26:44] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_api_v1_cache_proto_init() }
@@ -2978,7 +3164,7 @@ func file_api_v1_cache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_v1_cache_proto_rawDesc), len(file_api_v1_cache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

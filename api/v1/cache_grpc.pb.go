@@ -23,16 +23,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Cache_Info_FullMethodName    = "/kvstrata.v1.Cache/Info"
-	Cache_Put_FullMethodName     = "/kvstrata.v1.Cache/Put"
-	Cache_Get_FullMethodName     = "/kvstrata.v1.Cache/Get"
-	Cache_Lookup_FullMethodName  = "/kvstrata.v1.Cache/Lookup"
-	Cache_Exists_FullMethodName  = "/kvstrata.v1.Cache/Exists"
-	Cache_Evict_FullMethodName   = "/kvstrata.v1.Cache/Evict"
-	Cache_Stats_FullMethodName   = "/kvstrata.v1.Cache/Stats"
-	Cache_Pin_FullMethodName     = "/kvstrata.v1.Cache/Pin"
-	Cache_Release_FullMethodName = "/kvstrata.v1.Cache/Release"
-	Cache_Warm_FullMethodName    = "/kvstrata.v1.Cache/Warm"
+	Cache_Info_FullMethodName          = "/kvstrata.v1.Cache/Info"
+	Cache_Put_FullMethodName           = "/kvstrata.v1.Cache/Put"
+	Cache_Get_FullMethodName           = "/kvstrata.v1.Cache/Get"
+	Cache_Lookup_FullMethodName        = "/kvstrata.v1.Cache/Lookup"
+	Cache_Exists_FullMethodName        = "/kvstrata.v1.Cache/Exists"
+	Cache_Evict_FullMethodName         = "/kvstrata.v1.Cache/Evict"
+	Cache_Stats_FullMethodName         = "/kvstrata.v1.Cache/Stats"
+	Cache_Pin_FullMethodName           = "/kvstrata.v1.Cache/Pin"
+	Cache_Release_FullMethodName       = "/kvstrata.v1.Cache/Release"
+	Cache_Warm_FullMethodName          = "/kvstrata.v1.Cache/Warm"
+	Cache_LocateObjects_FullMethodName = "/kvstrata.v1.Cache/LocateObjects"
 )
 
 // CacheClient is the client API for Cache service.
@@ -66,6 +67,12 @@ type CacheClient interface {
 	// Warm copies blocks from lower tiers (an object store) up into a faster
 	// one ahead of need, in parallel, streaming progress.
 	Warm(ctx context.Context, in *WarmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WarmProgress], error)
+	// LocateObjects says, for each key, which of this node's tiers holds its
+	// fastest copy and, when that is the object store, the byte range of the
+	// object the block lies in — so that a client with its own credentials
+	// can restore a long context straight from the store (api/client/s3direct)
+	// instead of through the node.
+	LocateObjects(ctx context.Context, in *LocateObjectsRequest, opts ...grpc.CallOption) (*LocateObjectsResponse, error)
 }
 
 type cacheClient struct {
@@ -197,6 +204,16 @@ func (c *cacheClient) Warm(ctx context.Context, in *WarmRequest, opts ...grpc.Ca
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cache_WarmClient = grpc.ServerStreamingClient[WarmProgress]
 
+func (c *cacheClient) LocateObjects(ctx context.Context, in *LocateObjectsRequest, opts ...grpc.CallOption) (*LocateObjectsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LocateObjectsResponse)
+	err := c.cc.Invoke(ctx, Cache_LocateObjects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CacheServer is the server API for Cache service.
 // All implementations must embed UnimplementedCacheServer
 // for forward compatibility.
@@ -228,6 +245,12 @@ type CacheServer interface {
 	// Warm copies blocks from lower tiers (an object store) up into a faster
 	// one ahead of need, in parallel, streaming progress.
 	Warm(*WarmRequest, grpc.ServerStreamingServer[WarmProgress]) error
+	// LocateObjects says, for each key, which of this node's tiers holds its
+	// fastest copy and, when that is the object store, the byte range of the
+	// object the block lies in — so that a client with its own credentials
+	// can restore a long context straight from the store (api/client/s3direct)
+	// instead of through the node.
+	LocateObjects(context.Context, *LocateObjectsRequest) (*LocateObjectsResponse, error)
 	mustEmbedUnimplementedCacheServer()
 }
 
@@ -267,6 +290,9 @@ func (UnimplementedCacheServer) Release(context.Context, *ReleaseRequest) (*Rele
 }
 func (UnimplementedCacheServer) Warm(*WarmRequest, grpc.ServerStreamingServer[WarmProgress]) error {
 	return status.Error(codes.Unimplemented, "method Warm not implemented")
+}
+func (UnimplementedCacheServer) LocateObjects(context.Context, *LocateObjectsRequest) (*LocateObjectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LocateObjects not implemented")
 }
 func (UnimplementedCacheServer) mustEmbedUnimplementedCacheServer() {}
 func (UnimplementedCacheServer) testEmbeddedByValue()               {}
@@ -444,6 +470,24 @@ func _Cache_Warm_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cache_WarmServer = grpc.ServerStreamingServer[WarmProgress]
 
+func _Cache_LocateObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LocateObjectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CacheServer).LocateObjects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cache_LocateObjects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CacheServer).LocateObjects(ctx, req.(*LocateObjectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cache_ServiceDesc is the grpc.ServiceDesc for Cache service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -478,6 +522,10 @@ var Cache_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _Cache_Release_Handler,
+		},
+		{
+			MethodName: "LocateObjects",
+			Handler:    _Cache_LocateObjects_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

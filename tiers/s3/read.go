@@ -328,3 +328,18 @@ func (t *Tier) dropCorrupt(f found, cause error) error {
 	}
 	return fmt.Errorf("%s: %w", where, cause)
 }
+
+// LocateObject says where the store keeps key's bytes, so that a client
+// with its own credentials can read them with a ranged GET (see
+// tiers.ObjectLocator). A block not uploaded yet is ErrNotFound: it is only
+// in this node's memory.
+func (t *Tier) LocateObject(ctx context.Context, key index.Key) (tiers.ObjectRange, error) {
+	f, err := t.lookup(ctx, key)
+	if err != nil {
+		return tiers.ObjectRange{}, fmt.Errorf("s3: locate %v: %w", key, err)
+	}
+	if f.inMemory {
+		return tiers.ObjectRange{}, fmt.Errorf("s3: locate %v: %w (not uploaded yet)", key, tiers.ErrNotFound)
+	}
+	return tiers.ObjectRange{Bucket: t.cfg.Bucket, Object: f.name, Offset: f.off, Meta: f.meta}, nil
+}
