@@ -67,10 +67,14 @@ type slot struct {
 
 // startLocked starts the reads ahead the window allows: chunks in flight
 // stay under maxChunks and within maxChunks chunks of the next block. The
-// first chunks are small (1, 2, 4, … blocks) so that the first block goes
-// out after one small read, not after a whole chunk.
+// first chunks are small (1, 2, 4, … blocks), and the first is read alone,
+// so that the first block goes out after one small read, not after a whole
+// chunk.
 func (p *prefetch) startLocked() {
 	for p.chunks < p.maxChunks && p.started < len(p.slots) && p.started < p.next+p.maxChunks*prefetchChunk {
+		if p.issued == 1 && p.chunks == 1 {
+			break // the first block alone: it arrives sooner without company
+		}
 		var idx []int
 		size := min(prefetchChunk, 1<<min(p.issued, 4))
 		p.issued++
