@@ -3,8 +3,9 @@
 # (12 KiB of KV a token, Qwen2.5-0.5B's layout: about 1.2 GB in 3 MiB blocks)
 # is stored through a kvstrata node, moved down to the object store, and
 # restored to a client; side by side in one run with the same bytes as one
-# object fetched by one plain minio-go GET (the limit) and as one object per
-# block fetched in turn. See bench/s3restore/main.go.
+# object fetched by one plain minio-go GET (the limit), as one object per
+# block fetched in turn, and restored by the client straight from the store
+# (api/client/s3direct). See bench/s3restore/main.go.
 #
 # It builds kvstrata and the benchmark, starts versitygw (an S3-compatible
 # server: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0) and
