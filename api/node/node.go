@@ -124,6 +124,10 @@ type Node struct {
 	nextLease uint64
 	addrs     Addrs
 	cluster   ClusterLookup
+
+	// respLocks serialise the Redis protocol's writes of one key (by its
+	// hash), so that SET … NX and SET … XX are atomic.
+	respLocks [64]sync.Mutex
 }
 
 // ClusterLookup answers lookups across a cluster's replicated directory

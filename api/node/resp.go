@@ -27,7 +27,10 @@ const respHeader = 4
 // through the same tiers as every other block.
 type RESPStore struct{ n *Node }
 
-var _ resp.Store = (*RESPStore)(nil)
+var (
+	_ resp.Store             = (*RESPStore)(nil)
+	_ resp.ConditionalSetter = (*RESPStore)(nil)
+)
 
 // RESPStore returns the node as a resp.Store.
 func (n *Node) RESPStore() *RESPStore { return &RESPStore{n: n} }
@@ -55,21 +58,59 @@ func (s *RESPStore) View(_ context.Context, key string) ([]byte, func(), error) 
 	return b[respHeader+kl:], func() { _ = v.Release() }, nil
 }
 
+// lock holds the write lock of key's block.
+func (s *RESPStore) lock(k index.Key) func() {
+	mu := &s.n.respLocks[uint64(k.Hash)%uint64(len(s.n.respLocks))]
+	mu.Lock()
+	return mu.Unlock
+}
+
 // Set stores value, copying it once, straight into the fastest tier.
 func (s *RESPStore) Set(_ context.Context, key string, value []byte) error {
+	if err := s.checkSize(key, value); err != nil {
+		return err
+	}
+	k := respKey(key)
+	defer s.lock(k)()
+	return s.set(k, key, value)
+}
+
+// SetIf stores value only if key's presence equals exists (SET … NX: false,
+// SET … XX: true). The check and the store are atomic with respect to every
+// other write through the Redis protocol — the only writers of its keys.
+// An eviction may still remove the key between them; for XX that is the
+// same as the eviction coming just after the SET.
+func (s *RESPStore) SetIf(ctx context.Context, key string, value []byte, exists bool) (bool, error) {
+	if err := s.checkSize(key, value); err != nil {
+		return false, err
+	}
+	k := respKey(key)
+	defer s.lock(k)()
+	if has, err := s.Exists(ctx, key); err != nil || has != exists {
+		return false, err
+	}
+	return true, s.set(k, key, value)
+}
+
+func (s *RESPStore) checkSize(key string, value []byte) error {
 	size := respHeader + len(key) + len(value)
 	if int64(size) > s.n.cfg.MaxBlockSize {
 		return resp.Mark(&LimitError{fmt.Sprintf("value of %s with its key is over the %s limit (limits.max-block-size)",
 			tiers.FormatBytes(int64(size)), tiers.FormatBytes(s.n.cfg.MaxBlockSize))}, resp.ErrTooLarge)
 	}
+	return nil
+}
+
+// set stores key's value as block k, of a size checkSize accepted.
+func (s *RESPStore) set(k index.Key, key string, value []byte) error {
 	var hdr [respHeader]byte
 	binary.LittleEndian.PutUint32(hdr[:], uint32(len(key)))
 	d := xxhash.New()
 	_, _ = d.Write(hdr[:])
 	_, _ = d.WriteString(key)
 	_, _ = d.Write(value)
-	m := tiers.Meta{Key: respKey(key), Sum: d.Sum64()}
-	m.Size = uint32(size)
+	m := tiers.Meta{Key: k, Sum: d.Sum64()}
+	m.Size = uint32(respHeader + len(key) + len(value))
 	r, err := s.n.Reserve(m)
 	if err != nil {
 		return respError(err)
@@ -94,7 +135,9 @@ func (s *RESPStore) Exists(_ context.Context, key string) (bool, error) {
 
 // Delete removes key from every tier.
 func (s *RESPStore) Delete(_ context.Context, key string) (bool, error) {
-	err := s.n.h.Delete(respKey(key))
+	k := respKey(key)
+	defer s.lock(k)()
+	err := s.n.h.Delete(k)
 	if errors.Is(err, tiers.ErrNotFound) {
 		return false, nil
 	}
