@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -27,13 +28,22 @@ type conn struct {
 	active  atomic.Int64           // unix nanoseconds of the last command
 
 	quit bool // close after the replies are written (QUIT)
+
+	// idle is set while the connection waits for the first byte of its
+	// next command; Shutdown wakes only such connections.
+	mu   sync.Mutex
+	idle bool
 }
+
+// errDraining ends a connection at a command boundary during Shutdown.
+var errDraining = errors.New("resp: server shutting down")
 
 func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	c := &conn{s: s, nc: nc, id: id, created: time.Now()}
 	c.rd = newReader(nc, &s.cfg)
 	c.w = newWriter(nc, s.cfg.WriteBufferSize)
 	c.rd.beforeRead = c.beforeRead
+	c.rd.awaitCommand, c.rd.commandStarted = c.awaitCommand, c.commandStarted
 	c.rd.nread, c.w.nwritten = &s.st.netIn, &s.st.netOut
 	c.active.Store(c.created.UnixNano())
 	return c
@@ -69,9 +79,48 @@ func (c *conn) beforeRead() error {
 		return err
 	}
 	if d := c.s.cfg.IdleTimeout; d > 0 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.idle && c.s.draining.Load() {
+			return errDraining // do not undo the deadline Shutdown set
+		}
 		return c.nc.SetReadDeadline(time.Now().Add(d))
 	}
 	return nil
+}
+
+// awaitCommand runs when the reader has no input left and waits for the
+// next command: during Shutdown the connection ends here, its replies
+// written.
+func (c *conn) awaitCommand() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.s.draining.Load() {
+		c.w.flush()
+		return errDraining
+	}
+	c.idle = true
+	return nil
+}
+
+// commandStarted runs when input arrives after awaitCommand. A command
+// that started while Shutdown woke the connection is read to its end.
+func (c *conn) commandStarted() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.idle = false
+	if c.s.draining.Load() {
+		c.nc.SetReadDeadline(time.Time{})
+	}
+}
+
+// wakeIfIdle ends the wait of a connection waiting for its next command.
+func (c *conn) wakeIfIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.idle {
+		c.nc.SetReadDeadline(time.Now())
+	}
 }
 
 // readFailed ends the connection after the reader failed.
@@ -84,7 +133,7 @@ func (c *conn) readFailed(err error) {
 		c.error("ERR Protocol error: " + pe.Msg)
 		c.w.flush()
 		lingerClose(c.nc)
-	case errors.As(err, &ne) && ne.Timeout():
+	case errors.As(err, &ne) && ne.Timeout() && !c.s.draining.Load():
 		c.s.st.idleClosed.Add(1)
 	}
 }

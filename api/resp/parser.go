@@ -43,6 +43,11 @@ type reader struct {
 	// beforeRead runs before every read of src that may block: the
 	// connection flushes its replies there and sets its idle deadline.
 	beforeRead func() error
+	// awaitCommand runs before the reader waits for a new command with no
+	// input left, and commandStarted when input arrives after it; an error
+	// from awaitCommand ends next with that error.
+	awaitCommand   func() error
+	commandStarted func()
 
 	buf  []byte // fixed size; unread input is buf[r:w]
 	r, w int
@@ -88,7 +93,16 @@ func (r *reader) next() ([][]byte, error) {
 	r.release()
 	for len(r.refs) == 0 {
 		if r.r == r.w {
-			if err := r.fill(); err != nil {
+			if r.awaitCommand != nil {
+				if err := r.awaitCommand(); err != nil {
+					return nil, err
+				}
+			}
+			err := r.fill()
+			if r.commandStarted != nil {
+				r.commandStarted()
+			}
+			if err != nil {
 				return nil, err
 			}
 		}

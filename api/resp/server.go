@@ -15,7 +15,7 @@ import (
 var ErrServerClosed = errors.New("resp: server closed")
 
 // Server serves a Store over RESP2. Create it with NewServer, give it
-// listeners with Serve, stop it with Close.
+// listeners with Serve, stop it with Shutdown (gracefully) or Close.
 type Server struct {
 	store Store
 	cond  ConditionalSetter // store's optional power, or nil
@@ -29,6 +29,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	closed    bool
+	draining  atomic.Bool // Shutdown: connections end at their next command boundary
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
 	wg        sync.WaitGroup // connection goroutines
@@ -187,6 +188,56 @@ func (s *Server) drop(c *conn) {
 	s.wg.Done()
 }
 
+// Shutdown stops the server gracefully. It closes the listeners and every
+// connection waiting for its next command; a connection in the middle of a
+// command — reading it, running it or writing the reply — finishes it, and
+// the commands already received behind it, writes the replies and then
+// closes. If ctx ends first, Shutdown closes what is left as Close does
+// and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	s.draining.Store(true)
+	errs := s.closeListenersLocked()
+	for c := range s.conns {
+		c.wakeIfIdle()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		errs = append(errs, fmt.Errorf("resp: connections cut at the shutdown deadline: %w", ctx.Err()))
+		<-done
+	}
+	s.cancel()
+	return errors.Join(errs...)
+}
+
+func (s *Server) closeListenersLocked() []error {
+	var errs []error
+	for ln := range s.listeners {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("resp: close listener %s: %w", ln.Addr(), err))
+		}
+	}
+	return errs
+}
+
 // Close stops the server: it closes the listeners and every connection,
 // cancels the context passed to the Store and waits for the connection
 // goroutines to end. Replies not yet written are lost. Close is
@@ -199,12 +250,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	var errs []error
-	for ln := range s.listeners {
-		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, fmt.Errorf("resp: close listener %s: %w", ln.Addr(), err))
-		}
-	}
+	errs := s.closeListenersLocked()
 	for c := range s.conns {
 		c.nc.Close()
 	}

@@ -1,6 +1,7 @@
 package resp_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -240,5 +241,64 @@ func TestConfigValidationReportsEveryProblem(t *testing.T) {
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil || cfg.MaxBulkLen != resp.DefaultMaxBulkLen || cfg.Version == "" {
 		t.Errorf("defaults %+v: %v", cfg, err)
+	}
+}
+
+// Shutdown closes idle connections at once and lets a command that is on
+// its way finish, reply and then close.
+func TestShutdownFinishesTheCommandInFlight(t *testing.T) {
+	for _, idleTimeout := range []time.Duration{0, time.Minute} {
+		store := resptest.NewMemStore()
+		srv, addr := startServer(t, store, &resp.Config{IdleTimeout: idleTimeout})
+		idle, busy := dial(t, addr), dial(t, addr)
+		run(t, idle, []step{{cmd("PING"), "+PONG"}})
+		part := "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\nhello"
+		busy.sendRaw(part) // half of the value
+		waitFor(t, "the partial command read", func() bool {
+			return srv.Stats().NetInputBytes >= uint64(len("*1\r\n$4\r\nPING\r\n")+len(part))
+		})
+
+		done := make(chan error, 1)
+		go func() { done <- srv.Shutdown(context.Background()) }()
+		if !idle.closed() {
+			t.Fatalf("idle timeout %v: an idle connection is still open during Shutdown", idleTimeout)
+		}
+		if nc, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			nc.Close()
+			t.Fatalf("idle timeout %v: a new connection was accepted during Shutdown", idleTimeout)
+		}
+		busy.sendRaw("world\r\n")
+		if got := busy.read(); got != "+OK" {
+			t.Fatalf("idle timeout %v: the command in flight got %q", idleTimeout, got)
+		}
+		if !busy.closed() {
+			t.Fatalf("idle timeout %v: the connection stayed open after its command", idleTimeout)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		if ok, _ := store.Exists(context.Background(), "k"); !ok {
+			t.Fatal("the acknowledged SET is not in the store")
+		}
+	}
+}
+
+func TestShutdownCutsACommandThatMissesTheDeadline(t *testing.T) {
+	store := resptest.NewMemStore()
+	srv, addr := startServer(t, store, nil)
+	busy := dial(t, addr)
+	part := "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\nhello"
+	busy.sendRaw(part)
+	waitFor(t, "the partial command read", func() bool { return srv.Stats().NetInputBytes >= uint64(len(part)) })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with a command stuck half-sent: %v; want the deadline's error", err)
+	}
+	if !busy.closed() {
+		t.Fatal("the stuck connection is still open")
+	}
+	if ok, _ := store.Exists(context.Background(), "k"); ok {
+		t.Fatal("half a SET was applied")
 	}
 }

@@ -283,7 +283,11 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 		}()
 		addrs.RESP = rl.Addr().String()
 		m.WatchRESP(func() (map[string]uint64, int) { st := rs.Stats(); return st.Commands, st.ConnectedClients })
-		stops = append(stops, func(context.Context) { rs.Close() })
+		stops = append(stops, func(ctx context.Context) {
+			if err := rs.Shutdown(ctx); err != nil { // commands in flight finish
+				log.Warn("resp: shutdown", "err", err)
+			}
+		})
 		undo = append(undo, func() { rs.Close() })
 	}
 
