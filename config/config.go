@@ -115,6 +115,10 @@ type S3 struct {
 	AccessKey, SecretKey string
 	// CreateBucket creates a missing bucket at start. Default true.
 	CreateBucket bool
+	// RequireAtStart refuses to start when the store cannot be reached.
+	// Default false: the node starts with the s3 tier unavailable, serves
+	// from DRAM and SSD, and lists the bucket once the store answers.
+	RequireAtStart bool
 	// Capacity caps the bytes the tier holds; 0 (default) is unlimited.
 	Capacity ByteSize
 	// Policy is lru (default), lfu or prefix.

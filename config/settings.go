@@ -70,6 +70,7 @@ func (c *Config) Settings() []*Setting {
 		strSetting("s3.access-key", "s3 access key (default $AWS_ACCESS_KEY_ID)", &c.S3.AccessKey),
 		secretSetting("s3.secret-key", "s3 secret key (default $AWS_SECRET_ACCESS_KEY)", &c.S3.SecretKey),
 		boolSetting("s3.create-bucket", "create the bucket if it is missing", &c.S3.CreateBucket),
+		boolSetting("s3.require-at-start", "refuse to start when the object store cannot be reached (else start with the s3 tier unavailable)", &c.S3.RequireAtStart),
 		sizeSetting("s3.capacity", "s3 tier size (0: unlimited)", &c.S3.Capacity),
 		strSetting("s3.policy", "s3 eviction policy: lru, lfu or prefix", &c.S3.Policy),
 		sizeSetting("s3.segment-size", "target size of one segment object", &c.S3.SegmentSize),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,67 @@ func TestObjectStoreOutageShowsInStatsAndReadyzAndTheNodeKeepsServing(t *testing
 			t.Fatal("s3 never came back in the node's stats")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func s3Available(t *testing.T, c *client.Client) bool {
+	t.Helper()
+	st, err := c.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range st.Tiers {
+		if tr.Tier == "s3" {
+			return tr.Available
+		}
+	}
+	t.Fatalf("no s3 tier in %v", st.Tiers)
+	return false
+}
+
+func TestANodeStartsWithTheObjectStoreDownAndFindsItsBlocksWhenItComesBack(t *testing.T) {
+	srv := s3test.Start(t)
+	p := startNode(t, t.TempDir(), s3Flags(srv)...)
+	c := p.client(client.Options{})
+	keys := putBlocks(t, c, 7, 0, 8, 64<<10)
+	for _, tier := range []string{"dram", "ssd"} {
+		if _, err := c.Evict(context.Background(), &pb.EvictRequest{HasNamespace: true, Namespace: 7, Tier: tier, Demote: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	p.stop() // uploads what is pending
+	srv.Stop()
+
+	// With the store down the node starts anyway (ready, serving DRAM and SSD)…
+	q := startNode(t, t.TempDir(), s3Flags(srv)...)
+	cq := q.client(client.Options{})
+	if s3Available(t, cq) {
+		t.Fatal("s3 shown available with the store down")
+	}
+	fresh := putBlocks(t, cq, 8, 0, 2, 64<<10)
+	// …and once the store answers it lists the bucket and serves its blocks.
+	srv.Restart()
+	for deadline := time.Now().Add(15 * time.Second); !s3Available(t, cq); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("s3 never became available after the store came back")
+		}
+	}
+	if n, _ := checkIntactOrMissing(t, cq, keys, 64<<10); n != 8 {
+		t.Fatalf("%d of 8 blocks stored before the outage found once the store is back", n)
+	}
+	if n, _ := checkIntactOrMissing(t, cq, fresh, 64<<10); n != 2 {
+		t.Fatalf("%d of 2 blocks put during the outage", n)
+	}
+}
+
+func TestRequireAtStartRefusesToStartWithTheObjectStoreDown(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Stop()
+	cmd := exec.Command(binary, append([]string{"serve", "--data-dir", t.TempDir(), "--s3-require-at-start",
+		"--listen-grpc", freeAddr(t), "--listen-data", freeAddr(t), "--listen-resp", "", "--listen-http", ""}, s3Flags(srv)...)...)
+	out, err := cmd.CombinedOutput()
+	if _, ok := err.(*exec.ExitError); !ok || !strings.Contains(string(out), "s3 tier at "+srv.Endpoint()) {
+		t.Fatalf("serve --s3-require-at-start with the store down: %v\n%s", err, out)
 	}
 }

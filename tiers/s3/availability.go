@@ -91,6 +91,17 @@ func (a *availability) failure(err error) {
 	a.log.Warn("s3: store unavailable", "failures", a.fails, "err", err)
 }
 
+// markDown marks the store unavailable at once (a store Open could not
+// reach).
+func (a *availability) markDown(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.down {
+		a.down, a.since, a.up = true, time.Now(), make(chan struct{})
+	}
+	a.cause = err
+}
+
 // recovered marks the store available after a successful probe.
 func (a *availability) recovered() {
 	a.mu.Lock()
@@ -133,13 +144,21 @@ func (t *Tier) probeLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.RequestTimeout)
-		err := t.store.probe(ctx)
+		unlisted := t.unlisted.Load()
+		err := t.store.probe(ctx, unlisted && t.cfg.CreateBucket)
 		cancel()
 		if err != nil {
 			t.avail.failure(err)
 			continue
 		}
 		t.avail.recovered()
+		if unlisted { // opened offline: learn what the bucket holds
+			if err := t.connect(t.ctx); err != nil {
+				t.cfg.Logger.Warn("s3: listing the bucket failed; the periodic rescan tries again", "err", err)
+			} else {
+				t.cfg.Logger.Info("s3: store reached; bucket listed", "blocks", t.Stats().Blocks)
+			}
+		}
 		t.retryUploadsNow()
 		t.wakeDeleter()
 	}

@@ -71,6 +71,15 @@ type Config struct {
 	// CreateBucket creates Bucket at Open when it does not exist; without
 	// it Open fails on a missing bucket.
 	CreateBucket bool
+	// OpenOffline lets Open succeed when the store cannot be reached
+	// (network errors, timeouts, the store saying it is unavailable): the
+	// tier starts unavailable and empty, puts buffer as in any outage, and
+	// once a probe reaches the store the tier checks (or creates) the
+	// bucket, lists every index and is marked available. A store that
+	// answers and refuses — bad credentials, a missing bucket without
+	// CreateBucket — still fails Open. The default, false, fails Open
+	// whenever the store cannot be reached.
+	OpenOffline bool
 	// Capacity is the most bytes of live blocks the tier holds, counting
 	// each block as its size plus BlockOverhead (Stats.Used), across every
 	// node that shares the bucket: the blocks other nodes wrote count too.

@@ -157,3 +157,70 @@ func TestCloseWithTheStoreDownReportsLostBlocks(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+func TestOpenOfflineStartsUnavailableAndListsTheBucketWhenTheStoreAnswers(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := outageConfig(srv, "offline")
+	cfg.OpenOffline = true
+	first := openTier(t, cfg)
+	old, oldBytes := block(1, 1, 1000)
+	must(t, first.Put(old, oldBytes))
+	flush(t, first)
+	must(t, first.Close())
+
+	srv.Stop()
+	tr := openTier(t, cfg) // the store is down: the tier opens anyway
+	if !errors.Is(tr.Available(), tiers.ErrUnavailable) {
+		t.Fatalf("a tier opened with the store down: Available() = %v", tr.Available())
+	}
+	if _, _, err := tr.Get(old.Key, nil); err == nil {
+		t.Fatal("Get answered before the bucket was listed")
+	}
+	fresh, freshBytes := block(1, 2, 1000)
+	must(t, tr.Put(fresh, freshBytes)) // buffered, as in any outage
+
+	srv.Restart()
+	waitFor(t, 5*time.Second, "available once the store answers", func() bool { return tr.Available() == nil })
+	got, _, err := tr.Get(old.Key, nil)
+	if err != nil || !bytes.Equal(got, oldBytes) {
+		t.Fatalf("the block stored before the outage, after the listing: %v", err)
+	}
+	flush(t, tr)
+	again := openTier(t, outageConfig(srv, "offline"))
+	if got, _, err := again.Get(fresh.Key, nil); err != nil || !bytes.Equal(got, freshBytes) {
+		t.Fatalf("the block put while the store was down never reached it: %v", err)
+	}
+}
+
+func TestOpenOfflineCreatesTheBucketOnceTheStoreAnswers(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := outageConfig(srv, "made-later")
+	cfg.OpenOffline = true
+	srv.Stop()
+	tr := openTier(t, cfg)
+	srv.Restart()
+	waitFor(t, 5*time.Second, "available once the store answers", func() bool { return tr.Available() == nil })
+	if ok, err := srv.Client().BucketExists(context.Background(), "made-later"); err != nil || !ok {
+		t.Fatalf("bucket after the store came back: exists %v, %v", ok, err)
+	}
+}
+
+func TestOpenOfflineStillRefusesAStoreThatSaysNo(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := outageConfig(srv, "refused")
+	cfg.OpenOffline = true
+	cfg.SecretKey = "not-the-secret"
+	cfg.Logger = testLogger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if tr, err := s3.Open(ctx, cfg); err == nil {
+		tr.Close()
+		t.Fatal("Open with a wrong secret key succeeded offline; want it refused")
+	}
+	cfg = outageConfig(srv, "missing")
+	cfg.OpenOffline, cfg.CreateBucket = true, false
+	if tr, err := s3.Open(ctx, cfg); err == nil {
+		tr.Close()
+		t.Fatal("Open of a missing bucket without CreateBucket succeeded offline")
+	}
+}

@@ -177,8 +177,12 @@ func (t *Tier) rescanLoop() {
 		if t.avail.err() != nil {
 			continue
 		}
-		if err := t.rescan(t.ctx, true); err != nil && t.ctx.Err() == nil {
-			t.cfg.Logger.Warn("s3: rescan failed", "err", err)
+		if err := t.rescan(t.ctx, true); err != nil {
+			if t.ctx.Err() == nil {
+				t.cfg.Logger.Warn("s3: rescan failed", "err", err)
+			}
+		} else {
+			t.unlisted.Store(false)
 		}
 	}
 }

@@ -281,12 +281,17 @@ func (s *store) list(ctx context.Context, prefix, startAfter string, fn func(min
 
 // probe asks whether the bucket is there, once, whatever the store's
 // state; the probe loop uses it to find a store that is back.
-func (s *store) probe(ctx context.Context) error {
+func (s *store) probe(ctx context.Context, create bool) error {
 	ok, err := s.cl.BucketExists(ctx, s.bucket)
 	switch {
 	case err != nil:
 		s.ctr.requestErrors.Add(1)
 		return fmt.Errorf("probe bucket %s: %w", s.bucket, err)
+	case !ok && create:
+		if err := s.makeBucket(ctx); err != nil {
+			s.ctr.requestErrors.Add(1)
+			return fmt.Errorf("probe bucket %s: create it: %w", s.bucket, err)
+		}
 	case !ok:
 		return fmt.Errorf("probe bucket %s: bucket does not exist", s.bucket)
 	}
@@ -307,12 +312,15 @@ func (s *store) ensureBucket(ctx context.Context, create bool) error {
 	case !create:
 		return fmt.Errorf("bucket %s does not exist (set CreateBucket to create it)", s.bucket)
 	}
-	return s.do(ctx, "create bucket "+s.bucket, s.cfg.RequestTimeout, func(ctx context.Context) error {
-		err := s.cl.MakeBucket(ctx, s.bucket, minio.MakeBucketOptions{Region: s.cfg.Region})
-		var r minio.ErrorResponse
-		if errors.As(err, &r) && (r.Code == "BucketAlreadyOwnedByYou" || r.Code == "BucketAlreadyExists") {
-			return nil // another node made it first
-		}
-		return err
-	})
+	return s.do(ctx, "create bucket "+s.bucket, s.cfg.RequestTimeout, s.makeBucket)
+}
+
+// makeBucket creates the bucket; one that exists already is no error.
+func (s *store) makeBucket(ctx context.Context) error {
+	err := s.cl.MakeBucket(ctx, s.bucket, minio.MakeBucketOptions{Region: s.cfg.Region})
+	var r minio.ErrorResponse
+	if errors.As(err, &r) && (r.Code == "BucketAlreadyOwnedByYou" || r.Code == "BucketAlreadyExists") {
+		return nil // another node made it first
+	}
+	return err
 }

@@ -104,6 +104,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
@@ -139,6 +140,10 @@ type Tier struct {
 	deleting int64  // deletes being applied
 	gen      uint64 // rescans started
 	rescans  int64
+
+	// unlisted is set while the tier opened offline has not yet listed
+	// the bucket (Config.OpenOffline).
+	unlisted atomic.Bool
 
 	deleteMu sync.Mutex // one applyDeletes at a time
 	missMu   sync.Mutex
@@ -185,11 +190,14 @@ func Open(ctx context.Context, cfg Config) (*Tier, error) {
 	if t.store, err = newStore(&t.cfg, t.avail, &t.ctr); err != nil {
 		return nil, fmt.Errorf("s3: open %s: %w", where, err)
 	}
-	if err := t.store.ensureBucket(ctx, cfg.CreateBucket); err != nil {
-		return nil, fmt.Errorf("s3: open %s: %w", where, err)
-	}
-	if err := t.rescan(ctx, true); err != nil {
-		return nil, fmt.Errorf("s3: open %s: list the segments: %w", where, err)
+	if err := t.connect(ctx); err != nil {
+		if !cfg.OpenOffline || !unreachable(err) {
+			return nil, fmt.Errorf("s3: open %s: %w", where, err)
+		}
+		t.avail.markDown(err)
+		t.unlisted.Store(true)
+		cfg.Logger.Warn("s3: store unreachable; the tier starts unavailable and lists the bucket once the store answers",
+			"store", where, "err", err)
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.wg.Add(4)
@@ -198,6 +206,25 @@ func Open(ctx context.Context, cfg Config) (*Tier, error) {
 	go t.rescanLoop()
 	go t.probeLoop()
 	return t, nil
+}
+
+// connect checks the bucket (creating it if allowed) and lists every index
+// object to rebuild the map.
+func (t *Tier) connect(ctx context.Context) error {
+	if err := t.store.ensureBucket(ctx, t.cfg.CreateBucket); err != nil {
+		return err
+	}
+	if err := t.rescan(ctx, true); err != nil {
+		return fmt.Errorf("list the segments: %w", err)
+	}
+	t.unlisted.Store(false)
+	return nil
+}
+
+// unreachable reports whether an error of Open means the store could not
+// be reached, rather than that it answered and refused.
+func unreachable(err error) bool {
+	return errors.Is(err, tiers.ErrUnavailable) && retryable(err)
 }
 
 // Put stores value under m.Key, replacing any block there; see
