@@ -146,8 +146,7 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger, onChang
 	if c := cfg.S3; c.Endpoint != "" {
 		s, err := s3.Open(ctx, s3.Config{Endpoint: c.Endpoint, Bucket: c.Bucket, Prefix: c.Prefix, Region: c.Region,
 			Secure: c.Secure, AccessKey: c.AccessKey, SecretKey: c.SecretKey, CreateBucket: c.CreateBucket,
-			OpenOffline: !c.RequireAtStart,
-			Capacity:    int64(c.Capacity), MaxBlockSize: maxBlock, SegmentSize: int64(c.SegmentSize),
+			OpenOffline: !c.RequireAtStart, Capacity: int64(c.Capacity), MaxBlockSize: maxBlock, SegmentSize: int64(c.SegmentSize),
 			FlushInterval: c.FlushInterval, MaxPendingBytes: int64(c.MaxPending), Concurrency: c.Concurrency,
 			Logger: log.With("tier", "s3")})
 		if err != nil {
