@@ -194,7 +194,17 @@ func (s *Server) drop(c *conn) {
 // the commands already received behind it, writes the replies and then
 // closes. If ctx ends first, Shutdown closes what is left as Close does
 // and returns ctx's error.
-func (s *Server) Shutdown(ctx context.Context) error {
+func (s *Server) Shutdown(ctx context.Context) error { return s.stop(ctx, true) }
+
+// Close stops the server: it closes the listeners and every connection,
+// cancels the context passed to the Store and waits for the connection
+// goroutines to end. Replies not yet written are lost. Close is
+// idempotent.
+func (s *Server) Close() error { return s.stop(context.Background(), false) }
+
+// stop closes the listeners and ends the connections: at their next
+// command boundary when graceful (until ctx ends), else at once.
+func (s *Server) stop(ctx context.Context, graceful bool) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -202,12 +212,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
-	s.draining.Store(true)
-	errs := s.closeListenersLocked()
+	var errs []error
+	for ln := range s.listeners {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("resp: close listener %s: %w", ln.Addr(), err))
+		}
+	}
+	s.draining.Store(graceful)
 	for c := range s.conns {
-		c.wakeIfIdle()
+		if graceful {
+			c.wakeIfIdle()
+		} else {
+			c.nc.Close()
+		}
 	}
 	s.mu.Unlock()
+	if !graceful {
+		s.cancel() // stop the Store's work for connections already cut
+	}
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
@@ -225,38 +247,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 	}
 	s.cancel()
-	return errors.Join(errs...)
-}
-
-func (s *Server) closeListenersLocked() []error {
-	var errs []error
-	for ln := range s.listeners {
-		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, fmt.Errorf("resp: close listener %s: %w", ln.Addr(), err))
-		}
-	}
-	return errs
-}
-
-// Close stops the server: it closes the listeners and every connection,
-// cancels the context passed to the Store and waits for the connection
-// goroutines to end. Replies not yet written are lost. Close is
-// idempotent.
-func (s *Server) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.wg.Wait()
-		return nil
-	}
-	s.closed = true
-	errs := s.closeListenersLocked()
-	for c := range s.conns {
-		c.nc.Close()
-	}
-	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -139,7 +139,7 @@ func run(addr, endpoint, bucket, region string, tokens, blockTokens, runs int, o
 		var d result
 		clear(dst)
 		if !only { // a direct restore does not promote: the blocks stay in the store for (a)
-			if d, err = timeDirect(ctx, direct, keys, dst, blockSize); err != nil {
+			if d, err = timeRestore(ctx, "kvstrata direct from the store (d)", direct.Get, keys, dst, blockSize); err != nil {
 				return err
 			}
 			if err := check(dst, blocks, blockSize); err != nil {
@@ -150,7 +150,7 @@ func run(addr, endpoint, bucket, region string, tokens, blockTokens, runs int, o
 			}
 		}
 		clear(dst)
-		a, err := timeKVStrata(ctx, c, keys, dst, blockSize)
+		a, err := timeRestore(ctx, "kvstrata segmented restore (a)", c.GetFunc, keys, dst, blockSize)
 		if err != nil {
 			return err
 		}
@@ -204,11 +204,15 @@ func demoteToS3(ctx context.Context, c *client.Client, ns index.NamespaceID, tie
 	return fmt.Errorf("the object store's uploads did not finish")
 }
 
-func timeKVStrata(ctx context.Context, c *client.Client, keys []index.Key, dst []byte, blockSize int) (result, error) {
+// getFunc is client.Client.GetFunc or s3direct.Reader.Get.
+type getFunc func(context.Context, []index.Key, client.GetOptions, func(int, client.Result) error) error
+
+// timeRestore times one restore of keys into dst with get.
+func timeRestore(ctx context.Context, name string, get getFunc, keys []index.Key, dst []byte, blockSize int) (result, error) {
 	start := time.Now()
 	var first time.Duration
 	n := 0
-	err := c.GetFunc(ctx, keys, client.GetOptions{StopAtMiss: true, Buffer: func(i, size int) []byte {
+	err := get(ctx, keys, client.GetOptions{StopAtMiss: true, Buffer: func(i, size int) []byte {
 		return dst[i*blockSize : i*blockSize+size]
 	}}, func(i int, r client.Result) error {
 		if !r.Found {
@@ -220,26 +224,7 @@ func timeKVStrata(ctx context.Context, c *client.Client, keys []index.Key, dst [
 		n += len(r.Data)
 		return nil
 	})
-	return finish("kvstrata segmented restore (a)", n, start, first), err
-}
-
-func timeDirect(ctx context.Context, r *s3direct.Reader, keys []index.Key, dst []byte, blockSize int) (result, error) {
-	start := time.Now()
-	var first time.Duration
-	n := 0
-	err := r.Get(ctx, keys, client.GetOptions{StopAtMiss: true, Buffer: func(i, size int) []byte {
-		return dst[i*blockSize : i*blockSize+size]
-	}}, func(i int, res client.Result) error {
-		if !res.Found {
-			return fmt.Errorf("block %d missing", i)
-		}
-		if i == 0 {
-			first = time.Since(start)
-		}
-		n += len(res.Data)
-		return nil
-	})
-	return finish("kvstrata direct from the store (d)", n, start, first), err
+	return finish(name, n, start, first), err
 }
 
 // check says whether dst holds blocks.
