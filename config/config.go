@@ -134,6 +134,10 @@ type S3 struct {
 	// Concurrency is the number of parallel uploads and ranged GETs, and
 	// the reads in flight when a long chain is restored. Default 16.
 	Concurrency int
+	// GarbageAge is how long after its upload a data object that no index
+	// names (a crash between a segment's two uploads) is deleted; 0 never
+	// deletes. Default 1h.
+	GarbageAge time.Duration
 }
 
 // Cluster configures the node's membership in a cluster that shares a
@@ -194,7 +198,8 @@ func Default() Config {
 			HighWatermark: 0.95, LowWatermark: 0.85},
 		Cluster: Cluster{RaftAddr: "127.0.0.1:7072", HeartbeatInterval: 500 * time.Millisecond, LivenessTimeout: 5 * time.Second},
 		S3: S3{Bucket: "kvstrata", Region: "us-east-1", CreateBucket: true, Policy: "lru",
-			SegmentSize: 64 << 20, FlushInterval: time.Second, MaxPending: 256 << 20, Concurrency: 16},
+			SegmentSize: 64 << 20, FlushInterval: time.Second, MaxPending: 256 << 20, Concurrency: 16,
+			GarbageAge: time.Hour},
 		Limits: Limits{
 			MaxBlockSize: 4 << 20, MaxBatchBlocks: 1024,
 			MaxBatchBytes: 256 << 20, MaxConnections: 1024,
@@ -279,6 +284,9 @@ func (c *Config) Validate() error {
 		}
 		if c.S3.FlushInterval <= 0 || c.S3.Concurrency < 1 || c.S3.Concurrency > 1024 {
 			bad("s3.flush-interval must be > 0 and s3.concurrency in [1, 1024]")
+		}
+		if c.S3.GarbageAge < 0 {
+			bad("s3.garbage-age %v is negative (0 never deletes)", c.S3.GarbageAge)
 		}
 		if (c.S3.AccessKey == "") != (c.S3.SecretKey == "") {
 			bad("s3.access-key and s3.secret-key must be set together (or both left to AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")

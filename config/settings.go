@@ -77,6 +77,7 @@ func (c *Config) Settings() []*Setting {
 		durationSetting("s3.flush-interval", "upload a partly filled segment after this long", &c.S3.FlushInterval),
 		sizeSetting("s3.max-pending", "most bytes waiting for upload before ssd victims are dropped", &c.S3.MaxPending),
 		intSetting("s3.concurrency", "parallel uploads and ranged gets", &c.S3.Concurrency),
+		durationSetting("s3.garbage-age", "delete a data object no index names this long after its upload (0: never)", &c.S3.GarbageAge),
 		strSetting("cluster.name", "node name for people (default: host name and node id)", &c.Cluster.Name),
 		strSetting("cluster.raft-addr", "raft transport address", &c.Cluster.RaftAddr),
 		strSetting("cluster.bootstrap", "voters of a new cluster: 1=host:7072,2=host:7072,…", &c.Cluster.Bootstrap),

@@ -148,7 +148,7 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger, onChang
 			Secure: c.Secure, AccessKey: c.AccessKey, SecretKey: c.SecretKey, CreateBucket: c.CreateBucket,
 			OpenOffline: !c.RequireAtStart, Capacity: int64(c.Capacity), MaxBlockSize: maxBlock, SegmentSize: int64(c.SegmentSize),
 			FlushInterval: c.FlushInterval, MaxPendingBytes: int64(c.MaxPending), Concurrency: c.Concurrency,
-			Logger: log.With("tier", "s3")})
+			GarbageAge: garbageAge(c.GarbageAge), Logger: log.With("tier", "s3")})
 		if err != nil {
 			for _, l := range levels {
 				l.Tier.Close()
@@ -414,4 +414,13 @@ func newTransport(cfg config.Config) (transfer.Transport, error) {
 		return nil, fmt.Errorf("transport %q is not built into this binary", cfg.Transport)
 	}
 	return build(cfg)
+}
+
+// garbageAge maps s3.garbage-age (0: never) to s3.Config.GarbageAge
+// (negative: never).
+func garbageAge(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

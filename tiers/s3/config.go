@@ -29,6 +29,7 @@ const (
 	DefaultRescanInterval     = 10 * time.Second
 	DefaultMissRescanInterval = time.Second
 	DefaultDeleteDelay        = 2 * time.Second
+	DefaultGarbageAge         = time.Hour
 	DefaultCloseTimeout       = 30 * time.Second
 
 	// UnlimitedCapacity is the capacity Stats reports when Config.Capacity
@@ -152,6 +153,13 @@ type Config struct {
 	// touch are rewritten, so that a burst of deletes costs one rewrite per
 	// segment. The default is 2s.
 	DeleteDelay time.Duration
+	// GarbageAge is how long ago (by the store's clock) a data object that
+	// no index object names must have been written before a rescan
+	// deletes it: what a crash between a segment's data and index
+	// uploads, or a failed delete, leaves behind. It must exceed the
+	// longest gap between the two uploads of any node sharing the bucket.
+	// Negative turns the sweep off. The default is 1h.
+	GarbageAge time.Duration
 	// CloseTimeout bounds how long Close spends uploading pending
 	// segments and applying deletes. The default is 30s.
 	CloseTimeout time.Duration
@@ -190,6 +198,7 @@ func (c *Config) EnsureDefaults() {
 	setDefault(&c.RescanInterval, DefaultRescanInterval)
 	setDefault(&c.MissRescanInterval, DefaultMissRescanInterval)
 	setDefault(&c.DeleteDelay, DefaultDeleteDelay)
+	setDefault(&c.GarbageAge, DefaultGarbageAge)
 	setDefault(&c.CloseTimeout, DefaultCloseTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.Default()

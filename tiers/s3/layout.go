@@ -54,6 +54,16 @@ func (l layout) parseIndexName(name string) (id segID, ok bool) {
 	return id, err == nil
 }
 
+// parseDataName returns the segment id of a data object's name.
+func (l layout) parseDataName(name string) (id segID, ok bool) {
+	rest, found := strings.CutPrefix(name, l.dataPrefix())
+	if !found {
+		return segID{}, false
+	}
+	id, err := parseSegID(rest)
+	return id, err == nil
+}
+
 // indexNameAt is the smallest index name of a segment sealed at or after
 // t: listing after it lists the segments sealed since about t.
 func (l layout) indexNameAt(t time.Time) string {

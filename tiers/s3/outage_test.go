@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/minio/minio-go/v7"
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
@@ -222,5 +226,36 @@ func TestOpenOfflineStillRefusesAStoreThatSaysNo(t *testing.T) {
 	if tr, err := s3.Open(ctx, cfg); err == nil {
 		tr.Close()
 		t.Fatal("Open of a missing bucket without CreateBucket succeeded offline")
+	}
+}
+
+func TestDataObjectsNoIndexNamesAreSweptOnceOld(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := outageConfig(srv, "garbage")
+	cfg.RescanInterval = 20 * time.Millisecond
+	cfg.GarbageAge = time.Second
+	tr := openTier(t, cfg)
+	live, liveBytes := block(1, 1, 1000)
+	must(t, tr.Put(live, liveBytes))
+	flush(t, tr)
+	// What a crash between a segment's data and index uploads leaves.
+	garbage := "v1/seg/" + fmt.Sprintf("%016x-%016x", uint64(time.Now().UnixNano()), uint64(42))
+	_, err := srv.Client().PutObject(context.Background(), "garbage", garbage, bytes.NewReader(make([]byte, 100)), 100, minio.PutObjectOptions{})
+	must(t, err)
+
+	rescans := tr.S3Stats().Rescans
+	waitFor(t, 5*time.Second, "rescans", func() bool { return tr.S3Stats().Rescans >= rescans+3 })
+	if !slices.Contains(objects(t, srv, "garbage", "v1/seg/"), garbage) {
+		t.Fatal("a data object younger than GarbageAge was swept: it may be an upload whose index is on its way")
+	}
+	waitFor(t, 5*time.Second, "the old garbage swept", func() bool {
+		return !slices.Contains(objects(t, srv, "garbage", "v1/seg/"), garbage)
+	})
+	if n := tr.S3Stats().GarbageDeletes; n != 1 {
+		t.Fatalf("%d garbage deletes, want 1: only the unnamed object goes", n)
+	}
+	got, _, err := tr.Get(live.Key, nil)
+	if err != nil || !bytes.Equal(got, liveBytes) {
+		t.Fatalf("the live block after the sweep: %v", err)
 	}
 }

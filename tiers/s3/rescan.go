@@ -163,11 +163,12 @@ func (t *Tier) mergeLocked(x *segIndex, etag string, size int64, version uint64)
 }
 
 // rescanLoop runs a full rescan every RescanInterval while the store is
-// available.
+// available, and after one, every GarbageAge/2 at most, sweeps garbage.
 func (t *Tier) rescanLoop() {
 	defer t.wg.Done()
 	tick := time.NewTicker(t.cfg.RescanInterval)
 	defer tick.Stop()
+	var swept time.Time
 	for {
 		select {
 		case <-t.stop:
@@ -181,8 +182,14 @@ func (t *Tier) rescanLoop() {
 			if t.ctx.Err() == nil {
 				t.cfg.Logger.Warn("s3: rescan failed", "err", err)
 			}
-		} else {
-			t.unlisted.Store(false)
+			continue
+		}
+		t.unlisted.Store(false)
+		if t.cfg.GarbageAge > 0 && time.Since(swept) >= t.cfg.GarbageAge/2 {
+			swept = time.Now()
+			if err := t.sweepGarbage(t.ctx); err != nil && t.ctx.Err() == nil {
+				t.cfg.Logger.Warn("s3: garbage sweep failed", "err", err)
+			}
 		}
 	}
 }
@@ -220,4 +227,37 @@ func (t *Tier) rescanForMiss(ctx context.Context) bool {
 	t.missMu.Unlock()
 	close(run)
 	return err == nil
+}
+
+// sweepGarbage deletes the data objects written more than GarbageAge ago
+// (by the store's clock) that no segment the tier knows has: after a full
+// rescan, the segments of every index object in the bucket. A younger one
+// may be another node's upload whose index is still on its way.
+func (t *Tier) sweepGarbage(ctx context.Context) error {
+	var candidates []string
+	err := t.store.list(ctx, t.lay.dataPrefix(), "", func(o minio.ObjectInfo) {
+		if _, ok := t.lay.parseDataName(o.Key); ok && !o.LastModified.IsZero() && time.Since(o.LastModified) > t.cfg.GarbageAge {
+			candidates = append(candidates, o.Key)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range candidates {
+		id, _ := t.lay.parseDataName(name)
+		t.mu.Lock()
+		_, known := t.segs[id]
+		t.mu.Unlock()
+		if known {
+			continue
+		}
+		if err := t.store.remove(ctx, name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		t.ctr.garbageDeletes.Add(1)
+		t.cfg.Logger.Info("s3: deleted a data object no index names", "object", name)
+	}
+	return errors.Join(errs...)
 }

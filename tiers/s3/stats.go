@@ -28,6 +28,7 @@ type counters struct {
 	corruptIndexes atomic.Int64 // index objects that failed to decode
 	indexRewrites  atomic.Int64 // index objects rewritten without deleted blocks
 	segmentDeletes atomic.Int64 // segments deleted, data and index, once all their blocks were
+	garbageDeletes atomic.Int64 // data objects no index named, deleted by the sweep
 }
 
 // S3Stats is what the tier knows about its store at one instant. Counts
@@ -56,6 +57,7 @@ type S3Stats struct {
 	CorruptIndexes int64 // index objects that failed to decode, whose blocks are unknown
 	IndexRewrites  int64 // index objects rewritten without deleted blocks
 	SegmentDeletes int64 // segments deleted once all their blocks were
+	GarbageDeletes int64 // data objects no index named, deleted (Config.GarbageAge)
 
 	Available bool      // whether the store is reachable (see Tier.Available)
 	Since     time.Time // since when it is (or is not)
@@ -105,6 +107,7 @@ func (t *Tier) S3Stats() S3Stats {
 	s.RequestErrors = c.requestErrors.Load()
 	s.CorruptBlocks, s.CorruptIndexes = c.corruptBlocks.Load(), c.corruptIndexes.Load()
 	s.IndexRewrites, s.SegmentDeletes = c.indexRewrites.Load(), c.segmentDeletes.Load()
+	s.GarbageDeletes = c.garbageDeletes.Load()
 	var cause error
 	s.Available, s.Since, cause = t.avail.state()
 	if cause != nil {
@@ -123,6 +126,6 @@ func (t *Tier) Detail() map[string]int64 {
 		"uploads": s.Uploads, "uploaded_bytes": s.UploadedBytes, "ranged_gets": s.RangedGets,
 		"ranged_get_bytes": s.RangedGetBytes, "rescans": s.Rescans, "request_errors": s.RequestErrors,
 		"corrupt_blocks": s.CorruptBlocks, "corrupt_indexes": s.CorruptIndexes,
-		"index_rewrites": s.IndexRewrites, "segment_deletes": s.SegmentDeletes,
+		"index_rewrites": s.IndexRewrites, "segment_deletes": s.SegmentDeletes, "garbage_deletes": s.GarbageDeletes,
 	}
 }
