@@ -43,8 +43,10 @@
 //
 // The data object is written first, then the index: a segment is visible
 // to other nodes only once it is whole. A crash between the two leaves a
-// data object no index names; the tier never reads or deletes such
-// garbage, and nothing but a lifecycle rule removes it.
+// data object no index names; the tier never reads such garbage, and
+// after a full rescan deletes it once the store says it was written more
+// than Config.GarbageAge ago (younger, it may be another node's upload
+// whose index is still on its way).
 //
 // # Reads
 //
