@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvstrata/kvstrata/raftstore"
 	"github.com/kvstrata/kvstrata/tiers/policy"
 )
 
@@ -299,11 +298,11 @@ func (c *Config) Validate() error {
 		bad("cluster.bootstrap and cluster.join exclude each other: a new node either starts a cluster or joins one")
 	}
 	if c.Cluster.Bootstrap != "" {
-		peers, err := raftstore.ParsePeers(c.Cluster.Bootstrap)
+		peers, err := ParsePeers(c.Cluster.Bootstrap)
 		switch {
 		case err != nil:
 			bad("cluster.bootstrap: %v", err)
-		case !slices.ContainsFunc(peers, func(p raftstore.Peer) bool { return uint32(p.ID) == c.NodeID }):
+		case !slices.ContainsFunc(peers, func(p Peer) bool { return p.ID == c.NodeID }):
 			bad("cluster.bootstrap %q does not list this node (node-id %d)", c.Cluster.Bootstrap, c.NodeID)
 		}
 	}

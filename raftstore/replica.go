@@ -28,27 +28,6 @@ type Peer struct {
 	RaftAddr string
 }
 
-// ParsePeers reads "1=10.0.0.1:7072,2=10.0.0.2:7072".
-func ParsePeers(s string) ([]Peer, error) {
-	var out []Peer
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		id, addr, ok := strings.Cut(part, "=")
-		n, err := strconv.ParseUint(id, 10, 32)
-		if !ok || err != nil || n == 0 {
-			return nil, fmt.Errorf("peer %q: want ID=HOST:PORT with ID > 0", part)
-		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("peer %q: %q is not host:port", part, addr)
-		}
-		out = append(out, Peer{ID: index.NodeID(n), RaftAddr: addr})
-	}
-	return out, nil
-}
-
 // ReplicaConfig configures a Replica; zero fields take their defaults.
 type ReplicaConfig struct {
 	ID       index.NodeID

@@ -386,7 +386,10 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 func openCluster(cfg config.Config, log *slog.Logger) (*cluster.Cluster, error) {
 	var peers []raftstore.Peer
 	if cfg.Cluster.Bootstrap != "" {
-		peers, _ = raftstore.ParsePeers(cfg.Cluster.Bootstrap) // validated
+		listed, _ := config.ParsePeers(cfg.Cluster.Bootstrap) // validated
+		for _, p := range listed {
+			peers = append(peers, raftstore.Peer{ID: index.NodeID(p.ID), RaftAddr: p.RaftAddr})
+		}
 	}
 	name := cfg.Cluster.Name
 	if name == "" {
