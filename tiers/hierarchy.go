@@ -377,6 +377,17 @@ func (h *Hierarchy) Stat(key index.Key) (Meta, index.TierKind, error) {
 	return Meta{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
 }
 
+// Find is Stat that, for a key no level is known to hold, looks in the
+// shared levels as Get does (blocks another node wrote to a shared object
+// store) and records a copy it finds there.
+func (h *Hierarchy) Find(key index.Key) (Meta, index.TierKind, error) {
+	m, kind, err := h.Stat(key)
+	if err == nil || !errors.Is(err, ErrNotFound) || !h.discover(key) {
+		return m, kind, err
+	}
+	return h.Stat(key)
+}
+
 // Lookup returns the longest prefix of chain this node can read — its own
 // tiers and the shared ones — and how many leading blocks each tier holds.
 func (h *Hierarchy) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix {

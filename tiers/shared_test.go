@@ -199,3 +199,40 @@ func TestLocateNamesTheObjectRangeOfBlocksInTheStore(t *testing.T) {
 		t.Fatalf("locate on another node: %v %v; want %v", ps, err, r)
 	}
 }
+
+func TestFindSeesBlocksAnotherNodeWroteToTheSharedStore(t *testing.T) {
+	srv := s3test.Start(t)
+	h1, bottom := threeLevels(t, srv, 1)
+	put(t, h1, 1)
+	for _, kind := range []index.TierKind{index.TierDRAM, index.TierSSD} {
+		if err := h1.Demote(kind, key(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := bottom.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h2, _ := threeLevels(t, srv, 2) // opened before node 1 writes more
+	put(t, h1, 2)
+	if err := h1.Demote(index.TierDRAM, key(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h1.Demote(index.TierSSD, key(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := bottom.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h2.Stat(key(2)); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("Stat on node 2 of a block it never saw: %v (Stat does not look in the store)", err)
+	}
+	if _, kind, err := h2.Find(key(2)); err != nil || kind != index.TierS3 {
+		t.Fatalf("Find on node 2 of node 1's block in the shared store: %v %v", kind, err)
+	}
+	if _, kind, err := h2.Stat(key(2)); err != nil || kind != index.TierS3 {
+		t.Fatalf("Stat after Find recorded the copy: %v %v", kind, err)
+	}
+	if _, _, err := h2.Find(key(3)); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("Find of a block nobody wrote: %v", err)
+	}
+}

@@ -280,7 +280,7 @@ func (n *Node) Exists(keys []index.Key) ([]bool, error) {
 	}
 	out := make([]bool, len(keys))
 	for i, k := range keys {
-		_, _, err := n.h.Stat(k)
+		_, _, err := n.h.Find(k)
 		out[i] = err == nil
 	}
 	return out, nil

@@ -126,7 +126,7 @@ func (s *RESPStore) set(k index.Key, key string, value []byte) error {
 // hash (a collision, about 1 in 10^19 per pair of keys, would read as
 // present); GET checks the stored key.
 func (s *RESPStore) Exists(_ context.Context, key string) (bool, error) {
-	_, _, err := s.n.h.Stat(respKey(key))
+	_, _, err := s.n.h.Find(respKey(key))
 	if errors.Is(err, tiers.ErrNotFound) {
 		return false, nil
 	}
