@@ -67,6 +67,8 @@ func Run(t *testing.T, f Factory) {
 		{"ServerClosedMidPayload", testClosedMidPayload},
 		{"RedialAfterListenerRestart", testReconnect},
 		{"ClosedConnAndListener", testClosed},
+		{"DrainFinishesRequestsInFlight", testDrainFinishesRequestsInFlight},
+		{"DrainGivesUpAtTheDeadline", testDrainGivesUpAtTheDeadline},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -76,7 +76,17 @@ func (l *listener) Addr() string { return l.ln.Addr().String() }
 // Close stops accepting, closes every live connection, waits for their
 // goroutines, and so for the Handler calls in flight, to return, and frees
 // the worker. Closing a closed listener waits the same way and returns nil.
-func (l *listener) Close() error {
+func (l *listener) Close() error { return l.stop(context.Background(), false) }
+
+// Shutdown stops accepting, closes the connections still in their
+// handshake, lets each connection answer the requests it has received —
+// then closes it — and frees the worker (transfer.Drainer). When ctx ends
+// first it closes what is left, as Close does, and returns ctx's error.
+func (l *listener) Shutdown(ctx context.Context) error { return l.stop(ctx, true) }
+
+// stop ends the listener: its connections at once, or, when graceful,
+// each after its requests received (until ctx ends).
+func (l *listener) stop(ctx context.Context, graceful bool) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -84,21 +94,40 @@ func (l *listener) Close() error {
 		return nil
 	}
 	l.closed = true
-	err := l.ln.Close()
+	var errs []error
+	if err := l.ln.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("ucx: close listener %s: %w", l.Addr(), err))
+	}
 	for c := range l.conns {
 		_ = c.Close()
 	}
 	for s := range l.sessions {
-		s.kill()
+		if graceful {
+			s.drain()
+		} else {
+			s.kill()
+		}
 	}
 	l.mu.Unlock()
-	l.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		l.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		l.mu.Lock()
+		for s := range l.sessions {
+			s.kill()
+		}
+		l.mu.Unlock()
+		<-done
+		errs = append(errs, fmt.Errorf("ucx: listener %s: requests cut at the shutdown deadline: %w", l.Addr(), ctx.Err()))
+	}
 	l.w.stop() // completes every op left: the orphans' buffers are free
 	l.reapOrphans()
-	if err != nil {
-		return fmt.Errorf("ucx: close listener %s: %w", l.Addr(), err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Lanes returns the UCX transports the listener's live connections use.

@@ -17,8 +17,9 @@ import (
 )
 
 var (
-	errGone = errors.New("the connection is over")
-	errIdle = errors.New("the peer was idle too long")
+	errGone     = errors.New("the connection is over")
+	errIdle     = errors.New("the peer was idle too long")
+	errDraining = errors.New("the listener is shutting down")
 )
 
 // session serves the requests of one connection, one at a time, on its own
@@ -37,8 +38,10 @@ type session struct {
 
 	gone atomic.Bool
 
-	mu    sync.Mutex
-	inbox []*op // requests taken off the queue by the loop, in order
+	mu       sync.Mutex
+	inbox    []*op // requests taken off the queue by the loop, in order
+	busy     bool  // serving a request
+	draining bool  // end after the request being served (Shutdown)
 
 	ops      []*op // posted and not yet settled
 	free     []*op
@@ -102,6 +105,15 @@ func (s *session) kill() {
 	_ = s.nc.Close()
 }
 
+// drain ends the session once the request it is serving, if any, is
+// answered (the listener's Shutdown); it serves no other.
+func (s *session) drain() {
+	s.mu.Lock()
+	s.draining = true
+	s.mu.Unlock()
+	s.wk.wake()
+}
+
 // watch kills the session when the client closes its socket; it sends
 // nothing after its hello.
 func (s *session) watch() {
@@ -156,16 +168,23 @@ func (s *session) run() {
 	}
 }
 
-// nextRequest waits for the next request, at most IdleTimeout.
+// nextRequest waits for the next request, at most IdleTimeout; once the
+// session drains it ends it instead.
 func (s *session) nextRequest() (*op, error) {
 	deadline := time.Now().Add(s.opts.IdleTimeout)
 	for {
 		s.mu.Lock()
+		s.busy = false
+		if s.draining {
+			s.mu.Unlock()
+			return nil, errDraining
+		}
 		var head *op
 		if len(s.inbox) > 0 && s.inbox[0].done.Load() {
 			head = s.inbox[0]
 			s.inbox[0] = nil
 			s.inbox = s.inbox[1:]
+			s.busy = true
 		}
 		s.mu.Unlock()
 		if head != nil {
