@@ -170,6 +170,8 @@ type Batcher struct {
 	advanced chan struct{} // closed, and replaced, when base advances
 	closed   bool
 	stats    BatcherStats
+	// committed is the highest raft index a proposal was committed at.
+	committed uint64
 	// The state of sending, which only run changes.
 	inflight int // Propose calls outstanding, stale ones included
 	// lastSubmitted is closed once the latest proposal is submitted.
@@ -276,6 +278,23 @@ func (b *Batcher) Flush(ctx context.Context) error {
 	}
 	b.mu.Unlock()
 	return nil
+}
+
+// committedAt records that a proposal was committed at raft index i.
+func (b *Batcher) committedAt(i uint64) {
+	b.mu.Lock()
+	b.committed = max(b.committed, i)
+	b.mu.Unlock()
+}
+
+// CommittedIndex returns the highest raft index at which one of the
+// batcher's proposals is known to have been committed (0 when its
+// ProposeFunc does not say, see Committed). After Flush, a replica that
+// has applied this far lists every event added before the Flush.
+func (b *Batcher) CommittedIndex() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.committed
 }
 
 // Close stops the batcher: proposals in flight are cancelled and events

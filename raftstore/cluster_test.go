@@ -190,6 +190,11 @@ func (c *testCluster) feed(from, to uint64) {
 		addAll(c.t, b, chainEvents(seed, 100, index.Location{Node: index.NodeID(1 + seed%3), Tier: index.TierDRAM}))
 	}
 	flush(c.t, b)
+	leader := c.leader().raft
+	if idx := b.CommittedIndex(); idx == 0 || idx > leader.LastIndex() || leader.AppliedIndex() < idx {
+		c.t.Fatalf("after a flush the batcher says it committed up to index %d; the leader's log ends at %d, applied %d",
+			idx, leader.LastIndex(), leader.AppliedIndex())
+	}
 	if err := b.Close(); err != nil {
 		c.t.Fatal(err)
 	}

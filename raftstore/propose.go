@@ -103,6 +103,26 @@ func Submitted(ctx context.Context) {
 	}
 }
 
+// committedKey is the context key of the function Committed calls.
+type committedKey struct{}
+
+// WithCommitted returns a ctx on which Committed calls fn.
+func WithCommitted(ctx context.Context, fn func(index uint64)) context.Context {
+	return context.WithValue(ctx, committedKey{}, fn)
+}
+
+// Committed tells whoever called a ProposeFunc with ctx (a Batcher, or a
+// WithCommitted ctx) the raft index at which the entry was committed, so
+// that a node can wait until its own replica has applied that far
+// (Batcher.CommittedIndex). RaftPropose calls it, and a forward to the
+// leader should with the index the leader reports. It does nothing on any
+// other ctx.
+func Committed(ctx context.Context, index uint64) {
+	if f, ok := ctx.Value(committedKey{}).(func(uint64)); ok {
+		f(index)
+	}
+}
+
 // propose calls Propose once, when the proposal before it was submitted,
 // and hands the result to run. It closes submitted when Propose calls
 // Submitted, or returns.
@@ -121,7 +141,8 @@ func (b *Batcher) propose(seq, attempt uint64, data []byte, prev <-chan struct{}
 		})
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.ProposeTimeout)
-	err := b.cfg.Propose(context.WithValue(ctx, submittedKey{}, release), data)
+	ctx = WithCommitted(context.WithValue(ctx, submittedKey{}, release), b.committedAt)
+	err := b.cfg.Propose(ctx, data)
 	release()
 	cancel()
 	select {
@@ -200,7 +221,7 @@ func (b *Batcher) resume() {
 // RaftPropose returns a ProposeFunc that applies data through r, which
 // must be the leader (elsewhere it fails with an error wrapping
 // raft.ErrNotLeader). It calls Submitted once raft has queued the entry,
-// and returns once the entry is committed and applied on this node, with
+// and Committed with its index once it is committed, and returns once the entry is committed and applied on this node, with
 // the FSM's business error if the entry was refused; ctx's deadline bounds
 // the wait (raft goes on with the entry regardless).
 func RaftPropose(r *raft.Raft) ProposeFunc {
@@ -223,6 +244,7 @@ func RaftPropose(r *raft.Raft) ProposeFunc {
 		case <-ctx.Done():
 			return fmt.Errorf("raftstore: propose: %w", ctx.Err())
 		}
+		Committed(ctx, f.Index())
 		if err, ok := f.Response().(error); ok {
 			return err
 		}

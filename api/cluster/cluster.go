@@ -132,8 +132,22 @@ func (c *Cluster) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix 
 	return c.rep.FSM.Lookup(ns, chain)
 }
 
-// Sync waits until every change published before the call is committed.
-func (c *Cluster) Sync(ctx context.Context) error { return c.batcher.Flush(ctx) }
+// Sync waits until every change published before the call is committed
+// and applied to this node's replica, so that its lookups list them.
+func (c *Cluster) Sync(ctx context.Context) error {
+	if err := c.batcher.Flush(ctx); err != nil {
+		return err
+	}
+	idx := c.batcher.CommittedIndex()
+	for c.rep.Raft.AppliedIndex() < idx { // a follower applies the leader's commits a moment later
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: sync: waiting for the replica to apply index %d: %w", idx, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
 
 // BatcherStats reports the publishing of the node's changes.
 func (c *Cluster) BatcherStats() raftstore.BatcherStats { return c.batcher.Stats() }
@@ -225,8 +239,12 @@ func (c *Cluster) propose(ctx context.Context, data []byte) error {
 		return err
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, proposerKey, strconv.FormatUint(uint64(c.cfg.ID), 10))
-	_, err = pb.NewClusterClient(conn).Propose(ctx, &pb.ProposeRequest{Entry: data})
-	return err
+	resp, err := pb.NewClusterClient(conn).Propose(ctx, &pb.ProposeRequest{Entry: data})
+	if err != nil {
+		return err
+	}
+	raftstore.Committed(ctx, resp.Index)
+	return nil
 }
 
 // proposerKey is the gRPC metadata key under which a forwarded proposal

@@ -201,3 +201,26 @@ func TestSyncWaitsForAQuorum(t *testing.T) {
 	// The lone node's events were queued, not lost.
 	waitListed(t, tc.running(), chain, l.id, 8)
 }
+
+// A node's own writes are visible to lookups on it once Sync returns, on
+// a follower too, whose replica applies the leader's commits a moment
+// after the leader.
+func TestSyncMakesANodesOwnEventsVisibleOnItsReplica(t *testing.T) {
+	tc := startCluster(t, 3)
+	f := tc.follower()
+	for round := range 20 {
+		evs, chain := chainEvents(index.Location{Node: f.id, Tier: index.TierDRAM}, round*16, round*16+16)
+		for _, ev := range evs {
+			f.c.Publish(ev)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := f.c.Sync(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := f.c.Lookup(testNS, chain).Blocks; n != 16 {
+			t.Fatalf("round %d: right after Sync the follower lists %d of the 16 blocks it published", round, n)
+		}
+	}
+}

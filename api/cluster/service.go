@@ -132,10 +132,11 @@ func (s *service) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.Prop
 			return nil, status.Errorf(codes.FailedPrecondition, "propose: node %d is not a voter of this cluster (removed?)", id)
 		}
 	}
-	if err := s.c.rep.Propose(ctx, req.Entry); err != nil {
+	var committed uint64
+	if err := s.c.rep.Propose(raftstore.WithCommitted(ctx, func(i uint64) { committed = i }), req.Entry); err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.ProposeResponse{}, nil
+	return &pb.ProposeResponse{Index: committed}, nil
 }
 
 func (s *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {

@@ -2468,6 +2468,7 @@ func (x *ProposeRequest) GetEntry() []byte {
 
 type ProposeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // the raft index the entry was committed at
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2500,6 +2501,13 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
 	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ProposeResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
 }
 
 type HeartbeatRequest struct {
@@ -2981,8 +2989,9 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\rR\x02id\"\x10\n" +
 	"\x0eRemoveResponse\"&\n" +
 	"\x0eProposeRequest\x12\x14\n" +
-	"\x05entry\x18\x01 \x01(\fR\x05entry\"\x11\n" +
-	"\x0fProposeResponse\"P\n" +
+	"\x05entry\x18\x01 \x01(\fR\x05entry\"'\n" +
+	"\x0fProposeResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"P\n" +
 	"\x10HeartbeatRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12,\n" +
 	"\x05tiers\x18\x02 \x03(\v2\x16.kvstrata.v1.TierUsageR\x05tiers\"\x13\n" +
