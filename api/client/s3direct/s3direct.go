@@ -16,6 +16,10 @@
 // checksum is fetched from the node instead, which knows what to do. Wrong
 // bytes are never returned. Blocks read directly are not promoted on the
 // node; warm them (Client.Warm) if the node should keep them hot.
+//
+// A Reader asks one node, which knows its own tiers and the shared object
+// store: in a cluster, blocks held only in another node's DRAM or SSD read
+// as misses here (client.Cluster fetches those from their node).
 package s3direct
 
 import (
