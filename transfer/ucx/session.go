@@ -40,7 +40,6 @@ type session struct {
 
 	mu       sync.Mutex
 	inbox    []*op // requests taken off the queue by the loop, in order
-	busy     bool  // serving a request
 	draining bool  // end after the request being served (Shutdown)
 
 	ops      []*op // posted and not yet settled
@@ -174,7 +173,6 @@ func (s *session) nextRequest() (*op, error) {
 	deadline := time.Now().Add(s.opts.IdleTimeout)
 	for {
 		s.mu.Lock()
-		s.busy = false
 		if s.draining {
 			s.mu.Unlock()
 			return nil, errDraining
@@ -184,7 +182,6 @@ func (s *session) nextRequest() (*op, error) {
 			head = s.inbox[0]
 			s.inbox[0] = nil
 			s.inbox = s.inbox[1:]
-			s.busy = true
 		}
 		s.mu.Unlock()
 		if head != nil {
