@@ -147,18 +147,16 @@ func (t *Tier) probeLoop() {
 		unlisted := t.unlisted.Load()
 		err := t.store.probe(ctx, unlisted && t.cfg.CreateBucket)
 		cancel()
+		if err == nil && unlisted { // opened offline: learn what the bucket holds first
+			if err = t.connect(context.WithValue(t.ctx, evenIfDownKey{}, true)); err == nil {
+				t.cfg.Logger.Info("s3: store reached; bucket listed", "blocks", t.Stats().Blocks)
+			}
+		}
 		if err != nil {
 			t.avail.failure(err)
 			continue
 		}
 		t.avail.recovered()
-		if unlisted { // opened offline: learn what the bucket holds
-			if err := t.connect(t.ctx); err != nil {
-				t.cfg.Logger.Warn("s3: listing the bucket failed; the periodic rescan tries again", "err", err)
-			} else {
-				t.cfg.Logger.Info("s3: store reached; bucket listed", "blocks", t.Stats().Blocks)
-			}
-		}
 		t.retryUploadsNow()
 		t.wakeDeleter()
 	}

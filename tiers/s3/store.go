@@ -66,7 +66,7 @@ func newStore(cfg *Config, avail *availability, ctr *counters) (*store, error) {
 // run out, ctx ends or the store is marked unavailable. A store failure
 // comes back wrapping tiers.ErrUnavailable.
 func (s *store) do(ctx context.Context, op string, timeout time.Duration, attempt func(context.Context) error) error {
-	if err := s.avail.err(); err != nil {
+	if err := s.avail.err(); err != nil && ctx.Value(evenIfDownKey{}) == nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	var last error
@@ -93,6 +93,11 @@ func (s *store) do(ctx context.Context, op string, timeout time.Duration, attemp
 	}
 	return fmt.Errorf("%w: %s: %w", tiers.ErrUnavailable, op, last)
 }
+
+// evenIfDownKey marks a ctx whose requests go to the store even while it
+// is marked unavailable: the listing that must succeed before a tier
+// opened offline is marked available.
+type evenIfDownKey struct{}
 
 // backoff is the wait before retry number try+1: RetryBackoff doubled per
 // retry up to 32×, then between half and all of that at random.
