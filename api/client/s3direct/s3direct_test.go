@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -270,5 +271,30 @@ func TestAnErrorFromTheCallbackEndsTheGet(t *testing.T) {
 func TestNewWantsBothClients(t *testing.T) {
 	if _, err := s3direct.New(nil, nil, s3direct.Config{}); err == nil {
 		t.Fatal("New without clients succeeded")
+	}
+}
+
+func TestOneReaderServesConcurrentGets(t *testing.T) {
+	c := newCache(t, 24)
+	c.toStore(t, all(24)...)
+	r := c.reader(t, c.srv.Client())
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			errs <- r.Get(context.Background(), c.keys, client.GetOptions{}, func(i int, res client.Result) error {
+				if !res.Found || !bytes.Equal(res.Data, c.blocks[i]) {
+					return fmt.Errorf("block %d: found %v, intact %v", i, res.Found, bytes.Equal(res.Data, c.blocks[i]))
+				}
+				return nil
+			})
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.Counts(); n.Direct != 4*24 {
+		t.Fatalf("counts %+v, want %d direct", n, 4*24)
 	}
 }
