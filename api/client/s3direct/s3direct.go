@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 
 	"github.com/minio/minio-go/v7"
+	"google.golang.org/grpc/codes"
 
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/index"
@@ -112,6 +113,9 @@ func (r *Reader) Get(ctx context.Context, keys []index.Key, opts client.GetOptio
 		return nil
 	}
 	places, err := r.node.LocateObjects(ctx, keys)
+	if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Code == codes.Unimplemented {
+		return r.node.GetFunc(ctx, keys, opts, fn) // a node too old to locate: all through it
+	}
 	if err != nil {
 		return fmt.Errorf("s3direct: %w", err)
 	}

@@ -8,15 +8,21 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/api/client/s3direct"
 	"github.com/kvstrata/kvstrata/api/nodetest"
+	"github.com/kvstrata/kvstrata/api/server"
+	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/s3"
@@ -296,5 +302,43 @@ func TestOneReaderServesConcurrentGets(t *testing.T) {
 	}
 	if n := r.Counts(); n.Direct != 4*24 {
 		t.Fatalf("counts %+v, want %d direct", n, 4*24)
+	}
+}
+
+// oldNode is a node from before LocateObjects.
+type oldNode struct{ pb.CacheServer }
+
+func (oldNode) LocateObjects(context.Context, *pb.LocateObjectsRequest) (*pb.LocateObjectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method LocateObjects")
+}
+
+func TestANodeThatCannotLocateServesEverything(t *testing.T) {
+	c := newCache(t, 6)
+	c.toStore(t, all(6)...)
+	g := grpc.NewServer()
+	pb.RegisterCacheServer(g, oldNode{server.Register(grpc.NewServer(), c.node.Node)})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	old, err := client.Dial(context.Background(), lis.Addr().String(), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { old.Close() })
+	r, err := s3direct.New(old, c.srv.Client(), s3direct.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.restore(t, r, client.GetOptions{})
+	for i := range c.blocks {
+		if !bytes.Equal(got[i], c.blocks[i]) {
+			t.Fatalf("block %d not restored through a node without LocateObjects", i)
+		}
+	}
+	if n := r.Counts(); n.Direct != 0 {
+		t.Fatalf("counts %+v: nothing can be read directly without LocateObjects", n)
 	}
 }
