@@ -45,18 +45,13 @@ func (l layout) indexPrefix() string { return l.root + indexDir }
 
 // parseIndexName returns the segment id of an index object's name; ok is
 // false for a name that is not one (a stray object under the prefix).
-func (l layout) parseIndexName(name string) (id segID, ok bool) {
-	rest, found := strings.CutPrefix(name, l.indexPrefix())
-	if !found {
-		return segID{}, false
-	}
-	id, err := parseSegID(rest)
-	return id, err == nil
-}
+func (l layout) parseIndexName(name string) (segID, bool) { return parseUnder(l.indexPrefix(), name) }
 
 // parseDataName returns the segment id of a data object's name.
-func (l layout) parseDataName(name string) (id segID, ok bool) {
-	rest, found := strings.CutPrefix(name, l.dataPrefix())
+func (l layout) parseDataName(name string) (segID, bool) { return parseUnder(l.dataPrefix(), name) }
+
+func parseUnder(prefix, name string) (segID, bool) {
+	rest, found := strings.CutPrefix(name, prefix)
 	if !found {
 		return segID{}, false
 	}
