@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers/policy"
 )
 
@@ -122,6 +123,9 @@ type S3 struct {
 	Capacity ByteSize
 	// Policy is lru (default), lfu or prefix.
 	Policy string
+	// PromoteTo lists the tiers a hit in the object store is copied into:
+	// "dram" (default), "ssd" or "dram,ssd".
+	PromoteTo string
 	// SegmentSize is the target size of one segment object. Default 64MiB.
 	SegmentSize ByteSize
 	// FlushInterval uploads a partly filled segment after this long.
@@ -196,7 +200,7 @@ func Default() Config {
 		SSD: SSD{Enabled: true, Policy: "lru", AdmitMinSeen: 1,
 			HighWatermark: 0.95, LowWatermark: 0.85},
 		Cluster: Cluster{RaftAddr: "127.0.0.1:7072", HeartbeatInterval: 500 * time.Millisecond, LivenessTimeout: 5 * time.Second},
-		S3: S3{Bucket: "kvstrata", Region: "us-east-1", CreateBucket: true, Policy: "lru",
+		S3: S3{Bucket: "kvstrata", Region: "us-east-1", CreateBucket: true, Policy: "lru", PromoteTo: "dram",
 			SegmentSize: 64 << 20, FlushInterval: time.Second, MaxPending: 256 << 20, Concurrency: 16,
 			GarbageAge: time.Hour},
 		Limits: Limits{
@@ -271,6 +275,9 @@ func (c *Config) Validate() error {
 		}
 		if n := len(c.S3.Bucket); n < 3 || n > 63 || strings.ToLower(c.S3.Bucket) != c.S3.Bucket || strings.ContainsAny(c.S3.Bucket, "/_ ") {
 			bad("s3.bucket %q is not a valid bucket name (3-63 lower-case letters, digits, dots, dashes)", c.S3.Bucket)
+		}
+		if _, err := c.S3.PromoteKinds(c.SSD.Enabled); err != nil {
+			bad("%v", err)
 		}
 		if !policy.Valid(c.S3.Policy) {
 			bad("s3.policy %q is unknown (want %s)", c.S3.Policy, strings.Join(policy.Names, ", "))
@@ -357,4 +364,25 @@ type Error struct{ Problems []string }
 
 func (e *Error) Error() string {
 	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+// PromoteKinds returns the tiers s3.promote-to names, fastest first; ssd
+// only where the node has an SSD tier.
+func (s S3) PromoteKinds(ssd bool) ([]index.TierKind, error) {
+	var out []index.TierKind
+	for _, name := range strings.Split(s.PromoteTo, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "dram":
+			out = append(out, index.TierDRAM)
+		case "ssd":
+			if !ssd {
+				return nil, fmt.Errorf("s3.promote-to %q names ssd, and ssd.enabled is false", s.PromoteTo)
+			}
+			out = append(out, index.TierSSD)
+		default:
+			return nil, fmt.Errorf("s3.promote-to %q: %q is not dram or ssd (want dram, ssd or dram,ssd)", s.PromoteTo, name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }

@@ -3,9 +3,12 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvstrata/kvstrata/index"
 )
 
 func noEnv(string) string { return "" }
@@ -196,4 +199,34 @@ func FuzzParseByteSize(f *testing.F) {
 			t.Fatalf("%q → %d → %q → %d, %v", s, b, b.String(), back, err)
 		}
 	})
+}
+
+func TestS3PromoteTo(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		ssd   bool
+		want  []index.TierKind
+		err   string
+	}{
+		{"dram", true, []index.TierKind{index.TierDRAM}, ""},
+		{"ssd, dram", true, []index.TierKind{index.TierDRAM, index.TierSSD}, ""},
+		{"ssd", false, nil, "names ssd, and ssd.enabled is false"},
+		{"hbm", true, nil, `"hbm" is not dram or ssd`},
+		{"", true, nil, `"" is not dram or ssd`},
+	} {
+		got, err := S3{PromoteTo: c.value}.PromoteKinds(c.ssd)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("promote-to %q (ssd %v): %v, want an error saying %q", c.value, c.ssd, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("promote-to %q: %v %v, want %v", c.value, got, err, c.want)
+		}
+	}
+	_, err := Load("", func(string) string { return "" }, map[string]string{"s3-endpoint": "127.0.0.1:9000", "s3-promote-to": "disk"})
+	if err == nil || !strings.Contains(err.Error(), `s3.promote-to "disk"`) {
+		t.Fatalf("serve with s3.promote-to=disk: %v", err)
+	}
 }

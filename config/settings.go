@@ -73,6 +73,7 @@ func (c *Config) Settings() []*Setting {
 		boolSetting("s3.require-at-start", "refuse to start when the object store cannot be reached (else start with the s3 tier unavailable)", &c.S3.RequireAtStart),
 		sizeSetting("s3.capacity", "s3 tier size (0: unlimited)", &c.S3.Capacity),
 		strSetting("s3.policy", "s3 eviction policy: lru, lfu or prefix", &c.S3.Policy),
+		strSetting("s3.promote-to", "tiers a hit in the object store is copied into: dram, ssd or dram,ssd", &c.S3.PromoteTo),
 		sizeSetting("s3.segment-size", "target size of one segment object", &c.S3.SegmentSize),
 		durationSetting("s3.flush-interval", "upload a partly filled segment after this long", &c.S3.FlushInterval),
 		sizeSetting("s3.max-pending", "most bytes waiting for upload before ssd victims are dropped", &c.S3.MaxPending),

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,10 @@ type LevelConfig struct {
 	// its copies are published at index.AnyNode rather than this node, and
 	// a key the hierarchy does not know is looked for there on a miss.
 	Shared bool
+	// PromoteInto lists the kinds of the faster levels a hit on this level
+	// is copied into (an object store's hits into the SSD, DRAM or both).
+	// Empty means the fastest level.
+	PromoteInto []index.TierKind
 }
 
 // Config configures a Hierarchy.
@@ -104,6 +109,11 @@ func (c *Config) validate() error {
 	seen := map[index.TierKind]bool{}
 	for i, l := range c.Levels {
 		name := fmt.Sprintf("level %d (%v)", i, l.Kind)
+		for _, k := range l.PromoteInto {
+			if !seen[k] {
+				probs = append(probs, fmt.Sprintf("%s: promotes into %v, which is not a faster level", name, k))
+			}
+		}
 		if l.Tier == nil {
 			probs = append(probs, name+": no tier")
 		}
@@ -167,6 +177,7 @@ type Hierarchy struct {
 type level struct {
 	LevelConfig
 	loc                                           index.Location
+	promoteInto                                   []int // faster levels its hits are copied into
 	evictions, demotions, promotions, drops, hits int64
 }
 
@@ -210,7 +221,15 @@ func New(cfg Config) (*Hierarchy, error) {
 		if lc.Shared {
 			loc.Node = index.AnyNode
 		}
-		h.levels = append(h.levels, &level{LevelConfig: lc, loc: loc})
+		l := &level{LevelConfig: lc, loc: loc}
+		for _, k := range lc.PromoteInto {
+			l.promoteInto = append(l.promoteInto, slices.IndexFunc(h.levels, func(u *level) bool { return u.Kind == k }))
+		}
+		if len(h.levels) > 0 && len(l.promoteInto) == 0 {
+			l.promoteInto = []int{0}
+		}
+		slices.Sort(l.promoteInto)
+		h.levels = append(h.levels, l)
 		if lc.AdmitMinSeen > 1 && h.sketch == nil {
 			h.sketch = newSketch(1 << 16)
 		}

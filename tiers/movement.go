@@ -121,30 +121,46 @@ func (h *Hierarchy) promoteLater(p promotion) {
 	}
 }
 
-// promote copies a lower level's copy of a key into level 0 unless another
-// writer owns the key or level 0 already holds it: the mover's work.
+// promote copies a lower level's copy of a key into the levels its hits
+// go to (LevelConfig.PromoteInto) that do not hold it yet, unless another
+// writer owns the key: the mover's work.
 func (h *Hierarchy) promote(p promotion) {
 	h.mu.Lock()
 	e := h.entries[p.key]
-	if e == nil || e.busy || e.in&1 != 0 || e.in&(1<<p.from) == 0 || h.closed ||
+	if e == nil || e.busy || e.in&(1<<p.from) == 0 || h.closed ||
 		(p.data != nil && p.meta.Sum != e.meta.Sum) { // the bytes read are no longer the current version
+		h.mu.Unlock()
+		return
+	}
+	var into []int
+	for _, t := range h.levels[p.from].promoteInto {
+		if e.in&(1<<t) == 0 {
+			into = append(into, t)
+		}
+	}
+	if len(into) == 0 {
 		h.mu.Unlock()
 		return
 	}
 	e.busy = true
 	h.mu.Unlock()
 	defer h.release(p.key, e)
-	if p.data != nil {
-		if h.store(0, p.meta, p.data) == nil {
-			h.mu.Lock()
-			h.setLocked(e, p.meta, 0)
-			h.levels[0].promotions++
-			h.mu.Unlock()
-			h.checkWatermark(0)
+	for _, t := range into {
+		if p.data == nil {
+			if h.copyUp(p.key, e, p.from, t) != nil {
+				return
+			}
+			continue
 		}
-		return
+		if h.store(t, p.meta, p.data) != nil {
+			return
+		}
+		h.mu.Lock()
+		h.setLocked(e, p.meta, t)
+		h.levels[t].promotions++
+		h.mu.Unlock()
+		h.checkWatermark(t)
 	}
-	_ = h.copyUp(p.key, e, p.from, 0)
 }
 
 // copyUp copies level from's copy of key, which the caller owns, into level

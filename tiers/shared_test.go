@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,13 @@ import (
 // blocks) over a real object store, as node id node.
 func threeLevels(t *testing.T, srv *s3test.Server, node index.NodeID) (*tiers.Hierarchy, *s3.Tier) {
 	t.Helper()
+	return threeLevelsPromotingInto(t, srv, node)
+}
+
+// threeLevelsPromotingInto is threeLevels whose object store's hits are
+// copied into the levels of the given kinds (none: the default, DRAM).
+func threeLevelsPromotingInto(t *testing.T, srv *s3test.Server, node index.NodeID, into ...index.TierKind) (*tiers.Hierarchy, *s3.Tier) {
+	t.Helper()
 	cfg := srv.Config("shared")
 	cfg.FlushInterval = 50 * time.Millisecond
 	cfg.RequestTimeout = time.Second
@@ -33,7 +41,7 @@ func threeLevels(t *testing.T, srv *s3test.Server, node index.NodeID) (*tiers.Hi
 	h, err := tiers.New(tiers.Config{Node: node, Inline: true, Levels: []tiers.LevelConfig{
 		{Kind: index.TierDRAM, Tier: newDRAM(t, 2), HighWatermark: 1, LowWatermark: 1},
 		{Kind: index.TierSSD, Tier: newDRAM(t, 2), HighWatermark: 1, LowWatermark: 1},
-		{Kind: index.TierS3, Tier: bottom, Shared: true},
+		{Kind: index.TierS3, Tier: bottom, Shared: true, PromoteInto: into},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -234,5 +242,51 @@ func TestFindSeesBlocksAnotherNodeWroteToTheSharedStore(t *testing.T) {
 	}
 	if _, _, err := h2.Find(key(3)); !errors.Is(err, tiers.ErrNotFound) {
 		t.Fatalf("Find of a block nobody wrote: %v", err)
+	}
+}
+
+func TestObjectStoreHitsArePromotedIntoTheLevelsConfigured(t *testing.T) {
+	srv := s3test.Start(t)
+	for _, c := range []struct {
+		into []index.TierKind
+		want string // the tiers holding the block after a hit in the store
+	}{
+		{nil, "dram s3"},
+		{[]index.TierKind{index.TierSSD}, "ssd s3"},
+		{[]index.TierKind{index.TierDRAM, index.TierSSD}, "dram ssd s3"},
+	} {
+		h, bottom := threeLevelsPromotingInto(t, srv, 1, c.into...)
+		put(t, h, 1)
+		for _, kind := range []index.TierKind{index.TierDRAM, index.TierSSD} {
+			if err := h.Demote(kind, key(1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := bottom.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, kind, err := h.Get(key(1), nil); err != nil || kind != index.TierS3 {
+			t.Fatalf("into %v: get from the store: %v %v", c.into, kind, err)
+		}
+		var held []string
+		for _, b := range h.Blocks(func(b tiers.BlockInfo) bool { return b.Key == key(1) }) {
+			for _, k := range b.Kinds {
+				held = append(held, k.String())
+			}
+		}
+		if got := strings.Join(held, " "); got != c.want {
+			t.Errorf("promote into %v: the block is in %q after a hit in the store, want %q", c.into, got, c.want)
+		}
+		h.Close()
+	}
+}
+
+func TestPromotingIntoASlowerLevelIsRefused(t *testing.T) {
+	_, err := tiers.New(tiers.Config{Levels: []tiers.LevelConfig{
+		{Kind: index.TierDRAM, Tier: newDRAM(t, 2), PromoteInto: []index.TierKind{index.TierSSD}},
+		{Kind: index.TierSSD, Tier: newDRAM(t, 2)},
+	}})
+	if !errors.Is(err, tiers.ErrInvalidConfig) || !strings.Contains(err.Error(), "promotes into ssd, which is not a faster level") {
+		t.Fatalf("a level promoting into a slower one: %v", err)
 	}
 }

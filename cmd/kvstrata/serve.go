@@ -156,7 +156,8 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger, onChang
 			return nil, fmt.Errorf("s3 tier at %s: %w", c.Endpoint, err)
 		}
 		s3Policy, _ := policy.New(c.Policy)
-		levels = append(levels, tiers.LevelConfig{Kind: index.TierS3, Tier: s, Policy: s3Policy, Shared: true})
+		into, _ := c.PromoteKinds(cfg.SSD.Enabled) // validated
+		levels = append(levels, tiers.LevelConfig{Kind: index.TierS3, Tier: s, Policy: s3Policy, Shared: true, PromoteInto: into})
 	}
 	h, err := tiers.New(tiers.Config{Node: index.NodeID(cfg.NodeID), Levels: levels, OnChange: onChange})
 	if err != nil {
