@@ -229,6 +229,7 @@ func New(cfg Config) (*Hierarchy, error) {
 			l.promoteInto = []int{0}
 		}
 		slices.Sort(l.promoteInto)
+		l.promoteInto = slices.Compact(l.promoteInto)
 		h.levels = append(h.levels, l)
 		if lc.AdmitMinSeen > 1 && h.sketch == nil {
 			h.sketch = newSketch(1 << 16)
