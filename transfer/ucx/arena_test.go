@@ -89,7 +89,7 @@ func TestBlocksMoveBetweenMemoryOutsideTheGoHeap(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a := newArena(t, 64<<20)
 			tr := ucx.New(ucx.Options{TLS: c.tls})
-			conn := dial(t, tr, listen(t, tr, a).Addr())
+			conn := transfertest.Dial(t, tr, transfertest.Listen(t, tr, a).Addr())
 			sizes := []int{1, 4096, 100 << 10, 1<<20 + 17, 4 << 20, 0}
 			blocks := make([]transfer.Block, len(sizes))
 			keys := make([]index.Key, len(sizes))

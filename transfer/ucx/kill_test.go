@@ -32,7 +32,7 @@ func TestHelperProcess(t *testing.T) {
 	role, tls := os.Getenv("KV_UCX_HELPER"), os.Getenv("KV_UCX_TLS")
 	switch role {
 	case "server": // serve static blocks; print the address; run until killed
-		ln, err := ucx.New(ucx.Options{TLS: tls}).Listen("127.0.0.1:0", newStatic(killBlocks, killSize))
+		ln, err := ucx.New(ucx.Options{TLS: tls}).Listen("127.0.0.1:0", transfertest.NewStatic(killBlocks, killSize))
 		if err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
@@ -88,8 +88,8 @@ func TestServerProcessKilledMidTransfer(t *testing.T) {
 			if !strings.HasPrefix(line, "addr: ") {
 				t.Fatalf("helper server said %q (%v)", line, err)
 			}
-			conn := dial(t, ucx.New(ucx.Options{TLS: c.tls}), strings.TrimSpace(strings.TrimPrefix(line, "addr: ")))
-			keys := newStatic(killBlocks, 0).keys
+			conn := transfertest.Dial(t, ucx.New(ucx.Options{TLS: c.tls}), strings.TrimSpace(strings.TrimPrefix(line, "addr: ")))
+			keys := transfertest.NewStatic(killBlocks, 0).Keys
 			col := &killing{Collector: transfertest.NewCollector(killBlocks), kill: func() { _ = cmd.Process.Kill() }}
 			began := time.Now()
 			err = conn.Get(context.Background(), keys, col)

@@ -86,11 +86,11 @@ func TestUCXRefusingASettingSaysWhichAndWhy(t *testing.T) {
 
 func TestConnectionsOverTheLimitAreRefusedWithAReason(t *testing.T) {
 	tr := ucx.New(ucx.Options{TLS: "posix,cma,self", MaxConns: 2})
-	ln := listen(t, tr, transfertest.NewMemory())
+	ln := transfertest.Listen(t, tr, transfertest.NewMemory())
 	ctx := context.Background()
 	var conns []transfer.Conn
 	for range 2 {
-		conns = append(conns, dial(t, tr, ln.Addr()))
+		conns = append(conns, transfertest.Dial(t, tr, ln.Addr()))
 	}
 	_, err := tr.Dial(ctx, ln.Addr())
 	if !errors.Is(err, transfer.ErrRefused) || !strings.Contains(err.Error(), "limit of 2") {
@@ -115,7 +115,7 @@ func TestConnectionsOverTheLimitAreRefusedWithAReason(t *testing.T) {
 }
 
 func TestServerRefusesAnotherProtocolAndVersion(t *testing.T) {
-	ln := listen(t, ucx.New(ucx.Options{TLS: "tcp"}), transfertest.NewMemory())
+	ln := transfertest.Listen(t, ucx.New(ucx.Options{TLS: "tcp"}), transfertest.NewMemory())
 	for _, c := range []struct{ hello, want string }{
 		{"KVST\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", "not a kvstrata UCX data-plane hello"},
 		{"KVUX\x09\x00\x00\x00\x04\x00\x00\x00\x00\x00\x00\x00abcd", "protocol version 9"},
@@ -143,8 +143,8 @@ func TestLanesSayWhichTransportsMoveTheBytes(t *testing.T) {
 		{"tcp", "tcp/"},
 	} {
 		tr := ucx.New(ucx.Options{TLS: c.tls})
-		ln := listen(t, tr, transfertest.NewMemory())
-		conn := dial(t, tr, ln.Addr())
+		ln := transfertest.Listen(t, tr, transfertest.NewMemory())
+		conn := transfertest.Dial(t, tr, ln.Addr())
 		for _, r := range []ucx.LaneReporter{conn.(ucx.LaneReporter), ln.(ucx.LaneReporter)} {
 			lanes := ucx.FormatLanes(r.Lanes())
 			if !strings.Contains(lanes, c.want) || !strings.Contains(lanes, "am") {
@@ -158,7 +158,7 @@ func TestLanesSayWhichTransportsMoveTheBytes(t *testing.T) {
 func TestGoPanicsSurviveUCXSignalHandlers(t *testing.T) {
 	// libucs installs handlers for SIGSEGV and friends when it loads; a
 	// nil dereference in Go must still be a recoverable Go panic.
-	listen(t, ucx.New(ucx.Options{TLS: "posix,cma,self"}), transfertest.NewMemory())
+	transfertest.Listen(t, ucx.New(ucx.Options{TLS: "posix,cma,self"}), transfertest.NewMemory())
 	defer func() {
 		if recover() == nil {
 			t.Fatal("dereferencing nil did not panic")
