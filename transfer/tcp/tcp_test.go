@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
 	"github.com/kvstrata/kvstrata/transfer/transfertest"
@@ -16,7 +15,7 @@ import (
 func TestConformance(t *testing.T) {
 	transfertest.Run(t, transfertest.Factory{
 		New: func(t *testing.T, lim transfertest.Limits) transfer.Transport {
-			return tcp.New(tcp.Options{MaxBlockSize: lim.MaxBlockSize, MaxBlocks: lim.MaxBlocks})
+			return tcp.New(tcp.Options{MaxBlockSize: lim.MaxBlockSize, MaxBlocks: lim.MaxBlocks, MaxConns: lim.MaxConns})
 		},
 	})
 }
@@ -54,43 +53,6 @@ func TestInvalidOptionsFailListenAndDial(t *testing.T) {
 	if _, err := tr.Dial(context.Background(), "127.0.0.1:1"); !errors.Is(err, tcp.ErrInvalidOptions) {
 		t.Errorf("Dial = %v, want ErrInvalidOptions", err)
 	}
-}
-
-func TestConnectionsOverTheLimitAreRefusedWithAReason(t *testing.T) {
-	tr := tcp.New(tcp.Options{MaxConns: 2})
-	ln := transfertest.Listen(t, tr, transfertest.NewMemory())
-	ctx := context.Background()
-	var conns []transfer.Conn
-	for range 2 {
-		c, err := tr.Dial(ctx, ln.Addr())
-		if err != nil {
-			t.Fatalf("Dial within the limit: %v", err)
-		}
-		conns = append(conns, c)
-	}
-	_, err := tr.Dial(ctx, ln.Addr())
-	if !errors.Is(err, transfer.ErrRefused) || !strings.Contains(err.Error(), "limit of 2") {
-		t.Fatalf("Dial over the limit = %v, want ErrRefused naming the limit of 2", err)
-	}
-	// The connections within the limit still work.
-	if err := conns[1].Get(ctx, []index.Key{transfertest.Key(1)}, transfertest.NewCollector(1)); err != nil {
-		t.Errorf("Get within the limit: %v", err)
-	}
-	// A connection that closes makes room for a new one.
-	_ = conns[0].Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := tr.Dial(ctx, ln.Addr())
-		if err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Dial after a connection closed: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	_ = conns[1].Close()
 }
 
 // TestGetAllocatesNothingPerBlock checks the hot path on both sides: a Get

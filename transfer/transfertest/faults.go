@@ -1,6 +1,7 @@
 package transfertest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -169,4 +170,36 @@ func stillServes(t *testing.T, e *env, c transfer.Conn) {
 		t.Fatalf("Put after a refusal = %v, %v", errs, err)
 	}
 	wantBlocks(t, e.get(c, []index.Key{b.Key}), []transfer.Block{b})
+}
+
+// testConnectionLimit: a listener at its connection limit refuses the next
+// one with ErrRefused naming the limit, keeps serving the others, and takes
+// a new one once one closes.
+func testConnectionLimit(t *testing.T, f Factory) {
+	lim := SuiteLimits
+	lim.MaxConns = 2
+	tr := f.New(t, lim)
+	mem := NewMemory()
+	mem.Store(MakeBlock(1, 1000))
+	ln := Listen(t, tr, mem)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	conns := []transfer.Conn{Dial(t, tr, ln.Addr()), Dial(t, tr, ln.Addr())}
+	if _, err := tr.Dial(ctx, ln.Addr()); !errors.Is(err, transfer.ErrRefused) || !strings.Contains(err.Error(), "limit of 2") {
+		t.Fatalf("Dial over the limit = %v, want ErrRefused naming the limit of 2", err)
+	}
+	if err := conns[1].Get(ctx, []index.Key{Key(1)}, NewCollector(1)); err != nil {
+		t.Errorf("Get within the limit: %v", err)
+	}
+	_ = conns[0].Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		c, err := tr.Dial(ctx, ln.Addr())
+		if err == nil {
+			_ = c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Dial after a connection closed: %v", err)
+		}
+	}
 }

@@ -21,16 +21,18 @@ import (
 type Limits struct {
 	MaxBlockSize int // bytes per block
 	MaxBlocks    int // blocks per request
+	MaxConns     int // connections one listener serves at once
 }
 
 // SuiteLimits are the limits the suite runs under: the production defaults,
 // so that the suite moves blocks of the largest size engines use.
-var SuiteLimits = Limits{MaxBlockSize: 4 << 20, MaxBlocks: 1024}
+var SuiteLimits = Limits{MaxBlockSize: 4 << 20, MaxBlocks: 1024, MaxConns: 1024}
 
 // Factory makes the backend under test.
 type Factory struct {
 	// New returns a transport whose servers enforce lim: a request over
-	// either limit is refused as a whole.
+	// either request limit is refused as a whole, a connection over
+	// MaxConns with a reason.
 	New func(t *testing.T, lim Limits) transfer.Transport
 	// Addr is the address the suite listens on; the default is
 	// "127.0.0.1:0" (any free port).
@@ -67,6 +69,7 @@ func Run(t *testing.T, f Factory) {
 		{"ServerClosedMidPayload", testClosedMidPayload},
 		{"RedialAfterListenerRestart", testReconnect},
 		{"ClosedConnAndListener", testClosed},
+		{"ConnectionsOverTheLimitAreRefusedWithAReason", testConnectionLimit},
 		{"DrainFinishesRequestsInFlight", testDrainFinishesRequestsInFlight},
 		{"DrainGivesUpAtTheDeadline", testDrainGivesUpAtTheDeadline},
 	}

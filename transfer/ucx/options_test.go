@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/transfertest"
 	"github.com/kvstrata/kvstrata/transfer/ucx"
 )
@@ -82,36 +80,6 @@ func TestUCXRefusingASettingSaysWhichAndWhy(t *testing.T) {
 		t.Fatalf("Listen over a transport UCX lacks = %v, want ErrUCX", err)
 	}
 	t.Log(err)
-}
-
-func TestConnectionsOverTheLimitAreRefusedWithAReason(t *testing.T) {
-	tr := ucx.New(ucx.Options{TLS: "posix,cma,self", MaxConns: 2})
-	ln := transfertest.Listen(t, tr, transfertest.NewMemory())
-	ctx := context.Background()
-	var conns []transfer.Conn
-	for range 2 {
-		conns = append(conns, transfertest.Dial(t, tr, ln.Addr()))
-	}
-	_, err := tr.Dial(ctx, ln.Addr())
-	if !errors.Is(err, transfer.ErrRefused) || !strings.Contains(err.Error(), "limit of 2") {
-		t.Fatalf("Dial over the limit = %v, want ErrRefused naming the limit of 2", err)
-	}
-	if err := conns[1].Get(ctx, []index.Key{transfertest.Key(1)}, transfertest.NewCollector(1)); err != nil {
-		t.Errorf("Get within the limit: %v", err)
-	}
-	_ = conns[0].Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := tr.Dial(ctx, ln.Addr())
-		if err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Dial after a connection closed: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestServerRefusesAnotherProtocolAndVersion(t *testing.T) {

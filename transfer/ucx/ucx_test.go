@@ -24,7 +24,7 @@ func TestConformance(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			transfertest.Run(t, transfertest.Factory{
 				New: func(t *testing.T, lim transfertest.Limits) transfer.Transport {
-					return ucx.New(ucx.Options{TLS: c.tls, MaxBlockSize: lim.MaxBlockSize, MaxBlocks: lim.MaxBlocks})
+					return ucx.New(ucx.Options{TLS: c.tls, MaxBlockSize: lim.MaxBlockSize, MaxBlocks: lim.MaxBlocks, MaxConns: lim.MaxConns})
 				},
 			})
 		})
