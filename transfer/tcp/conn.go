@@ -106,13 +106,13 @@ func (c *conn) handshake(ctx context.Context) error {
 func (c *conn) Get(ctx context.Context, keys []index.Key, r transfer.Receiver) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.cur = request{opGet, len(keys)}
+	c.cur = request{Op: opGet, N: len(keys)}
 	if err := c.usable(ctx); err != nil || len(keys) == 0 {
 		return err
 	}
 	if len(keys) > MaxBlocksLimit {
 		return fmt.Errorf("tcp: %v: %w: over the protocol's %d-block limit",
-			c.cur.in(c.addr), transfer.ErrRefused, MaxBlocksLimit)
+			c.cur.At(c.addr), transfer.ErrRefused, MaxBlocksLimit)
 	}
 	c.arm(ctx)
 	defer c.disarm()
@@ -181,12 +181,12 @@ func (c *conn) block(ctx context.Context, i int, k index.Key, r transfer.Receive
 func (c *conn) Put(ctx context.Context, blocks []transfer.Block) ([]error, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.cur = request{opPut, len(blocks)}
+	c.cur = request{Op: opPut, N: len(blocks)}
 	if err := c.usable(ctx); err != nil || len(blocks) == 0 {
 		return nil, err
 	}
 	if err := frame.CheckPut(blocks, MaxBlocksLimit); err != nil {
-		return nil, fmt.Errorf("tcp: %v: %w: %w", c.cur.in(c.addr), transfer.ErrRefused, err)
+		return nil, fmt.Errorf("tcp: %v: %w: %w", c.cur.At(c.addr), transfer.ErrRefused, err)
 	}
 	c.arm(ctx)
 	defer c.disarm()
@@ -251,7 +251,7 @@ func (c *conn) response(ctx context.Context, count int) error {
 	}
 	switch {
 	case st == frame.StatusRefused:
-		err := fmt.Errorf("tcp: %v: %w: %s", c.cur.in(c.addr), transfer.ErrRefused, msg)
+		err := fmt.Errorf("tcp: %v: %w: %s", c.cur.At(c.addr), transfer.ErrRefused, msg)
 		if flags&flagClosing != 0 {
 			c.markBroken(err)
 		}
@@ -279,13 +279,13 @@ func (c *conn) Close() error {
 func (c *conn) usable(ctx context.Context) error {
 	switch {
 	case c.closed.Load():
-		return fmt.Errorf("tcp: %v: the connection is closed: %w", c.cur.in(c.addr), transfer.ErrClosed)
+		return fmt.Errorf("tcp: %v: the connection is closed: %w", c.cur.At(c.addr), transfer.ErrClosed)
 	case c.broken != nil:
 		return fmt.Errorf("tcp: %v: the connection failed earlier (%v): %w",
-			c.cur.in(c.addr), c.broken, transfer.ErrClosed)
+			c.cur.At(c.addr), c.broken, transfer.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("tcp: %v: %w", c.cur.in(c.addr), err)
+		return fmt.Errorf("tcp: %v: %w", c.cur.At(c.addr), err)
 	}
 	return nil
 }
@@ -315,7 +315,7 @@ func (c *conn) disarm() {
 // fail marks the connection broken after an I/O or protocol error in the
 // middle of a request, closes it, and returns the request's error.
 func (c *conn) fail(ctx context.Context, err error) error {
-	err = c.ioError(ctx, c.cur.in(c.addr).String(), err)
+	err = c.ioError(ctx, c.cur.At(c.addr).String(), err)
 	c.markBroken(err)
 	return err
 }
@@ -380,22 +380,4 @@ func (c *conn) discard(n int64) error {
 }
 
 // request names the request in flight, for errors.
-type request struct {
-	op op
-	n  int
-}
-
-// in names the request to the node at addr: "get of 16 blocks from host:port".
-func (r request) in(addr string) requestAt { return requestAt{r, addr} }
-
-type requestAt struct {
-	request
-	addr string
-}
-
-func (r requestAt) String() string {
-	if r.op == opGet {
-		return fmt.Sprintf("get of %d blocks from %s", r.n, r.addr)
-	}
-	return fmt.Sprintf("put of %d blocks to %s", r.n, r.addr)
-}
+type request = frame.Request

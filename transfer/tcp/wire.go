@@ -20,22 +20,13 @@ const (
 	maxBatchBlocks = 32
 )
 
-type op uint8
+// op is a request's operation; the values are the wire's.
+type op = frame.Op
 
 const (
-	opGet op = 1
-	opPut op = 2
+	opGet = frame.OpGet
+	opPut = frame.OpPut
 )
-
-func (o op) String() string {
-	switch o {
-	case opGet:
-		return "get"
-	case opPut:
-		return "put"
-	}
-	return fmt.Sprintf("op 0x%02x", uint8(o))
-}
 
 const flagClosing = 1 << 0 // response flags: the server closes after it
 

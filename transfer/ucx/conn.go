@@ -158,12 +158,12 @@ func (c *conn) watch() {
 func (c *conn) Get(ctx context.Context, keys []index.Key, r transfer.Receiver) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.cur = request{opGet, len(keys)}
+	c.cur = request{Op: opGet, N: len(keys)}
 	if err := c.usable(ctx); err != nil || len(keys) == 0 {
 		return err
 	}
 	if len(keys) > MaxBlocksLimit {
-		return fmt.Errorf("ucx: %v: %w: over the protocol's %d-block limit", c.cur.at(c.addr), transfer.ErrRefused, MaxBlocksLimit)
+		return fmt.Errorf("ucx: %v: %w: over the protocol's %d-block limit", c.cur.At(c.addr), transfer.ErrRefused, MaxBlocksLimit)
 	}
 	defer context.AfterFunc(ctx, c.w.signal)()
 	seq := c.nextSeq()
@@ -290,12 +290,12 @@ func (c *conn) chunkRecv(buf []byte, fits bool, each int, seq uint8, i, j int) *
 func (c *conn) Put(ctx context.Context, blocks []transfer.Block) ([]error, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.cur = request{opPut, len(blocks)}
+	c.cur = request{Op: opPut, N: len(blocks)}
 	if err := c.usable(ctx); err != nil || len(blocks) == 0 {
 		return nil, err
 	}
 	if err := frame.CheckPut(blocks, MaxBlocksLimit); err != nil {
-		return nil, fmt.Errorf("ucx: %v: %w: %w", c.cur.at(c.addr), transfer.ErrRefused, err)
+		return nil, fmt.Errorf("ucx: %v: %w: %w", c.cur.At(c.addr), transfer.ErrRefused, err)
 	}
 	defer context.AfterFunc(ctx, c.w.signal)()
 	seq := c.nextSeq()
@@ -378,7 +378,7 @@ func (c *conn) response(ctx context.Context, resp *op, count int) error {
 	case err != nil:
 		return c.fail(ctx, err)
 	case st == frame.StatusRefused:
-		err := fmt.Errorf("ucx: %v: %w: %s", c.cur.at(c.addr), transfer.ErrRefused, msg)
+		err := fmt.Errorf("ucx: %v: %w: %s", c.cur.At(c.addr), transfer.ErrRefused, msg)
 		if serr := c.settle(ctx); serr != nil {
 			return serr
 		}
@@ -414,37 +414,20 @@ func (c *conn) nextSeq() uint8 {
 func (c *conn) usable(ctx context.Context) error {
 	switch {
 	case c.closed.Load():
-		return fmt.Errorf("ucx: %v: the connection is closed: %w", c.cur.at(c.addr), transfer.ErrClosed)
+		return fmt.Errorf("ucx: %v: the connection is closed: %w", c.cur.At(c.addr), transfer.ErrClosed)
 	case c.broken != nil:
-		return fmt.Errorf("ucx: %v: the connection failed earlier (%v): %w", c.cur.at(c.addr), c.broken, transfer.ErrClosed)
+		return fmt.Errorf("ucx: %v: the connection failed earlier (%v): %w", c.cur.At(c.addr), c.broken, transfer.ErrClosed)
 	case c.gone.Load():
-		err := fmt.Errorf("ucx: %v: the node closed the connection: %w", c.cur.at(c.addr), transfer.ErrClosed)
+		err := fmt.Errorf("ucx: %v: the node closed the connection: %w", c.cur.At(c.addr), transfer.ErrClosed)
 		c.broken = err
 		c.teardown()
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ucx: %v: %w", c.cur.at(c.addr), err)
+		return fmt.Errorf("ucx: %v: %w", c.cur.At(c.addr), err)
 	}
 	return nil
 }
 
 // request names the request in flight, for errors.
-type request struct {
-	op opcode
-	n  int
-}
-
-func (r request) at(addr string) requestAt { return requestAt{r, addr} }
-
-type requestAt struct {
-	request
-	addr string
-}
-
-func (r requestAt) String() string {
-	if r.op == opGet {
-		return fmt.Sprintf("get of %d blocks from %s", r.n, r.addr)
-	}
-	return fmt.Sprintf("put of %d blocks to %s", r.n, r.addr)
-}
+type request = frame.Request

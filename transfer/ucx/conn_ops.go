@@ -113,7 +113,7 @@ func (c *conn) settle(ctx context.Context) error {
 // fail marks the connection broken after a failure in the middle of a
 // request, tears it down, and returns the request's error.
 func (c *conn) fail(ctx context.Context, err error) error {
-	what := c.cur.at(c.addr)
+	what := c.cur.At(c.addr)
 	switch {
 	case c.closed.Load():
 		err = fmt.Errorf("ucx: %v: the connection was closed: %w", what, transfer.ErrClosed)

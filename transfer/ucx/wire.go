@@ -86,11 +86,12 @@ const (
 	maxAddr = 64 << 10
 )
 
-type opcode uint8
+// opcode is a request's operation; the values are the wire's.
+type opcode = frame.Op
 
 const (
-	opGet opcode = 1
-	opPut opcode = 2
+	opGet = frame.OpGet
+	opPut = frame.OpPut
 )
 
 // client hello: magic, version:u8, 0:u8, 0:u16, addrlen:u32, 0:u32, addr.
