@@ -26,6 +26,7 @@ const (
 	DefaultRetryBackoff       = 100 * time.Millisecond
 	DefaultFailureThreshold   = 3
 	DefaultProbeInterval      = time.Second
+	DefaultProbeTimeout       = time.Second
 	DefaultRescanInterval     = 10 * time.Second
 	DefaultMissRescanInterval = time.Second
 	DefaultDeleteDelay        = 2 * time.Second
@@ -140,6 +141,18 @@ type Config struct {
 	// ProbeInterval is how often an unavailable tier asks the store
 	// whether the bucket is back. The default is 1s.
 	ProbeInterval time.Duration
+	// ProbeTimeout is the deadline of a probe: a HEAD of the bucket that
+	// asks whether the store answers at all. A probe starts as soon as a
+	// request fails or has gone ProbeTimeout without an answer (a segment
+	// upload only when it fails); when the probe gets no answer either,
+	// the tier is marked unavailable at once, without waiting for
+	// FailureThreshold failures, and the requests in flight are cut. A
+	// hung store is thus noticed within about 2×ProbeTimeout rather than a
+	// RequestTimeout per caller. The recovery probes of an unavailable
+	// tier (ProbeInterval) have the same deadline. A store that answers a
+	// HEAD slower than this is taken for down. At most RequestTimeout. The
+	// default is 1s, or RequestTimeout when that is shorter.
+	ProbeTimeout time.Duration
 	// RescanInterval is how often the tier lists every index object of
 	// the bucket to learn the segments other nodes wrote or deleted. The
 	// default is 10s.
@@ -195,6 +208,12 @@ func (c *Config) EnsureDefaults() {
 	setDefault(&c.RetryBackoff, DefaultRetryBackoff)
 	setDefault(&c.FailureThreshold, DefaultFailureThreshold)
 	setDefault(&c.ProbeInterval, DefaultProbeInterval)
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = DefaultProbeTimeout
+		if c.RequestTimeout > 0 {
+			c.ProbeTimeout = min(c.ProbeTimeout, c.RequestTimeout)
+		}
+	}
 	setDefault(&c.RescanInterval, DefaultRescanInterval)
 	setDefault(&c.MissRescanInterval, DefaultMissRescanInterval)
 	setDefault(&c.DeleteDelay, DefaultDeleteDelay)
@@ -272,6 +291,7 @@ func (c *Config) Validate() error {
 		{"RequestTimeout", c.RequestTimeout},
 		{"RetryBackoff", c.RetryBackoff},
 		{"ProbeInterval", c.ProbeInterval},
+		{"ProbeTimeout", c.ProbeTimeout},
 		{"RescanInterval", c.RescanInterval},
 		{"DeleteDelay", c.DeleteDelay},
 		{"CloseTimeout", c.CloseTimeout},
@@ -279,6 +299,10 @@ func (c *Config) Validate() error {
 		if d.v <= 0 {
 			bad("%s is %v, want > 0", d.name, d.v)
 		}
+	}
+	if c.ProbeTimeout > c.RequestTimeout && c.RequestTimeout > 0 {
+		bad("ProbeTimeout (%v) is over RequestTimeout (%v): a probe would notice a hung store no sooner than the requests",
+			c.ProbeTimeout, c.RequestTimeout)
 	}
 	if c.Logger == nil {
 		bad("Logger is nil")

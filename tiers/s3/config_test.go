@@ -30,6 +30,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		RetryBackoff:     -1,
 		FailureThreshold: -1,
 		ProbeInterval:    -1,
+		ProbeTimeout:     -1,
 		RescanInterval:   -1,
 		DeleteDelay:      -1,
 		CloseTimeout:     -1,
@@ -43,7 +44,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		"Endpoint", "Bucket", "Prefix", "AccessKey and SecretKey", "Capacity", "MaxBlockSize",
 		"SegmentSize", "PartSize", "FlushInterval", "MaxPendingBytes", "Concurrency",
 		"RequestTimeout", "Retries", "RetryBackoff", "FailureThreshold", "ProbeInterval",
-		"RescanInterval", "DeleteDelay", "CloseTimeout",
+		"ProbeTimeout", "RescanInterval", "DeleteDelay", "CloseTimeout",
 	} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("Validate does not report %s: %v", field, err)
@@ -62,8 +63,19 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if cfg.SegmentSize != s3.DefaultSegmentSize || cfg.MaxPendingBytes != 4*s3.DefaultSegmentSize ||
 		cfg.FlushInterval != s3.DefaultFlushInterval || cfg.Concurrency != s3.DefaultConcurrency ||
-		cfg.MaxBlockSize != s3.DefaultMaxBlockSize || cfg.Retries != s3.DefaultRetries {
+		cfg.MaxBlockSize != s3.DefaultMaxBlockSize || cfg.Retries != s3.DefaultRetries ||
+		cfg.ProbeTimeout != s3.DefaultProbeTimeout {
 		t.Errorf("defaults: %+v", cfg)
+	}
+	short := s3.Config{Endpoint: "127.0.0.1:9000", Bucket: "kvstrata", RequestTimeout: 200 * time.Millisecond}
+	short.EnsureDefaults()
+	if short.ProbeTimeout != short.RequestTimeout {
+		t.Errorf("ProbeTimeout defaults to %v with RequestTimeout %v; want RequestTimeout, the shorter", short.ProbeTimeout, short.RequestTimeout)
+	}
+	slow := s3.Config{Endpoint: "127.0.0.1:9000", Bucket: "kvstrata", RequestTimeout: time.Second, ProbeTimeout: 2 * time.Second}
+	slow.EnsureDefaults()
+	if err := slow.Validate(); !errors.Is(err, tiers.ErrInvalidConfig) || !strings.Contains(err.Error(), "ProbeTimeout") {
+		t.Errorf("ProbeTimeout over RequestTimeout: %v, want it refused", err)
 	}
 	explicit := s3.Config{Endpoint: "127.0.0.1:9000", Bucket: "kvstrata", AccessKey: "a", SecretKey: "s"}
 	explicit.EnsureDefaults()

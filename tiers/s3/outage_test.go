@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -258,5 +259,67 @@ func TestDataObjectsNoIndexNamesAreSweptOnceOld(t *testing.T) {
 	got, _, err := tr.Get(live.Key, nil)
 	if err != nil || !bytes.Equal(got, liveBytes) {
 		t.Fatalf("the live block after the sweep: %v", err)
+	}
+}
+
+// A hung store (a paused process: it takes connections and answers
+// nothing) is noticed by a probe with a deadline of its own, ProbeTimeout,
+// well before the RequestTimeout of the reads that ran into it; the reads
+// in flight are then cut, each failing with ErrUnavailable, instead of
+// each waiting out its own deadline.
+func TestHungStoreIsMarkedUnavailableWithinTheProbeTimeout(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := outageConfig(srv, "hung-probe")
+	cfg.RequestTimeout = 10 * time.Second
+	cfg.ProbeTimeout = 250 * time.Millisecond
+	cfg.ProbeInterval = time.Hour // no recovery probe meanwhile: only the reads notice
+	writer := openTier(t, cfg)
+	const readers = 4
+	var metas []tiers.Meta
+	for i := range readers {
+		m, b := block(1, index.Hash(i+1), 1000)
+		must(t, writer.Put(m, b))
+		metas = append(metas, m)
+	}
+	flush(t, writer)
+	reader := openTier(t, cfg) // knows the blocks only from the bucket
+
+	// Well under one request deadline: a probe notices after ProbeTimeout
+	// of silence and takes ProbeTimeout more to give up.
+	bound := cfg.RequestTimeout / 2
+	srv.Pause()
+	start := time.Now()
+	var wg sync.WaitGroup
+	took := make([]time.Duration, readers)
+	errs := make([]error, readers)
+	for i, m := range metas {
+		wg.Go(func() {
+			_, _, errs[i] = reader.Get(m.Key, nil)
+			took[i] = time.Since(start)
+		})
+	}
+	waitFor(t, bound, "the hung store marked unavailable", func() bool { return reader.Available() != nil })
+	marked := time.Since(start)
+	wg.Wait()
+	t.Logf("marked unavailable after %v; reads failed after %v (ProbeTimeout %v, RequestTimeout %v)",
+		marked.Round(time.Millisecond), took, cfg.ProbeTimeout, cfg.RequestTimeout)
+	for i := range readers {
+		if !errors.Is(errs[i], tiers.ErrUnavailable) || took[i] >= bound {
+			t.Errorf("reader %d: %v after %v; want ErrUnavailable once the store is marked, well within RequestTimeout (%v)",
+				i, errs[i], took[i], cfg.RequestTimeout)
+		}
+	}
+	var ue *s3.UnavailableError
+	if err := reader.Available(); !errors.As(err, &ue) {
+		t.Fatalf("Available() = %v, want an *UnavailableError", err)
+	}
+
+	srv.Resume()
+	must(t, reader.Close()) // its probe would wait an hour; another instance reads
+	again := openTier(t, cfg)
+	for _, m := range metas {
+		if _, _, err := again.Get(m.Key, nil); err != nil {
+			t.Fatalf("after the store resumed: %v", err)
+		}
 	}
 }

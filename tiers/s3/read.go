@@ -166,17 +166,33 @@ func (t *Tier) readRun(ctx context.Context, keys []index.Key, r run, emit func(i
 
 // readRange reads the stored bytes a found covers, without checking them.
 func (t *Tier) readRange(ctx context.Context, f found) ([]byte, error) {
-	if err := t.avail.err(); err != nil {
+	if err := t.getSlot(ctx); err != nil {
 		return nil, err
-	}
-	select {
-	case t.getSlots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: waiting for a free request slot: %w", tiers.ErrUnavailable, ctx.Err())
 	}
 	v, err := t.store.getRange(ctx, f.name, f.off, int64(f.meta.Size), nil)
 	<-t.getSlots
 	return v, err
+}
+
+// getSlot takes one of the Concurrency slots of ranged GETs; the caller
+// gives it back with <-t.getSlots. It fails at once while the store is
+// unavailable, and as soon as the store is marked so while it waits.
+func (t *Tier) getSlot(ctx context.Context) error {
+	cut := t.avail.cut()
+	if err := t.avail.err(); err != nil {
+		return err
+	}
+	select {
+	case t.getSlots <- struct{}{}:
+		return nil
+	case <-cut.Done():
+		if err := t.avail.err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: the store was marked unavailable", tiers.ErrUnavailable)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for a free request slot: %w", tiers.ErrUnavailable, ctx.Err())
+	}
 }
 
 // requestContext bounds one caller's request by RequestTimeout and by
@@ -263,13 +279,8 @@ func (t *Tier) read(ctx context.Context, f found, dst []byte) ([]byte, error) {
 	case size == 0:
 		v = dst
 	default:
-		if err := t.avail.err(); err != nil {
+		if err := t.getSlot(ctx); err != nil {
 			return nil, err
-		}
-		select {
-		case t.getSlots <- struct{}{}:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: waiting for a free request slot: %w", tiers.ErrUnavailable, ctx.Err())
 		}
 		var err error
 		v, err = t.store.getRange(ctx, f.name, f.off, size, dst)

@@ -1,6 +1,7 @@
 package s3
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,14 +66,38 @@ func newStore(cfg *Config, avail *availability, ctr *counters) (*store, error) {
 // sooner), until it succeeds, the store answers for good, the retries
 // run out, ctx ends or the store is marked unavailable. A store failure
 // comes back wrapping tiers.ErrUnavailable.
+//
+// A failed attempt, or one without an answer after ProbeTimeout, makes
+// the store suspect (availability.suspect): if a probe gets no answer
+// either, the store is marked unavailable and the attempt in flight is
+// cut, as every other, rather than left to wait out its deadline.
 func (s *store) do(ctx context.Context, op string, timeout time.Duration, attempt func(context.Context) error) error {
-	if err := s.avail.err(); err != nil && ctx.Value(evenIfDownKey{}) == nil {
+	evenIfDown := ctx.Value(evenIfDownKey{}) != nil
+	if err := s.avail.err(); err != nil && !evenIfDown {
 		return fmt.Errorf("%s: %w", op, err)
+	}
+	cut := s.avail.cut()
+	if evenIfDown {
+		cut = context.Background() // it runs while the store is down
 	}
 	var last error
 	for try := 0; ; try++ {
+		if try > 0 && cut.Err() != nil { // marked unavailable during the backoff
+			return fmt.Errorf("%s: %w", op, cmp.Or(s.avail.err(), last))
+		}
 		actx, cancel := context.WithTimeout(ctx, timeout)
+		stopCut := context.AfterFunc(cut, cancel)
+		var slow *time.Timer
+		if ctx.Value(bulkKey{}) == nil {
+			slow = time.AfterFunc(s.cfg.ProbeTimeout, func() {
+				s.avail.suspect(fmt.Errorf("%s: no answer within %v", op, s.cfg.ProbeTimeout))
+			})
+		}
 		err := attempt(actx)
+		if slow != nil {
+			slow.Stop()
+		}
+		stopCut()
 		cancel()
 		if err == nil || answered(err) {
 			s.avail.success()
@@ -81,9 +106,18 @@ func (s *store) do(ctx context.Context, op string, timeout time.Duration, attemp
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return fmt.Errorf("%s: %w", op, ctx.Err()) // the caller gave up: not the store's fault
 		}
+		if cut.Err() != nil { // marked unavailable meanwhile: this attempt was cut
+			if down := s.avail.err(); down != nil {
+				return fmt.Errorf("%s: %w", op, down)
+			}
+			return fmt.Errorf("%w: %s: %w", tiers.ErrUnavailable, op, err)
+		}
 		last = err
 		s.ctr.requestErrors.Add(1)
 		s.avail.failure(fmt.Errorf("%s: %w", op, err))
+		if retryable(err) {
+			s.avail.suspect(fmt.Errorf("%s: %w", op, err))
+		}
 		if try >= s.cfg.Retries || !retryable(err) || ctx.Err() != nil || s.avail.err() != nil {
 			break
 		}
@@ -98,6 +132,11 @@ func (s *store) do(ctx context.Context, op string, timeout time.Duration, attemp
 // is marked unavailable: the listing that must succeed before a tier
 // opened offline is marked available.
 type evenIfDownKey struct{}
+
+// bulkKey marks a ctx whose requests may rightly take longer than
+// ProbeTimeout (segment uploads): only their failures make the store
+// suspect, not their length.
+type bulkKey struct{}
 
 // backoff is the wait before retry number try+1: RetryBackoff doubled per
 // retry up to 32×, then between half and all of that at random.
@@ -167,6 +206,7 @@ type seekReaderAt interface {
 func (s *store) put(ctx context.Context, name string, body seekReaderAt, size int64) (string, error) {
 	parts := max(1, (size+s.cfg.PartSize-1)/s.cfg.PartSize)
 	var etag string
+	ctx = context.WithValue(ctx, bulkKey{}, true)
 	err := s.do(ctx, "put "+name, time.Duration(parts)*s.cfg.RequestTimeout, func(ctx context.Context) error {
 		if _, err := body.Seek(0, io.SeekStart); err != nil {
 			return err

@@ -80,10 +80,14 @@
 // # When the store is down
 //
 // Every request has a deadline (Config.RequestTimeout) and bounded
-// retries with backoff. After Config.FailureThreshold failed attempts in
-// a row the tier is marked unavailable (Available says why and since when),
-// and a probe of the bucket every Config.ProbeInterval marks it available
-// again. Meanwhile Get and Stat of stored blocks fail at once with errors
+// retries with backoff. A request that fails, or has no answer after
+// Config.ProbeTimeout, starts a probe of the bucket with that shorter
+// deadline; if the probe fails too, the tier is marked unavailable at
+// once (Available says why and since when) and the requests in flight are
+// cut: a hung store holds a read for about 2×ProbeTimeout, not its
+// RequestTimeout. After Config.FailureThreshold failed attempts in a row
+// it is marked unavailable too. A probe of the bucket every
+// Config.ProbeInterval marks it available again. Meanwhile Get and Stat of stored blocks fail at once with errors
 // wrapping tiers.ErrUnavailable; blocks still in memory are served, and
 // Put keeps buffering until Config.MaxPendingBytes, past which it fails at
 // once with tiers.ErrBusy and ErrBacklog. Uploads pause and resume by
@@ -97,7 +101,8 @@
 // segments and the accounting; no request to the store is made under it,
 // and block bytes in memory, never written once put, are copied out of
 // it. Put never waits for the store; Get, Stat and GetMany wait at most
-// RequestTimeout per block. Scan copies the block list and calls fn
+// RequestTimeout per block, and about 2×ProbeTimeout for a store that
+// hangs. Scan copies the block list and calls fn
 // without the lock, so fn may call the tier.
 package s3
 
@@ -192,8 +197,12 @@ func Open(ctx context.Context, cfg Config) (*Tier, error) {
 	if t.store, err = newStore(&t.cfg, t.avail, &t.ctr); err != nil {
 		return nil, fmt.Errorf("s3: open %s: %w", where, err)
 	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.avail.watch(t.ctx, cfg.ProbeTimeout, func(ctx context.Context) error { return t.store.probe(ctx, false) })
 	if err := t.connect(ctx); err != nil {
 		if !cfg.OpenOffline || !unreachable(err) {
+			t.cancel()
+			t.avail.stop()
 			return nil, fmt.Errorf("s3: open %s: %w", where, err)
 		}
 		t.avail.markDown(err)
@@ -201,7 +210,6 @@ func Open(ctx context.Context, cfg Config) (*Tier, error) {
 		cfg.Logger.Warn("s3: store unreachable; the tier starts unavailable and lists the bucket once the store answers",
 			"store", where, "err", err)
 	}
-	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.wg.Add(4)
 	go t.uploadLoop()
 	go t.deleteLoop()
@@ -346,6 +354,7 @@ func (t *Tier) Close() error {
 	close(t.stop)
 	t.cancel()
 	t.wg.Wait()
+	t.avail.stop()
 	if err == nil {
 		return nil
 	}
