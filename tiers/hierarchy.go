@@ -179,6 +179,7 @@ type level struct {
 	loc                                           index.Location
 	promoteInto                                   []int // faster levels its hits are copied into
 	evictions, demotions, promotions, drops, hits int64
+	unreachable                                   int64 // gets of its blocks while it could not be reached
 }
 
 // entry is the hierarchy's record of one key.
@@ -316,7 +317,11 @@ func (h *Hierarchy) stored(e *entry, m Meta, err error) {
 
 // Get appends a block's bytes to dst and returns them with the block's Meta
 // and the kind of tier that served it. A copy that fails its checksum is
-// dropped and the next level tried; a block held nowhere is ErrNotFound.
+// dropped and the next level tried; a block held nowhere is ErrNotFound. A
+// block whose fastest copy is in a tier that cannot be reached now (an
+// object store that is down) fails with an error matching ErrUnavailable,
+// not ErrNotFound, and the kind of that tier: it is cached, out of reach
+// for now.
 func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, Meta, index.TierKind, error) {
 	var out []byte
 	m, kind, err := h.read(key, func(t Tier) (Meta, []byte, error) {
@@ -345,8 +350,12 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, []byte, error)) (Me
 		e := h.entries[key]
 		if e == nil || e.in == 0 {
 			h.mu.Unlock()
-			if h.discover(key) {
+			found, down, err := h.discover(key)
+			if found {
 				continue
+			}
+			if err != nil {
+				return Meta{}, h.levels[down].Kind, h.unreachable(down, key, err)
 			}
 			h.mu.Lock()
 			h.misses++
@@ -374,17 +383,24 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, []byte, error)) (Me
 		case errors.Is(err, ErrCorrupt):
 			h.lost(i, key)
 		case errors.Is(err, ErrUnavailable):
-			// The copy is there but out of reach for now: a miss today.
-			h.mu.Lock()
-			h.misses++
-			h.gets++
-			h.mu.Unlock()
-			return Meta{}, 0, fmt.Errorf("hierarchy: %v: %w (%v)", key, ErrNotFound, err)
+			return Meta{}, l.Kind, h.unreachable(i, key, err)
 		case !errors.Is(err, ErrNotFound):
 			return Meta{}, 0, err
 		}
 	}
 	return Meta{}, 0, fmt.Errorf("hierarchy: %v moved under four reads in a row: %w", key, ErrNotFound)
+}
+
+// unreachable counts a get of a block that level i holds but cannot read
+// now (its tier failed with ErrUnavailable: an object store that is down)
+// and returns the error for it, which matches ErrUnavailable, not
+// ErrNotFound: the block is cached, the caller may try again later.
+func (h *Hierarchy) unreachable(i int, key index.Key, err error) error {
+	h.mu.Lock()
+	h.gets++
+	h.levels[i].unreachable++
+	h.mu.Unlock()
+	return fmt.Errorf("hierarchy: %v held in %v, out of reach for now: %w", key, h.levels[i].Kind, err)
 }
 
 // Stat returns a block's Meta and the fastest kind of tier holding it.
@@ -402,7 +418,10 @@ func (h *Hierarchy) Stat(key index.Key) (Meta, index.TierKind, error) {
 // store) and records a copy it finds there.
 func (h *Hierarchy) Find(key index.Key) (Meta, index.TierKind, error) {
 	m, kind, err := h.Stat(key)
-	if err == nil || !errors.Is(err, ErrNotFound) || !h.discover(key) {
+	if err == nil || !errors.Is(err, ErrNotFound) {
+		return m, kind, err
+	}
+	if found, _, _ := h.discover(key); !found {
 		return m, kind, err
 	}
 	return h.Stat(key)

@@ -198,7 +198,7 @@ func (h *Hierarchy) PromoteTo(kind index.TierKind, key index.Key) (bool, error) 
 		return false, fmt.Errorf("hierarchy: no %v tier: %w", kind, ErrInvalid)
 	}
 	if _, _, err := h.Stat(key); errors.Is(err, ErrNotFound) {
-		h.discover(key)
+		_, _, _ = h.discover(key)
 	}
 	e, err := h.acquire(key, false)
 	if err != nil {
@@ -256,21 +256,25 @@ func (h *Hierarchy) Demote(kind index.TierKind, key index.Key) error {
 
 // discover looks for a key the hierarchy does not know in the shared levels
 // (blocks another node wrote to a shared object store) and, if one holds
-// it, records that copy. It reports whether it found one.
-func (h *Hierarchy) discover(key index.Key) bool {
+// it, records that copy. It reports whether it found one and, when it
+// did not, the error of a shared level that could not say because it is
+// out of reach (ErrUnavailable), and which level that is.
+func (h *Hierarchy) discover(key index.Key) (found bool, down int, err error) {
 	for i, l := range h.levels {
 		if !l.Shared {
 			continue
 		}
-		m, err := l.Tier.Stat(key)
-		if err != nil {
+		m, serr := l.Tier.Stat(key)
+		if errors.Is(serr, ErrUnavailable) && err == nil {
+			down, err = i, serr // it may hold the key: out of reach for now
+		}
+		if serr != nil {
 			continue
 		}
 		h.mu.Lock()
-		found := false
 		if h.closed {
 			h.mu.Unlock()
-			return false
+			return false, 0, nil
 		}
 		if e := h.entries[key]; e == nil {
 			h.entries[key] = &entry{meta: m, in: 1 << i, atime: time.Now().UnixNano()}
@@ -283,9 +287,9 @@ func (h *Hierarchy) discover(key index.Key) bool {
 			found = e.in != 0 // someone else recorded it meanwhile
 		}
 		h.mu.Unlock()
-		return found
+		return found, 0, nil
 	}
-	return false
+	return false, down, err
 }
 
 // checkWatermark demotes from level i down to its low watermark once it

@@ -20,7 +20,8 @@ type ManyGetter interface {
 // ReadMany reads keys from the fastest level holding each, a level that is
 // a ManyGetter in one batch, and calls fn once per key (one call at a time,
 // in any order) with the block's bytes — fn may keep them — its Meta and
-// the kind of tier that served it, or ErrNotFound. Hits count and promote
+// the kind of tier that served it, or ErrNotFound, or (as Get) an error
+// matching ErrUnavailable for a block held in a tier out of reach. Hits count and promote
 // as Get's do. It is how a long chain is restored from an object store.
 func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m Meta, kind index.TierKind, err error)) error {
 	byLevel := make([][]int, len(h.levels))
@@ -41,7 +42,12 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 	}
 	h.mu.Unlock()
 	for _, i := range missing { // maybe in a shared level another node filled
-		if !h.discover(keys[i]) {
+		found, down, err := h.discover(keys[i])
+		if !found && err != nil {
+			fn(i, nil, Meta{}, h.levels[down].Kind, h.unreachable(down, keys[i], err))
+			continue
+		}
+		if !found {
 			h.mu.Lock()
 			h.gets++
 			h.misses++
@@ -77,6 +83,10 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 			if err == nil {
 				h.hit(keys[i], lvl, v, m)
 				fn(i, v, m, h.levels[lvl].Kind, nil)
+				return
+			}
+			if errors.Is(err, ErrUnavailable) { // reading it again would wait for the store again
+				fn(i, nil, Meta{}, h.levels[lvl].Kind, h.unreachable(lvl, keys[i], err))
 				return
 			}
 			if errors.Is(err, ErrCorrupt) {

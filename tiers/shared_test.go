@@ -106,7 +106,7 @@ func TestDemoteAndPromoteToMoveCopiesOnDemand(t *testing.T) {
 	}
 }
 
-func TestObjectStoreOutageIsAMissNotAFailure(t *testing.T) {
+func TestObjectStoreOutageIsUnreachableNotAMissNorAFailure(t *testing.T) {
 	srv := s3test.Start(t)
 	h, bottom := threeLevels(t, srv, 1)
 	for i := 1; i <= 6; i++ {
@@ -116,24 +116,54 @@ func TestObjectStoreOutageIsAMissNotAFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	// Blocks only in the object store read as misses; once the tier is
-	// marked down they are misses at once. DRAM keeps serving, and puts
-	// keep landing.
+	// Blocks only in the object store are cached but out of reach: their
+	// gets fail with ErrUnavailable, not ErrNotFound, and at once once the
+	// tier is marked down. A block held nowhere is still a plain miss.
+	// DRAM keeps serving, and puts keep landing.
 	deadline := time.Now().Add(10 * time.Second)
 	for bottom.Available() == nil {
-		if _, _, _, err := h.Get(key(1), nil); !errors.Is(err, tiers.ErrNotFound) {
-			t.Fatalf("get of an s3 block with s3 down: %v", err)
+		if _, _, kind, err := h.Get(key(1), nil); !errors.Is(err, tiers.ErrUnavailable) || errors.Is(err, tiers.ErrNotFound) || kind != index.TierS3 {
+			t.Fatalf("get of an s3 block with s3 down: %v from %v; want ErrUnavailable from s3", err, kind)
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("s3 never marked unavailable")
 		}
 	}
-	before := h.Stats().Levels[2].Detail["request_errors"]
-	if _, _, _, err := h.Get(key(2), nil); !errors.Is(err, tiers.ErrNotFound) {
-		t.Fatalf("get of an s3 block with s3 marked down: %v", err)
+	before := h.Stats()
+	if _, _, _, err := h.Get(key(2), nil); !errors.Is(err, tiers.ErrUnavailable) || errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("get of an s3 block with s3 marked down: %v, want ErrUnavailable", err)
 	}
-	if after := h.Stats().Levels[2].Detail["request_errors"]; after != before {
-		t.Fatalf("a miss with s3 marked down still asked the store (%d request errors, was %d)", after, before)
+	if _, _, _, err := h.Get(key(99), nil); !errors.Is(err, tiers.ErrNotFound) || errors.Is(err, tiers.ErrUnavailable) {
+		t.Fatalf("get of a block held nowhere with s3 down: %v, want ErrNotFound", err)
+	}
+	after := h.Stats()
+	if a, b := after.Levels[2].Detail["request_errors"], before.Levels[2].Detail["request_errors"]; a != b {
+		t.Fatalf("a get with s3 marked down still asked the store (%d request errors, was %d)", a, b)
+	}
+	if n := after.Levels[2].Unreachable - before.Levels[2].Unreachable; n != 1 {
+		t.Fatalf("s3's unreachable count grew by %d, want 1", n)
+	}
+	if n := after.Misses - before.Misses; n != 1 {
+		t.Fatalf("misses grew by %d, want 1: only the block held nowhere", n)
+	}
+	var got []error
+	err := h.ReadMany(context.Background(), []index.Key{key(1), key(2), key(99)}, func(i int, _ []byte, _ tiers.Meta, _ index.TierKind, err error) {
+		got = append(got, err)
+	})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("ReadMany with s3 down: %v, %d answers", err, len(got))
+	}
+	var unreachable, missing int
+	for _, err := range got {
+		switch {
+		case errors.Is(err, tiers.ErrUnavailable):
+			unreachable++
+		case errors.Is(err, tiers.ErrNotFound):
+			missing++
+		}
+	}
+	if unreachable != 2 || missing != 1 {
+		t.Fatalf("ReadMany with s3 down: %v; want two ErrUnavailable and one ErrNotFound", got)
 	}
 	if _, _, kind, err := h.Get(key(6), nil); err != nil || kind != index.TierDRAM {
 		t.Fatalf("dram block with s3 down: %v %v", kind, err)

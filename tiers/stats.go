@@ -14,19 +14,23 @@ type LevelStats struct {
 	Unavailable error
 	// Detail holds counters of the tier's own (objects, segments,
 	// request errors …), for tiers that report them.
-	Detail     map[string]int64
-	Hits       int64 // gets served by this level
-	Evictions  int64 // blocks this level gave up to make room
-	Drops      int64 // evictions that kept no copy in a lower level
-	Demotions  int64 // blocks this level received from the level above
-	Promotions int64 // blocks this level received from below
+	Detail map[string]int64
+	Hits   int64 // gets served by this level
+	// Unreachable counts gets of blocks this level holds that failed
+	// because it could not be reached then (ErrUnavailable): cached but
+	// out of reach, neither a hit nor a miss.
+	Unreachable int64
+	Evictions   int64 // blocks this level gave up to make room
+	Drops       int64 // evictions that kept no copy in a lower level
+	Demotions   int64 // blocks this level received from the level above
+	Promotions  int64 // blocks this level received from below
 }
 
 // HierarchyStats is a snapshot of a hierarchy's counters.
 type HierarchyStats struct {
 	Levels []LevelStats
 	Gets   int64 // Get calls that found the hierarchy open
-	Misses int64 // of which held nowhere
+	Misses int64 // of which held nowhere (gets of unreachable blocks are not misses)
 	Pins   int   // keys under an unreleased lease
 	Keys   int   // distinct blocks held in some level
 }
@@ -50,7 +54,7 @@ func (h *Hierarchy) Stats() HierarchyStats {
 	s := HierarchyStats{Gets: h.gets, Misses: h.misses, Pins: len(h.pins), Keys: len(h.entries)}
 	for i, l := range h.levels {
 		ls := LevelStats{
-			Kind: l.Kind, Stats: tierStats[i], Hits: l.hits, Evictions: l.evictions,
+			Kind: l.Kind, Stats: tierStats[i], Hits: l.hits, Unreachable: l.unreachable, Evictions: l.evictions,
 			Drops: l.drops, Demotions: l.demotions, Promotions: l.promotions,
 			HighWatermark: l.HighWatermark, LowWatermark: l.LowWatermark, Policy: l.Policy.Name(),
 			Unavailable: down[i], Detail: detail[i],

@@ -102,12 +102,14 @@ func (c respCollector) Collect(ch chan<- prometheus.Metric) {
 type tierCollector struct{ stats StatsFunc }
 
 var (
-	tierLabels     = []string{"tier"}
-	descCapacity   = desc("tier_capacity_bytes", "Bytes a tier may hold.")
-	descUsed       = desc("tier_used_bytes", "Bytes a tier holds, allocation overhead included.")
-	descBlocks     = desc("tier_blocks", "Blocks a tier holds.")
-	descHits       = desc("tier_hits_total", "Gets served by a tier.")
-	descMissesTier = desc("tier_misses_total", "Gets that reached a tier (missed every faster one) and were not served by it.")
+	tierLabels      = []string{"tier"}
+	descCapacity    = desc("tier_capacity_bytes", "Bytes a tier may hold.")
+	descUsed        = desc("tier_used_bytes", "Bytes a tier holds, allocation overhead included.")
+	descBlocks      = desc("tier_blocks", "Blocks a tier holds.")
+	descHits        = desc("tier_hits_total", "Gets served by a tier.")
+	descMissesTier  = desc("tier_misses_total", "Gets that reached a tier (missed every faster one) and were not served by it.")
+	descUnreachable = desc("tier_unreachable_total", "Gets of blocks a tier holds that failed because it could not be reached then "+
+		"(an object store that is down): cached but out of reach, answered as unavailable rather than as misses.")
 	descEvictions  = desc("tier_evictions_total", "Blocks a tier gave up to make room.")
 	descDrops      = desc("tier_drops_total", "Evictions that kept no copy in a lower tier.")
 	descDemotions  = desc("tier_demotions_total", "Blocks a tier received from the tier above.")
@@ -125,7 +127,7 @@ func desc(name, help string) *prometheus.Desc {
 }
 
 func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descBlocks, descHits, descMissesTier, descEvictions,
+	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descBlocks, descHits, descMissesTier, descUnreachable, descEvictions,
 		descDrops, descDemotions, descPromotions, descAvailable, descDetail, descGets, descMisses, descKeys, descPins} {
 		ch <- d
 	}
@@ -148,6 +150,8 @@ func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descHits, l.Hits)
 		reached -= l.Hits
 		counter(descMissesTier, reached)
+		counter(descUnreachable, l.Unreachable)
+		reached -= l.Unreachable // they went no further down
 		counter(descEvictions, l.Evictions)
 		counter(descDrops, l.Drops)
 		counter(descDemotions, l.Demotions)
