@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -195,6 +198,65 @@ func BenchmarkGetMany(b *testing.B) {
 					}
 				}))
 			}
+		})
+	}
+}
+
+// BenchmarkHungStore measures, with the default deadlines, how a store
+// that hangs (a paused process) shows to readers of blocks stored in the
+// bucket: how long after it hangs the tier is marked unavailable, and how
+// long the reads that ran into it waited. Each reader reads its block
+// again and again until the tier is marked. Each iteration takes seconds:
+//
+//	go test -run '^$' -bench HungStore -benchtime 1x ./tiers/s3/
+func BenchmarkHungStore(b *testing.B) {
+	for _, readers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("readers=%d", readers), func(b *testing.B) {
+			var marked, longest, total time.Duration
+			var reads int
+			for range b.N {
+				srv := s3test.Start(b)
+				cfg := srv.Config(benchBucket("hung"))
+				cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+				writer := openTier(b, cfg)
+				var keys []index.Key
+				for i := range readers {
+					m, v := block(1, index.Hash(i+1), 64<<10)
+					must(b, writer.Put(m, v))
+					keys = append(keys, m.Key)
+				}
+				flush(b, writer)
+				reader := openTier(b, cfg)
+
+				srv.Pause()
+				start := time.Now()
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				for _, k := range keys {
+					wg.Go(func() {
+						for reader.Available() == nil {
+							t0 := time.Now()
+							_, _, _ = reader.Get(k, nil)
+							d := time.Since(t0)
+							mu.Lock()
+							longest, total, reads = max(longest, d), total+d, reads+1
+							mu.Unlock()
+						}
+					})
+				}
+				for reader.Available() == nil {
+					time.Sleep(time.Millisecond)
+				}
+				marked += time.Since(start)
+				wg.Wait()
+				srv.Resume()
+				_ = reader.Close()
+				_ = writer.Close()
+			}
+			b.ReportMetric(marked.Seconds()/float64(b.N), "s-to-unavailable")
+			b.ReportMetric(longest.Seconds(), "s-longest-read")
+			b.ReportMetric(total.Seconds()/float64(reads), "s-mean-read")
+			b.ReportMetric(float64(reads)/float64(b.N), "reads-until-marked")
 		})
 	}
 }
