@@ -25,8 +25,10 @@ var (
 	ErrCorrupt = errors.New("tiers: block corrupt")
 	ErrClosed  = errors.New("tiers: closed")
 	// ErrUnavailable marks a tier that cannot be reached for now (an
-	// object store that is down); its blocks are not lost, and callers
-	// treat the request as a miss and try again later.
+	// object store that is down); its blocks are not lost. A Hierarchy
+	// read of a block held there fails with it rather than ErrNotFound
+	// (cached, out of reach): callers may serve it as a miss, but can tell
+	// it from one, and try again later.
 	ErrUnavailable = errors.New("tiers: tier unavailable")
 	// ErrBusy marks a Put a tier cannot take for now although it has room
 	// (an upload backlog): evicting from it does not help, so the caller
