@@ -26,6 +26,10 @@ var (
 	ErrClosed  = errors.New("transfer: connection closed")
 	// ErrFull marks a block the server had no room for.
 	ErrFull = errors.New("transfer: no room for the block")
+	// ErrUnavailable marks a block the server holds but cannot read now
+	// (it is in a tier out of reach, an object store that is down): not a
+	// miss, the caller may try again later.
+	ErrUnavailable = errors.New("transfer: block out of reach for now")
 	// ErrRemote marks an error the server's Handler reported for one block
 	// (a disk error, say); the error's message holds the server's.
 	ErrRemote = errors.New("transfer: server error")
@@ -81,7 +85,8 @@ type Receiver interface {
 	// Buffer returns where block i goes: len(buf) must be h.Size.
 	Buffer(i int, h Header) []byte
 	// Done reports block i: err is nil (its buffer holds verified bytes),
-	// ErrNotFound, ErrCorrupt, or another error from the server.
+	// ErrNotFound, ErrUnavailable, ErrCorrupt, or another error from the
+	// server.
 	Done(i int, h Header, err error)
 }
 

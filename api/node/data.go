@@ -76,6 +76,8 @@ func dataError(err error) error {
 		return fmt.Errorf("%w: %v", transfer.ErrNotFound, err)
 	case errors.Is(err, tiers.ErrFull):
 		return fmt.Errorf("%w: %v", transfer.ErrFull, err)
+	case errors.Is(err, tiers.ErrUnavailable):
+		return fmt.Errorf("%w: %v", transfer.ErrUnavailable, err)
 	}
 	return err
 }

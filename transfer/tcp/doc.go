@@ -65,6 +65,8 @@
 //	0 OK        1 NotFound    2 Corrupt (checksum mismatch)
 //	3 Refused   4 Error (msg holds the server's error)
 //	5 Full (the server had no room for the block; msg says why)
+//	6 Unavailable (the server holds the block but cannot read it now, as
+//	  from an object store that is down; msg says why)
 //
 // Every msg is UTF-8 text of at most 512 bytes, for a person to read.
 //

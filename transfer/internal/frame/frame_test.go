@@ -62,7 +62,7 @@ func TestDecodeHeaderRejects(t *testing.T) {
 	}{
 		{"unknown flag", func(b []byte) { b[36] = 0x02 }, "unknown flags 0x02"},
 		{"parent without flag", func(b []byte) { b[16] = 0x01 }, "parent 0000000000000001 without the has-parent flag"},
-		{"unknown status", func(b []byte) { b[37] = byte(numStatus) }, "status 6"},
+		{"unknown status", func(b []byte) { b[37] = byte(numStatus) }, "status 7"},
 		{"long msg", func(b []byte) { b[38], b[39] = 0x01, 0x02 }, "message of 513 bytes, over 512"},
 	} {
 		b := bytes.Clone(valid)
@@ -98,7 +98,7 @@ func TestResultEncoding(t *testing.T) {
 	if st, n, err := DecodeResult(b); err != nil || st != StatusCorrupt || n != 300 {
 		t.Errorf("decodes as status %d, msglen %d, %v", st, n, err)
 	}
-	for _, bad := range []string{"06000000", "00010000", "00000102"} {
+	for _, bad := range []string{"07000000", "00010000", "00000102"} {
 		b, _ := hex.DecodeString(bad)
 		if _, _, err := DecodeResult(b); !errors.Is(err, ErrProtocol) {
 			t.Errorf("result %s decodes with %v, want a protocol violation", bad, err)

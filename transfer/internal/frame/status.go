@@ -22,6 +22,9 @@ const (
 	StatusRefused         // refused as a whole; msg says why (transfer.ErrRefused)
 	StatusError           // msg holds the server's error (transfer.ErrRemote)
 	StatusFull            // the handler had no room for the block (transfer.ErrFull)
+	// StatusUnavailable: the block is held but out of reach for now
+	// (transfer.ErrUnavailable); msg says why.
+	StatusUnavailable
 	numStatus
 )
 
@@ -40,16 +43,18 @@ func StatusOf(err error) Status {
 		return StatusCorrupt
 	case errors.Is(err, transfer.ErrFull):
 		return StatusFull
+	case errors.Is(err, transfer.ErrUnavailable):
+		return StatusUnavailable
 	}
 	return StatusError
 }
 
 // ReserveStatus maps the error of a Handler's Reserve (not nil) to the
 // status of the block's put result: StatusOf's, except that a put result
-// is never OK nor NotFound, which become StatusError.
+// is never OK, NotFound nor Unavailable, which become StatusError.
 func ReserveStatus(err error) Status {
 	st := StatusOf(err)
-	if st == StatusOK || st == StatusNotFound {
+	if st == StatusOK || st == StatusNotFound || st == StatusUnavailable {
 		st = StatusError
 	}
 	return st
@@ -84,8 +89,8 @@ func Clip(s string) string {
 // BlockError is the error a Conn reports for block i (key k) that the
 // server at addr answered with st (not OK) and msg. backend names the
 // transport ("tcp", "ucx") at the start of the message. The error wraps
-// transfer.ErrNotFound, ErrCorrupt or ErrFull for those statuses, and
-// transfer.ErrRemote for any other.
+// transfer.ErrNotFound, ErrCorrupt, ErrFull or ErrUnavailable for those
+// statuses, and transfer.ErrRemote for any other.
 func BlockError(backend, addr string, i int, k index.Key, st Status, msg []byte) error {
 	switch st {
 	case StatusNotFound:
@@ -97,6 +102,8 @@ func BlockError(backend, addr string, i int, k index.Key, st Status, msg []byte)
 		return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrCorrupt)
 	case StatusFull:
 		return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrFull)
+	case StatusUnavailable:
+		return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrUnavailable)
 	}
 	return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrRemote)
 }

@@ -13,7 +13,7 @@ import (
 
 func TestStatusCodes(t *testing.T) {
 	// The codes are on the wire: doc.go of each backend lists them.
-	for st, want := range []Status{StatusOK, StatusNotFound, StatusCorrupt, StatusRefused, StatusError, StatusFull} {
+	for st, want := range []Status{StatusOK, StatusNotFound, StatusCorrupt, StatusRefused, StatusError, StatusFull, StatusUnavailable} {
 		if Status(st) != want || !want.Known() {
 			t.Errorf("status %d is %d (known %v)", st, want, want.Known())
 		}
@@ -37,6 +37,7 @@ func TestStatusRoundTrip(t *testing.T) {
 		{fmt.Errorf("dram: %w", transfer.ErrNotFound), StatusNotFound, StatusError, transfer.ErrNotFound},
 		{fmt.Errorf("ssd: %w", transfer.ErrCorrupt), StatusCorrupt, StatusCorrupt, transfer.ErrCorrupt},
 		{fmt.Errorf("dram: tier full: %w", transfer.ErrFull), StatusFull, StatusFull, transfer.ErrFull},
+		{fmt.Errorf("s3: store down: %w", transfer.ErrUnavailable), StatusUnavailable, StatusError, transfer.ErrUnavailable},
 		{errors.New("ssd: disk on fire"), StatusError, StatusError, transfer.ErrRemote},
 	} {
 		if st := StatusOf(c.err); st != c.st {
