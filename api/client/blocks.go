@@ -43,6 +43,11 @@ type Result struct {
 	Parent    index.Hash
 	HasParent bool
 	Tier      string // the tier that served it, when the node says (gRPC)
+	// Err is set, with Found false, for a block the node holds but could
+	// not read now: it is in a tier out of reach (an object store that is
+	// down). It matches ErrUnavailable; try again later. A block the node
+	// does not hold has Found false and no Err.
+	Err error
 	// Node is the node that served it, for a Cluster's gets (AnyNode: the
 	// shared object store, through the seed).
 	Node index.NodeID
@@ -160,7 +165,8 @@ func closeErr(_ *pb.PutResponse, err error) error {
 	return err
 }
 
-// Get fetches keys; Result.Found is false for the ones the node lacks.
+// Get fetches keys; Result.Found is false for the ones the node lacks, and
+// for the ones it holds but cannot read now, which have Result.Err set.
 func (c *Client) Get(ctx context.Context, keys []index.Key) ([]Result, error) {
 	out := make([]Result, len(keys))
 	err := c.GetFunc(ctx, keys, GetOptions{}, func(i int, r Result) error {
@@ -253,6 +259,8 @@ func (r *receiver) Done(i int, h transfer.Header, err error) {
 		r.err = r.emit(i, Result{Found: true, Data: r.buf, Sum: h.Sum, Parent: h.Parent, HasParent: h.HasParent})
 	case errors.Is(err, transfer.ErrNotFound):
 		r.err = r.emit(i, Result{})
+	case errors.Is(err, transfer.ErrUnavailable):
+		r.err = r.emit(i, Result{Err: &Error{Op: "get", Code: codes.Unavailable, Msg: err.Error()}})
 	default:
 		r.err = wrap("get", err)
 	}
@@ -289,6 +297,9 @@ func (c *Client) getGRPC(ctx context.Context, keys []index.Key, stopAtMiss bool,
 			}
 			cur, want = Result{}, 0
 			if !msg.Found {
+				if code := codes.Code(msg.Code); code != codes.OK {
+					cur = Result{Tier: msg.Tier, Err: &Error{Op: "get", Code: code, Msg: msg.Message}}
+				}
 				if err := emit(idx, cur); err != nil {
 					return err
 				}

@@ -155,7 +155,9 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// Get streams blocks back in request order.
+// Get streams blocks back in request order. A block the node holds in a
+// tier it cannot reach now is answered not found with code UNAVAILABLE and
+// why, rather than ending the stream: the other blocks still come.
 func (s *Server) Get(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.GetResponse]) error {
 	if err := s.n.CheckKeys(len(req.Keys)); err != nil {
 		return toStatus(err)
@@ -177,6 +179,9 @@ func (s *Server) Get(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.Ge
 
 func (s *Server) sendBlock(stream grpc.ServerStreamingServer[pb.GetResponse], i uint32, key index.Key) (bool, error) {
 	v, kind, err := s.n.View(key)
+	if errors.Is(err, tiers.ErrUnavailable) { // held, out of reach for now: not a miss
+		return false, stream.Send(&pb.GetResponse{Index: i, Tier: kind.String(), Code: int32(codes.Unavailable), Message: err.Error()})
+	}
 	if errors.Is(err, tiers.ErrNotFound) {
 		return false, stream.Send(&pb.GetResponse{Index: i})
 	}

@@ -611,12 +611,18 @@ func (x *GetRequest) GetStopAtMiss() bool {
 }
 
 type GetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // position of the block in the request
-	Found         bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"` // set on the first message of each block
-	Meta          *BlockMeta             `protobuf:"bytes,3,opt,name=meta,proto3" json:"meta,omitempty"`    // set on the first message of each found block
-	Tier          string                 `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`    // tier that served it
-	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`    // a chunk of the block's bytes
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // position of the block in the request
+	Found bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"` // set on the first message of each block
+	Meta  *BlockMeta             `protobuf:"bytes,3,opt,name=meta,proto3" json:"meta,omitempty"`    // set on the first message of each found block
+	Tier  string                 `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`    // tier that served it
+	Data  []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`    // a chunk of the block's bytes
+	// For a block not found: 14 (UNAVAILABLE, a google.rpc.Code value) when
+	// the node holds it but cannot read it now — it is in a tier out of
+	// reach, an object store that is down; try again later — with why in
+	// message and that tier in tier. 0 for a block the node does not hold.
+	Code          int32  `protobuf:"varint,6,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -684,6 +690,20 @@ func (x *GetResponse) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *GetResponse) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *GetResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 type LookupRequest struct {
@@ -2849,13 +2869,15 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"GetRequest\x12)\n" +
 	"\x04keys\x18\x01 \x03(\v2\x15.kvstrata.v1.BlockKeyR\x04keys\x12 \n" +
 	"\fstop_at_miss\x18\x02 \x01(\bR\n" +
-	"stopAtMiss\"\x8d\x01\n" +
+	"stopAtMiss\"\xbb\x01\n" +
 	"\vGetResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x12*\n" +
 	"\x04meta\x18\x03 \x01(\v2\x16.kvstrata.v1.BlockMetaR\x04meta\x12\x12\n" +
 	"\x04tier\x18\x04 \x01(\tR\x04tier\x12\x12\n" +
-	"\x04data\x18\x05 \x01(\fR\x04data\"E\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\x12\x12\n" +
+	"\x04code\x18\x06 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\"E\n" +
 	"\rLookupRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x06R\tnamespace\x12\x16\n" +
 	"\x06hashes\x18\x02 \x03(\x06R\x06hashes\"W\n" +
