@@ -182,6 +182,8 @@ func respError(err error) error {
 		return resp.Mark(err, resp.ErrTooLarge)
 	case errors.Is(err, tiers.ErrFull):
 		return resp.Mark(err, resp.ErrFull)
+	case errors.Is(err, tiers.ErrUnavailable):
+		return resp.Mark(err, resp.ErrUnavailable)
 	}
 	return err
 }

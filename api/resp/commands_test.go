@@ -234,6 +234,7 @@ func TestStoreErrorReplies(t *testing.T) {
 		{resp.ErrFull, "-OOM the store is full and cannot make room for this value"},
 		{resp.ErrTooLarge, "-ERR value is over the store's size limit"},
 		{resp.Mark(errors.New("tiers: tier full"), resp.ErrFull), "-OOM tiers: tier full"},
+		{resp.Mark(errors.New("s3: store unavailable"), resp.ErrUnavailable), "-TRYAGAIN s3: store unavailable"},
 		{errors.New("two\r\nlines"), "-ERR two  lines"},
 	} {
 		store.FailWith(tc.err)

@@ -79,11 +79,16 @@ var (
 	// ErrFull marks a store with no room it can make (nothing evictable):
 	// "-OOM <text>", the reply Redis gives over maxmemory.
 	ErrFull = errors.New("resp: store full")
+	// ErrUnavailable marks a key the store holds but cannot read now (it
+	// is in a tier out of reach, an object store that is down):
+	// "-TRYAGAIN <text>", which a client tells from a miss (a null reply)
+	// and may retry later.
+	ErrUnavailable = errors.New("resp: value out of reach for now")
 	// Any other error replies "-ERR <text>".
 )
 
 // Mark returns an error that reads as err and matches kind (ErrNotFound,
-// ErrTooLarge or ErrFull) as well as everything err matches. It lets a
+// ErrTooLarge, ErrFull or ErrUnavailable) as well as everything err matches. It lets a
 // Store tag its own errors without changing their text:
 //
 //	if errors.Is(err, tiers.ErrTooLarge) {
@@ -113,6 +118,8 @@ func storeErrorReply(err error) string {
 		return "ERR value is over the store's size limit"
 	case errors.Is(err, ErrFull):
 		return "OOM " + msg
+	case errors.Is(err, ErrUnavailable):
+		return "TRYAGAIN " + strings.TrimSpace(msg)
 	case errors.Is(err, context.Canceled):
 		return "ERR server is shutting down: " + msg
 	default:
