@@ -141,6 +141,13 @@ type S3 struct {
 	// names (a crash between a segment's two uploads) is deleted; 0 never
 	// deletes. Default 1h.
 	GarbageAge time.Duration
+	// ProbeTimeout is the deadline of the probe (a HEAD of the bucket)
+	// that a failed read, or one without an answer for this long, starts:
+	// when the probe gets no answer either, the tier is marked unavailable
+	// and the reads in flight fail at once, so that a hung store holds a
+	// read about twice this long rather than its 5s request deadline,
+	// which it may not exceed. Default 1s.
+	ProbeTimeout time.Duration
 }
 
 // Cluster configures the node's membership in a cluster that shares a
@@ -202,7 +209,7 @@ func Default() Config {
 		Cluster: Cluster{RaftAddr: "127.0.0.1:7072", HeartbeatInterval: 500 * time.Millisecond, LivenessTimeout: 5 * time.Second},
 		S3: S3{Bucket: "kvstrata", Region: "us-east-1", CreateBucket: true, Policy: "lru", PromoteTo: "dram",
 			SegmentSize: 64 << 20, FlushInterval: time.Second, MaxPending: 256 << 20, Concurrency: 16,
-			GarbageAge: time.Hour},
+			GarbageAge: time.Hour, ProbeTimeout: time.Second},
 		Limits: Limits{
 			MaxBlockSize: 4 << 20, MaxBatchBlocks: 1024,
 			MaxBatchBytes: 256 << 20, MaxConnections: 1024,
@@ -293,6 +300,9 @@ func (c *Config) Validate() error {
 		}
 		if c.S3.GarbageAge < 0 {
 			bad("s3.garbage-age %v is negative (0 never deletes)", c.S3.GarbageAge)
+		}
+		if c.S3.ProbeTimeout <= 0 {
+			bad("s3.probe-timeout %v is not positive", c.S3.ProbeTimeout)
 		}
 		if (c.S3.AccessKey == "") != (c.S3.SecretKey == "") {
 			bad("s3.access-key and s3.secret-key must be set together (or both left to AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")

@@ -79,6 +79,7 @@ func (c *Config) Settings() []*Setting {
 		sizeSetting("s3.max-pending", "most bytes waiting for upload before ssd victims are dropped", &c.S3.MaxPending),
 		intSetting("s3.concurrency", "parallel uploads and ranged gets", &c.S3.Concurrency),
 		durationSetting("s3.garbage-age", "delete a data object no index names this long after its upload (0: never)", &c.S3.GarbageAge),
+		durationSetting("s3.probe-timeout", "mark the object store unavailable when a read and then a probe of the bucket get no answer for this long each", &c.S3.ProbeTimeout),
 		strSetting("cluster.name", "node name for people (default: host name and node id)", &c.Cluster.Name),
 		strSetting("cluster.raft-addr", "raft transport address", &c.Cluster.RaftAddr),
 		strSetting("cluster.bootstrap", "voters of a new cluster: 1=host:7072,2=host:7072,…", &c.Cluster.Bootstrap),

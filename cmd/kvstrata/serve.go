@@ -148,7 +148,7 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger, onChang
 			Secure: c.Secure, AccessKey: c.AccessKey, SecretKey: c.SecretKey, CreateBucket: c.CreateBucket,
 			OpenOffline: !c.RequireAtStart, Capacity: int64(c.Capacity), MaxBlockSize: maxBlock, SegmentSize: int64(c.SegmentSize),
 			FlushInterval: c.FlushInterval, MaxPendingBytes: int64(c.MaxPending), Concurrency: c.Concurrency,
-			GarbageAge: garbageAge(c.GarbageAge), Logger: log.With("tier", "s3")})
+			GarbageAge: garbageAge(c.GarbageAge), ProbeTimeout: c.ProbeTimeout, Logger: log.With("tier", "s3")})
 		if err != nil {
 			for _, l := range levels {
 				l.Tier.Close()
