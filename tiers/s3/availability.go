@@ -34,9 +34,11 @@ func (e *UnavailableError) Unwrap() error        { return e.Err }
 // count of failures. A request that fails, or goes ProbeTimeout without an
 // answer, makes the store suspect: a check (one at a time) probes the
 // bucket within ProbeTimeout, and marks the store unavailable at once when
-// that gets no answer either. Marking it unavailable cuts every request in
-// flight (see cut). While unavailable, requests fail at once and only the
-// probe talks to the store. It is safe for concurrent use.
+// that gets no answer either and no other request was answered meanwhile
+// (a busy store may answer a probe late). Marking it unavailable cuts
+// every request in flight (see cut). While unavailable, requests fail at
+// once and only the probe talks to the store. It is safe for concurrent
+// use.
 type availability struct {
 	threshold int
 	log       *slog.Logger
@@ -56,8 +58,9 @@ type availability struct {
 	up       chan struct{}
 	cutCtx   context.Context // cancelled when the store is marked unavailable
 	cutAll   context.CancelFunc
-	checking bool // a check is running
-	stopped  bool // the tier closed: no more checks
+	checking bool      // a check is running
+	stopped  bool      // the tier closed: no more checks
+	heardAt  time.Time // when the store last answered
 }
 
 func newAvailability(threshold int, log *slog.Logger) *availability {
@@ -113,6 +116,14 @@ func (a *availability) state() (ok bool, since time.Time, cause error) {
 func (a *availability) success() {
 	a.mu.Lock()
 	a.fails = 0
+	a.heardAt = time.Now()
+	a.mu.Unlock()
+}
+
+// heard records that the store began to answer a request.
+func (a *availability) heard() {
+	a.mu.Lock()
+	a.heardAt = time.Now()
 	a.mu.Unlock()
 }
 
@@ -157,8 +168,8 @@ func (a *availability) check(why error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.checking = false
-	if err == nil || a.down || a.ctx.Err() != nil {
-		return
+	if err == nil || a.down || a.ctx.Err() != nil || a.heardAt.After(start) {
+		return // the store answers
 	}
 	err = fmt.Errorf("%w; and %w", why, err)
 	a.setDownLocked(err)

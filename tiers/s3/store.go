@@ -67,8 +67,8 @@ func newStore(cfg *Config, avail *availability, ctr *counters) (*store, error) {
 // run out, ctx ends or the store is marked unavailable. A store failure
 // comes back wrapping tiers.ErrUnavailable.
 //
-// A failed attempt, or one without an answer after ProbeTimeout, makes
-// the store suspect (availability.suspect): if a probe gets no answer
+// A failed attempt, or one the store has not begun to answer after
+// ProbeTimeout (see storeAnswers), makes the store suspect (availability.suspect): if a probe gets no answer
 // either, the store is marked unavailable and the attempt in flight is
 // cut, as every other, rather than left to wait out its deadline.
 func (s *store) do(ctx context.Context, op string, timeout time.Duration, attempt func(context.Context) error) error {
@@ -91,6 +91,10 @@ func (s *store) do(ctx context.Context, op string, timeout time.Duration, attemp
 		if ctx.Value(bulkKey{}) == nil {
 			slow = time.AfterFunc(s.cfg.ProbeTimeout, func() {
 				s.avail.suspect(fmt.Errorf("%s: no answer within %v", op, s.cfg.ProbeTimeout))
+			})
+			actx = context.WithValue(actx, answeringKey{}, func() {
+				slow.Stop()
+				s.avail.heard()
 			})
 		}
 		err := attempt(actx)
@@ -132,6 +136,19 @@ func (s *store) do(ctx context.Context, op string, timeout time.Duration, attemp
 // is marked unavailable: the listing that must succeed before a tier
 // opened offline is marked available.
 type evenIfDownKey struct{}
+
+// answeringKey holds, in an attempt's ctx, the function storeAnswers
+// calls.
+type answeringKey struct{}
+
+// storeAnswers tells do that the store has begun to answer an attempt
+// (the headers of a GET are in): how long the body then takes says
+// nothing of a hung store, only its failure does.
+func storeAnswers(ctx context.Context) {
+	if f, ok := ctx.Value(answeringKey{}).(func()); ok {
+		f()
+	}
+}
 
 // bulkKey marks a ctx whose requests may rightly take longer than
 // ProbeTimeout (segment uploads): only their failures make the store
@@ -245,6 +262,7 @@ func (s *store) getRange(ctx context.Context, name string, off, size int64, dst 
 			return classify(err)
 		}
 		defer body.Close()
+		storeAnswers(ctx)
 		if hdr.Get("Content-Range") == "" {
 			return fmt.Errorf("the store ignored the range header of a ranged GET")
 		}
@@ -273,6 +291,7 @@ func (s *store) getAll(ctx context.Context, name string, limit int64) ([]byte, s
 			return classify(err)
 		}
 		defer body.Close()
+		storeAnswers(ctx)
 		if info.Size > limit {
 			return fmt.Errorf("%w: object is %d bytes, over the %d limit", errShort, info.Size, limit)
 		}
