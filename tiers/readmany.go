@@ -21,8 +21,9 @@ type ManyGetter interface {
 // a ManyGetter in one batch, and calls fn once per key (one call at a time,
 // in any order) with the block's bytes — fn may keep them — its Meta and
 // the kind of tier that served it, or ErrNotFound, or (as Get) an error
-// matching ErrUnavailable for a block held in a tier out of reach. Hits count and promote
-// as Get's do. It is how a long chain is restored from an object store.
+// matching ErrUnavailable for a block held in a tier out of reach. Hits
+// count and promote as Get's do. It is how a long chain is restored from
+// an object store.
 func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m Meta, kind index.TierKind, err error)) error {
 	byLevel := make([][]int, len(h.levels))
 	var missing []int

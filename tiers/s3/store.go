@@ -1,7 +1,6 @@
 package s3
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,9 +67,10 @@ func newStore(cfg *Config, avail *availability, ctr *counters) (*store, error) {
 // comes back wrapping tiers.ErrUnavailable.
 //
 // A failed attempt, or one the store has not begun to answer after
-// ProbeTimeout (see storeAnswers), makes the store suspect (availability.suspect): if a probe gets no answer
-// either, the store is marked unavailable and the attempt in flight is
-// cut, as every other, rather than left to wait out its deadline.
+// ProbeTimeout (see storeAnswers), makes the store suspect
+// (availability.suspect): if a probe gets no answer either, the store is
+// marked unavailable and the attempt in flight is cut, as every other,
+// rather than left to wait out its deadline.
 func (s *store) do(ctx context.Context, op string, timeout time.Duration, attempt func(context.Context) error) error {
 	evenIfDown := ctx.Value(evenIfDownKey{}) != nil
 	if err := s.avail.err(); err != nil && !evenIfDown {
@@ -83,7 +83,7 @@ func (s *store) do(ctx context.Context, op string, timeout time.Duration, attemp
 	var last error
 	for try := 0; ; try++ {
 		if try > 0 && cut.Err() != nil { // marked unavailable during the backoff
-			return fmt.Errorf("%s: %w", op, cmp.Or(s.avail.err(), last))
+			return s.cutErr(op, last)
 		}
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		stopCut := context.AfterFunc(cut, cancel)
@@ -111,10 +111,7 @@ func (s *store) do(ctx context.Context, op string, timeout time.Duration, attemp
 			return fmt.Errorf("%s: %w", op, ctx.Err()) // the caller gave up: not the store's fault
 		}
 		if cut.Err() != nil { // marked unavailable meanwhile: this attempt was cut
-			if down := s.avail.err(); down != nil {
-				return fmt.Errorf("%s: %w", op, down)
-			}
-			return fmt.Errorf("%w: %s: %w", tiers.ErrUnavailable, op, err)
+			return s.cutErr(op, err)
 		}
 		last = err
 		s.ctr.requestErrors.Add(1)
@@ -130,6 +127,16 @@ func (s *store) do(ctx context.Context, op string, timeout time.Duration, attemp
 		}
 	}
 	return fmt.Errorf("%w: %s: %w", tiers.ErrUnavailable, op, last)
+}
+
+// cutErr is the error of request op cut because the store was marked
+// unavailable (err: what the attempt saw); it wraps the
+// *UnavailableError, or tiers.ErrUnavailable if the store is back already.
+func (s *store) cutErr(op string, err error) error {
+	if down := s.avail.err(); down != nil {
+		return fmt.Errorf("%s: %w", op, down)
+	}
+	return fmt.Errorf("%w: %s: %w", tiers.ErrUnavailable, op, err)
 }
 
 // evenIfDownKey marks a ctx whose requests go to the store even while it
