@@ -163,7 +163,8 @@ func (cl *Cluster) node(ctx context.Context, id index.NodeID) (*Client, error) {
 }
 
 // Get fetches keys from wherever they are; Result.Found is false for the
-// ones no node has.
+// ones no node has, and for the ones only held out of reach (Result.Err
+// set, as Client.Get).
 func (cl *Cluster) Get(ctx context.Context, keys []index.Key) ([]Result, error) {
 	out := make([]Result, len(keys))
 	err := cl.GetFunc(ctx, keys, GetOptions{}, func(i int, r Result) error {
@@ -231,10 +232,15 @@ func (cl *Cluster) GetFunc(ctx context.Context, keys []index.Key, opts GetOption
 func (cl *Cluster) fetchRun(ctx context.Context, keys []index.Key, cands [][]index.NodeID, i, j int, opts GetOptions,
 	emit func(int, Result) error, stopped *bool) error {
 	got := make([]bool, j-i)
+	missed := make([]Result, j-i) // the best node's answer for the keys it did not return
 	var fnErr error
 	if c, err := cl.node(ctx, cands[i][0]); err == nil {
 		sub := GetOptions{Buffer: shift(opts.Buffer, i)}
 		err = c.GetFunc(ctx, keys[i:j], sub, func(k int, r Result) error {
+			if !r.Found && r.Err != nil {
+				r.Node = cands[i][0]
+				missed[k] = r
+			}
 			if !r.Found || *stopped {
 				return nil
 			}
@@ -242,7 +248,7 @@ func (cl *Cluster) fetchRun(ctx context.Context, keys []index.Key, cands [][]ind
 			// node lacked are fetched elsewhere at once).
 			for back := 0; back < k; back++ {
 				if !got[back] {
-					if fnErr = cl.fallback(ctx, keys, cands, i+back, 1, emit); fnErr != nil {
+					if fnErr = cl.fallback(ctx, keys, cands, i+back, 1, missed[back], emit); fnErr != nil {
 						return fnErr
 					}
 					got[back] = true
@@ -259,7 +265,7 @@ func (cl *Cluster) fetchRun(ctx context.Context, keys []index.Key, cands [][]ind
 	}
 	for k := range got {
 		if !got[k] && !*stopped {
-			if err := cl.fallback(ctx, keys, cands, i+k, 1, emit); err != nil {
+			if err := cl.fallback(ctx, keys, cands, i+k, 1, missed[k], emit); err != nil {
 				return err
 			}
 		}
@@ -268,8 +274,10 @@ func (cl *Cluster) fetchRun(ctx context.Context, keys []index.Key, cands [][]ind
 }
 
 // fallback fetches keys[i] from its candidates after the first, then
-// reports a miss.
-func (cl *Cluster) fallback(ctx context.Context, keys []index.Key, cands [][]index.NodeID, i, from int, emit func(int, Result) error) error {
+// reports it not found: as miss says (the first candidate's answer), or as
+// out of reach if a candidate held it but could not read it (Result.Err).
+func (cl *Cluster) fallback(ctx context.Context, keys []index.Key, cands [][]index.NodeID, i, from int, miss Result,
+	emit func(int, Result) error) error {
 	for _, id := range cands[i][min(from, len(cands[i])):] {
 		c, err := cl.node(ctx, id)
 		if err != nil {
@@ -280,8 +288,11 @@ func (cl *Cluster) fallback(ctx context.Context, keys []index.Key, cands [][]ind
 			res[0].Node = id
 			return emit(i, res[0])
 		}
+		if err == nil && res[0].Err != nil && miss.Err == nil {
+			miss, miss.Node = res[0], id
+		}
 	}
-	return emit(i, Result{})
+	return emit(i, miss)
 }
 
 // shift offsets the block positions a Buffer function sees.

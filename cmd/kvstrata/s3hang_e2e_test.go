@@ -99,6 +99,20 @@ func TestAHungObjectStoreIsReportedAsUnreachableNotAsAMiss(t *testing.T) {
 			t.Errorf("%s: a block held nowhere: found %v, err %v; want a plain miss", cl.DataPlane(), r.Found, r.Err)
 		}
 	}
+	cluster := client.NewCluster(c, client.Options{NoDataPlane: true})
+	defer cluster.Close()
+	res, err := cluster.Get(ctx, append(keys, missing))
+	if err != nil {
+		t.Fatalf("cluster get with the store hung: %v", err)
+	}
+	for i, r := range res[:len(keys)] {
+		if r.Found || !errors.Is(r.Err, client.ErrUnavailable) {
+			t.Errorf("cluster: block %d held in the hung store: found %v, err %v; want ErrUnavailable", i, r.Found, r.Err)
+		}
+	}
+	if r := res[len(keys)]; r.Found || r.Err != nil {
+		t.Errorf("cluster: a block held nowhere: found %v, err %v; want a plain miss", r.Found, r.Err)
+	}
 	if got := respDo(t, p.resp, "GET", "hung-key"); !strings.HasPrefix(got, "-TRYAGAIN ") {
 		t.Errorf("RESP GET of a key held in the hung store: %s, want -TRYAGAIN", got)
 	}
