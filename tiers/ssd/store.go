@@ -226,25 +226,44 @@ func (t *Tier) Scan(fn func(tiers.Meta) bool) error {
 	}
 }
 
-// flushLoop flushes the memtable every FlushInterval when anything was
-// written since the last flush, until t.stop closes. It does not take
-// t.life: Close stops it before it closes the store.
-func (t *Tier) flushLoop() {
+// loop samples the file system's free space and the store's disk usage
+// every FlushInterval and, in DurabilityFlush mode, flushes the memtable
+// when anything was written since the last flush, until t.stop closes. A
+// flush that cannot complete (the file system is full; Pebble retries it)
+// is not joined by another: each would queue one more memtable. It does
+// not take t.life: Close stops it before it closes the store.
+func (t *Tier) loop() {
 	defer close(t.done)
 	tick := time.NewTicker(t.cfg.FlushInterval)
 	defer tick.Stop()
+	var pending <-chan struct{} // the flush in progress
 	for {
 		select {
 		case <-t.stop:
 			return
 		case <-tick.C:
 		}
+		t.space.sample(int64(t.db.Metrics().DiskSpaceUsage()))
+		if t.cfg.Durability != DurabilityFlush {
+			continue
+		}
+		if pending != nil {
+			select {
+			case <-pending:
+				pending = nil
+			default:
+				continue
+			}
+		}
 		if !t.dirty.Swap(false) {
 			continue
 		}
-		if err := t.db.Flush(); err != nil {
+		done, err := t.db.AsyncFlush()
+		if err != nil {
 			t.dirty.Store(true)
 			t.cfg.Logger.Error("ssd: background flush", "dir", t.cfg.Dir, "err", err)
+			continue
 		}
+		pending = done
 	}
 }
