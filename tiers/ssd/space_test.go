@@ -332,3 +332,16 @@ func TestCloseOnAFullDiskAnswers(t *testing.T) {
 		t.Fatalf("the unflushed block after reopening: %v, want it intact or missing", err)
 	}
 }
+
+// BenchmarkSpaceCheck is what keeping within the file system adds to each
+// Put: a statfs(2) and a lock.
+func BenchmarkSpaceCheck(b *testing.B) {
+	cfg := Config{Dir: b.TempDir(), Capacity: 1 << 30, Logger: testLogger(b)}
+	cfg.EnsureDefaults()
+	s := newSpace(&cfg)
+	for b.Loop() {
+		if err := s.check(mib); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
