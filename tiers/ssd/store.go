@@ -118,8 +118,9 @@ func (t *Tier) checkFormat() error {
 	if err := t.db.Set(formatKey, formatVersion, pebble.NoSync); err != nil {
 		return fmt.Errorf("write format marker: %w", err)
 	}
-	// Without a WAL only a flush makes the marker durable.
-	return t.db.Flush()
+	// Without a WAL only a flush makes the marker durable; on a full file
+	// system it fails rather than waits.
+	return t.flushWait()
 }
 
 // scanEntry is one record a scan read: a block's Meta, or why its record
