@@ -52,10 +52,10 @@ func (h *Hierarchy) evictOne(i int) bool {
 	h.mu.Unlock()
 
 	if admit {
-		if err := h.copyDown(i, m); err == nil {
+		if j, err := h.demoteBelow(i, m, false); err == nil {
 			h.mu.Lock()
-			h.setLocked(e, m, i+1)
-			h.levels[i+1].demotions++
+			h.setLocked(e, m, j)
+			h.levels[j].demotions++
 			h.mu.Unlock()
 			below = true
 		}
@@ -81,16 +81,40 @@ func (h *Hierarchy) canDemoteLocked(i int, key index.Key, e *entry) bool {
 	return i+1 < len(h.levels) && (e.in>>(i+1) != 0 || h.admitLocked(i+1, key))
 }
 
-// copyDown writes level i's copy of a block into level i+1, reading it in
-// place when the tier allows.
-func (h *Hierarchy) copyDown(i int, m Meta) error {
+// demoteBelow copies level i's copy of a block into level i+1 or, when
+// that level's device is out of space (ErrNoSpace), into the next level
+// below that takes it, so that a full disk is passed over rather than
+// waited for. Levels past i+1 are tried only if they admit the key, unless
+// force is set (an operator's demotion). It returns the level that took
+// the copy, or the last error.
+func (h *Hierarchy) demoteBelow(i int, m Meta, force bool) (int, error) {
+	var err error
+	for j := i + 1; j < len(h.levels); j++ {
+		if j > i+1 && !force {
+			h.mu.Lock()
+			ok := h.admitLocked(j, m.Key)
+			h.mu.Unlock()
+			if !ok {
+				break
+			}
+		}
+		if err = h.copyDown(i, j, m); !errors.Is(err, ErrNoSpace) {
+			return j, err
+		}
+	}
+	return -1, err
+}
+
+// copyDown writes level i's copy of a block into the lower level to,
+// reading it in place when the tier allows.
+func (h *Hierarchy) copyDown(i, to int, m Meta) error {
 	from := h.levels[i].Tier
 	if v, ok := from.(Viewer); ok {
 		view, err := v.View(m.Key, moveLease)
 		if err != nil {
 			return err
 		}
-		err = h.store(i+1, view.Meta(), view.Bytes())
+		err = h.store(to, view.Meta(), view.Bytes())
 		if rerr := view.Release(); err == nil {
 			err = rerr
 		}
@@ -100,7 +124,7 @@ func (h *Hierarchy) copyDown(i int, m Meta) error {
 	if err != nil {
 		return err
 	}
-	return h.store(i+1, vm, buf)
+	return h.store(to, vm, buf)
 }
 
 func (h *Hierarchy) admitLocked(i int, key index.Key) bool {
@@ -219,9 +243,9 @@ func (h *Hierarchy) PromoteTo(kind index.TierKind, key index.Key) (bool, error) 
 }
 
 // Demote moves a block's copy out of the tier of the given kind into the
-// next one down (whatever its admission rule says), or only drops it there
-// when a lower level holds it already: an operator's "move this out of
-// DRAM". A pinned block moves too. The bottom tier has nowhere to demote to.
+// next one down (whatever its admission rule says; past a tier whose
+// device is out of space), or only drops it there when a lower level holds
+// it already: an operator's "move this out of DRAM". A pinned block moves too. The bottom tier has nowhere to demote to.
 func (h *Hierarchy) Demote(kind index.TierKind, key index.Key) error {
 	i := h.levelOf(kind)
 	if i < 0 || i+1 >= len(h.levels) {
@@ -239,12 +263,13 @@ func (h *Hierarchy) Demote(kind index.TierKind, key index.Key) error {
 		return fmt.Errorf("hierarchy: %v not in %v: %w", key, kind, ErrNotFound)
 	}
 	if in>>(i+1) == 0 { // no level below holds it yet
-		if err := h.copyDown(i, m); err != nil {
+		j, err := h.demoteBelow(i, m, true)
+		if err != nil {
 			return fmt.Errorf("hierarchy: demote %v from %v: %w", key, kind, err)
 		}
 		h.mu.Lock()
-		h.setLocked(e, m, i+1)
-		h.levels[i+1].demotions++
+		h.setLocked(e, m, j)
+		h.levels[j].demotions++
 		h.mu.Unlock()
 	}
 	h.dropCopy(i, e, key)

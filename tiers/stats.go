@@ -12,6 +12,10 @@ type LevelStats struct {
 	// Unavailable says why the tier cannot be reached now (nil when it
 	// can), for tiers that can be down (an object store).
 	Unavailable error
+	// Degraded says why the tier, although it can be read, refuses writes
+	// now (nil when it does not), for tiers that report it (a local disk
+	// that is full).
+	Degraded error
 	// Detail holds counters of the tier's own (objects, segments,
 	// request errors …), for tiers that report them.
 	Detail map[string]int64
@@ -39,11 +43,15 @@ type HierarchyStats struct {
 func (h *Hierarchy) Stats() HierarchyStats {
 	tierStats := make([]Stats, len(h.levels))
 	down := make([]error, len(h.levels))
+	degraded := make([]error, len(h.levels))
 	detail := make([]map[string]int64, len(h.levels))
 	for i, l := range h.levels { // outside h.mu: tiers have locks of their own
 		tierStats[i] = l.Tier.Stats()
 		if a, ok := l.Tier.(interface{ Available() error }); ok {
 			down[i] = a.Available()
+		}
+		if d, ok := l.Tier.(interface{ Degraded() error }); ok {
+			degraded[i] = d.Degraded()
 		}
 		if d, ok := l.Tier.(interface{ Detail() map[string]int64 }); ok {
 			detail[i] = d.Detail()
@@ -57,7 +65,7 @@ func (h *Hierarchy) Stats() HierarchyStats {
 			Kind: l.Kind, Stats: tierStats[i], Hits: l.hits, Unreachable: l.unreachable, Evictions: l.evictions,
 			Drops: l.drops, Demotions: l.demotions, Promotions: l.promotions,
 			HighWatermark: l.HighWatermark, LowWatermark: l.LowWatermark, Policy: l.Policy.Name(),
-			Unavailable: down[i], Detail: detail[i],
+			Unavailable: down[i], Degraded: degraded[i], Detail: detail[i],
 		}
 		s.Levels = append(s.Levels, ls)
 	}

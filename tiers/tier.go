@@ -34,6 +34,12 @@ var (
 	// (an upload backlog): evicting from it does not help, so the caller
 	// drops the block or keeps it where it is and tries later.
 	ErrBusy = errors.New("tiers: tier busy")
+	// ErrNoSpace marks a Put refused because the device under the tier
+	// (its file system) has no room left, whatever the tier's configured
+	// capacity. Evicting from the tier frees the device's space only once
+	// the tier reclaims it, later, so the caller puts the block in a lower
+	// level or drops it rather than evicting and waiting.
+	ErrNoSpace = errors.New("tiers: no space left on the tier's device")
 	// ErrInvalid marks a request that breaks the API contract (a Meta whose
 	// size or checksum does not match the bytes, say).
 	ErrInvalid = errors.New("tiers: invalid request")

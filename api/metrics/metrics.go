@@ -115,6 +115,7 @@ var (
 	descDemotions  = desc("tier_demotions_total", "Blocks a tier received from the tier above.")
 	descPromotions = desc("tier_promotions_total", "Blocks a tier received from below.")
 	descAvailable  = desc("tier_available", "1 while a tier can be reached, 0 while it cannot (an object store that is down).")
+	descDegraded   = desc("tier_degraded", "1 while a tier can be read but refuses writes (a local disk that is full), else 0.")
 	descDetail     = prometheus.NewDesc(namespace+"_tier_detail", "A tier's own counters and gauges (the object store's objects, segments, request errors …), by stat.", []string{"tier", "stat"}, nil)
 	descGets       = prometheus.NewDesc(namespace+"_gets_total", "Block gets.", nil, nil)
 	descMisses     = prometheus.NewDesc(namespace+"_misses_total", "Block gets that found the block in no tier.", nil, nil)
@@ -128,7 +129,7 @@ func desc(name, help string) *prometheus.Desc {
 
 func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descBlocks, descHits, descMissesTier, descUnreachable, descEvictions,
-		descDrops, descDemotions, descPromotions, descAvailable, descDetail, descGets, descMisses, descKeys, descPins} {
+		descDrops, descDemotions, descPromotions, descAvailable, descDegraded, descDetail, descGets, descMisses, descKeys, descPins} {
 		ch <- d
 	}
 }
@@ -161,6 +162,11 @@ func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 			up = 0
 		}
 		gauge(descAvailable, up)
+		degraded := int64(0)
+		if l.Degraded != nil {
+			degraded = 1
+		}
+		gauge(descDegraded, degraded)
 		for stat, v := range l.Detail {
 			ch <- prometheus.MustNewConstMetric(descDetail, prometheus.GaugeValue, float64(v), t, stat)
 		}

@@ -180,7 +180,7 @@ func respError(err error) error {
 		return resp.Mark(err, resp.ErrNotFound)
 	case errors.Is(err, tiers.ErrTooLarge), errors.Is(err, ErrLimit):
 		return resp.Mark(err, resp.ErrTooLarge)
-	case errors.Is(err, tiers.ErrFull):
+	case errors.Is(err, tiers.ErrFull), errors.Is(err, tiers.ErrNoSpace):
 		return resp.Mark(err, resp.ErrFull)
 	case errors.Is(err, tiers.ErrUnavailable):
 		return resp.Mark(err, resp.ErrUnavailable)

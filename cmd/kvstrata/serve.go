@@ -312,7 +312,14 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 		}}}
 		for i, kind := range h.Kinds() {
 			checks = append(checks, metrics.Check{Name: "tier " + kind.String(), Advisory: true, Fn: func() error {
-				return h.Stats().Levels[i].Unavailable
+				l := h.Stats().Levels[i]
+				if l.Unavailable != nil {
+					return l.Unavailable
+				}
+				if l.Degraded != nil {
+					return fmt.Errorf("degraded: %w", l.Degraded)
+				}
+				return nil
 			}})
 		}
 		hsrv = &http.Server{Handler: m.Handler(cfg.Pprof, checks...), ReadHeaderTimeout: 10 * time.Second}

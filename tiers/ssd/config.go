@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -103,6 +104,18 @@ type Config struct {
 	// files are written once and not rewritten by compactions. The default
 	// is 1 KiB.
 	ValueSeparationMinSize int
+	// DiskReserve is the free space, in bytes, the tier leaves on its file
+	// system for Pebble's own upkeep (flushes of what is already accepted,
+	// compactions, its manifest) and for whatever else shares the file
+	// system: a Put that would leave less free, counting the bytes not yet
+	// flushed, is refused with an error wrapping tiers.ErrNoSpace, and the
+	// tier reports itself degraded (Degraded) until space returns. The
+	// default, 0, is 1/32 of the file system's size, at least 8 MiB and at
+	// most 1 GiB; -1 leaves nothing free.
+	DiskReserve int64
+	// FS is the file system the store lives on. The default is the
+	// operating system's (vfs.Default); tests inject faults with it.
+	FS vfs.FS
 	// Logger receives Pebble's log lines (informational ones at Debug
 	// level) and the tier's background errors. The default is
 	// slog.Default().
@@ -135,6 +148,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
 	}
 }
 
@@ -177,8 +193,14 @@ func (c *Config) Validate() error {
 	if c.ValueSeparationMinSize <= 0 {
 		bad("ValueSeparationMinSize is %d, want > 0", c.ValueSeparationMinSize)
 	}
+	if c.DiskReserve < -1 {
+		bad("DiskReserve is %d, want ≥ 0, or -1 for none", c.DiskReserve)
+	}
 	if c.Logger == nil {
 		bad("Logger is nil")
+	}
+	if c.FS == nil {
+		bad("FS is nil")
 	}
 	if len(problems) == 0 {
 		return nil

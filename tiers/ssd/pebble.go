@@ -46,8 +46,8 @@ const (
 )
 
 // pebbleOptions translates cfg, with defaults applied, into Pebble's, on
-// filesystem fs.
-func pebbleOptions(cfg *Config, fs vfs.FS) *pebble.Options {
+// filesystem fs; sp hears of flushes and of failures for want of space.
+func pebbleOptions(cfg *Config, fs vfs.FS, sp *space) *pebble.Options {
 	log := pebbleLogger{cfg.Logger}
 	o := &pebble.Options{
 		FS:                 fs,
@@ -60,8 +60,14 @@ func pebbleOptions(cfg *Config, fs vfs.FS) *pebble.Options {
 		MaxOpenFiles:       maxOpenFiles,
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
+				if sp.failed(err) { // logged once, when the tier starts refusing puts
+					cfg.Logger.Debug("ssd: pebble background error", "dir", cfg.Dir, "err", err)
+					return
+				}
 				cfg.Logger.Error("ssd: pebble background error", "dir", cfg.Dir, "err", err)
 			},
+			FlushBegin: func(pebble.FlushInfo) { sp.flushBegan() },
+			FlushEnd:   func(info pebble.FlushInfo) { sp.flushEnded(info.Err) },
 			// Pebble's default is to exit the process; the tier instead
 			// reports the block as corrupt when a read runs into the damage.
 			DataCorruption: func(info pebble.DataCorruptionInfo) {
@@ -149,9 +155,13 @@ func (s WriteStats) WriteAmp() float64 {
 }
 
 // countingFS counts the bytes Pebble writes, by the category Pebble gives
-// each file it creates.
+// each file it creates, and tells space of writes that fail for want of
+// space (see space.go): it holds back new flush and compaction outputs
+// while the file system is full, and removes an output whose write failed
+// when Pebble closes it (Pebble abandons such a file without deleting it).
 type countingFS struct {
 	vfs.FS
+	space                         *space
 	wal, flush, compaction, other atomic.Int64
 }
 
@@ -167,26 +177,40 @@ func (fs *countingFS) counter(c vfs.DiskWriteCategory) *atomic.Int64 {
 	return &fs.other
 }
 
-func (fs *countingFS) wrap(f vfs.File, c vfs.DiskWriteCategory, err error) (vfs.File, error) {
+// isOutput reports whether files of category c are flush or compaction
+// outputs: sstables and blob files that Pebble records only once written.
+func isOutput(c vfs.DiskWriteCategory) bool {
+	return c == "pebble-memtable-flush" || c == "pebble-compaction" || c == "pebble-blob-file-rewrite"
+}
+
+func (fs *countingFS) wrap(f vfs.File, c vfs.DiskWriteCategory, name string, err error) (vfs.File, error) {
 	if err != nil {
+		fs.space.failed(err)
 		return nil, err
 	}
-	return countingFile{File: f, n: fs.counter(c)}, nil
+	return &countingFile{File: f, n: fs.counter(c), fs: fs, name: name}, nil
 }
 
 func (fs *countingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if !isOutput(c) {
+		f, err := fs.FS.Create(name, c)
+		return fs.wrap(f, c, "", err)
+	}
+	if err := fs.space.waitForRoom(name); err != nil {
+		return nil, err
+	}
 	f, err := fs.FS.Create(name, c)
-	return fs.wrap(f, c, err)
+	return fs.wrap(f, c, name, err)
 }
 
 func (fs *countingFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
 	f, err := fs.FS.OpenReadWrite(name, c, opts...)
-	return fs.wrap(f, c, err)
+	return fs.wrap(f, c, "", err)
 }
 
 func (fs *countingFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
-	return fs.wrap(f, c, err)
+	return fs.wrap(f, c, "", err)
 }
 
 // writeStats reads the counters.
@@ -201,17 +225,53 @@ func (fs *countingFS) writeStats() WriteStats {
 
 type countingFile struct {
 	vfs.File
-	n *atomic.Int64
+	n       *atomic.Int64
+	fs      *countingFS
+	name    string       // of an output, removed on Close if it failed for want of space
+	noSpace atomic.Bool  // a write failed for want of space
+	written atomic.Int64 // bytes written
 }
 
-func (f countingFile) Write(p []byte) (int, error) {
+// note tells space of a failed write.
+func (f *countingFile) note(err error) error {
+	if err != nil && f.fs.space.failed(err) {
+		f.noSpace.Store(true)
+	}
+	return err
+}
+
+func (f *countingFile) Write(p []byte) (int, error) {
 	n, err := f.File.Write(p)
 	f.n.Add(int64(n))
-	return n, err
+	f.written.Add(int64(n))
+	return n, f.note(err)
 }
 
-func (f countingFile) WriteAt(p []byte, off int64) (int, error) {
+func (f *countingFile) WriteAt(p []byte, off int64) (int, error) {
 	n, err := f.File.WriteAt(p, off)
 	f.n.Add(int64(n))
-	return n, err
+	f.written.Add(int64(n))
+	return n, f.note(err)
+}
+
+func (f *countingFile) Sync() error     { return f.note(f.File.Sync()) }
+func (f *countingFile) SyncData() error { return f.note(f.File.SyncData()) }
+
+func (f *countingFile) SyncTo(length int64) (bool, error) {
+	full, err := f.File.SyncTo(length)
+	return full, f.note(err)
+}
+
+// Close closes the file and removes an output that failed for want of
+// space: one whose write failed so, or one left empty (which no finished
+// output is) while the file system is full, the companion of an output
+// that failed.
+func (f *countingFile) Close() error {
+	err := f.File.Close()
+	if f.name != "" && (f.noSpace.Load() || f.written.Load() == 0 && f.fs.space.failing() != nil) {
+		if rerr := f.fs.FS.Remove(f.name); rerr != nil {
+			f.fs.space.log.Warn("ssd: remove an output that failed for want of space", "file", f.name, "err", rerr)
+		}
+	}
+	return err
 }

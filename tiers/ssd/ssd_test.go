@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
@@ -118,7 +119,7 @@ func TestConfigDefaults(t *testing.T) {
 		Dir: "x", Capacity: 1 << 30, MaxBlockSize: DefaultMaxBlockSize,
 		Durability: DurabilityFlush, FlushInterval: DefaultFlushInterval,
 		MemTableSize: DefaultMemTableSize, CacheSize: DefaultCacheSize,
-		ValueSeparationMinSize: DefaultValueSeparationMinSize, Logger: slog.Default(),
+		ValueSeparationMinSize: DefaultValueSeparationMinSize, Logger: slog.Default(), FS: vfs.Default,
 	}
 	if cfg != want {
 		t.Fatalf("defaults %+v, want %+v", cfg, want)

@@ -118,8 +118,9 @@ func (t *Tier) checkFormat() error {
 	if err := t.db.Set(formatKey, formatVersion, pebble.NoSync); err != nil {
 		return fmt.Errorf("write format marker: %w", err)
 	}
-	// Without a WAL only a flush makes the marker durable.
-	return t.db.Flush()
+	// Without a WAL only a flush makes the marker durable; on a full file
+	// system it fails rather than waits.
+	return t.flushWait()
 }
 
 // scanEntry is one record a scan read: a block's Meta, or why its record
@@ -226,25 +227,44 @@ func (t *Tier) Scan(fn func(tiers.Meta) bool) error {
 	}
 }
 
-// flushLoop flushes the memtable every FlushInterval when anything was
-// written since the last flush, until t.stop closes. It does not take
-// t.life: Close stops it before it closes the store.
-func (t *Tier) flushLoop() {
+// loop samples the file system's free space and the store's disk usage
+// every FlushInterval and, in DurabilityFlush mode, flushes the memtable
+// when anything was written since the last flush, until t.stop closes. A
+// flush that cannot complete (the file system is full; Pebble retries it)
+// is not joined by another: each would queue one more memtable. It does
+// not take t.life: Close stops it before it closes the store.
+func (t *Tier) loop() {
 	defer close(t.done)
 	tick := time.NewTicker(t.cfg.FlushInterval)
 	defer tick.Stop()
+	var pending <-chan struct{} // the flush in progress
 	for {
 		select {
 		case <-t.stop:
 			return
 		case <-tick.C:
 		}
+		t.space.sample(int64(t.db.Metrics().DiskSpaceUsage()))
+		if t.cfg.Durability != DurabilityFlush {
+			continue
+		}
+		if pending != nil {
+			select {
+			case <-pending:
+				pending = nil
+			default:
+				continue
+			}
+		}
 		if !t.dirty.Swap(false) {
 			continue
 		}
-		if err := t.db.Flush(); err != nil {
+		done, err := t.db.AsyncFlush()
+		if err != nil {
 			t.dirty.Store(true)
 			t.cfg.Logger.Error("ssd: background flush", "dir", t.cfg.Dir, "err", err)
+			continue
 		}
+		pending = done
 	}
 }

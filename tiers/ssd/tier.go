@@ -46,6 +46,17 @@
 // memory and rebuilt at Open by scanning the metadata records. Capacity
 // bounds Used; Pebble's own space amplification comes on top (DiskUsage).
 //
+// # Disk space
+//
+// The tier keeps within its file system (space.go): a Put that would leave
+// less free space than Config.DiskReserve, counting the bytes not yet
+// flushed, is refused with an error wrapping tiers.ErrNoSpace, and so is
+// every Put after one of Pebble's writes failed with ENOSPC, until space
+// returns. Meanwhile Degraded says why, Stats.Capacity is what the file
+// system lets the tier hold, Flush and Close do not wait for a flush that
+// fails for space, and Pebble leaves no empty output files behind. Open
+// warns when Capacity exceeds what the file system has room for.
+//
 // # Concurrency
 //
 // A Tier is safe for concurrent use. Operations on one key are serialized
@@ -64,9 +75,9 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 )
@@ -81,6 +92,8 @@ type Tier struct {
 	cfg Config
 	db  *pebble.DB
 	fs  *countingFS
+	// space keeps the tier within its file system's free space (space.go).
+	space *space
 
 	// life guards closed and with it the use of db: every method holds it
 	// shared while it uses db, Close exclusively.
@@ -110,18 +123,20 @@ func Open(cfg Config) (*Tier, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
-	fs := &countingFS{FS: vfs.Default}
-	db, err := pebble.Open(cfg.Dir, pebbleOptions(&cfg, fs))
+	sp := newSpace(&cfg)
+	fs := &countingFS{FS: cfg.FS, space: sp}
+	db, err := pebble.Open(cfg.Dir, pebbleOptions(&cfg, fs, sp))
 	if err != nil {
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
 	t := &Tier{
-		cfg:  cfg,
-		db:   db,
-		fs:   fs,
-		acct: accounting{capacity: cfg.Capacity},
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		cfg:   cfg,
+		db:    db,
+		fs:    fs,
+		space: sp,
+		acct:  accounting{capacity: cfg.Capacity},
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
 	retain := pebble.WithMaxRetainedSizeBytes(int(batchSize(cfg.MaxBlockSize)))
 	t.batches.New = func() any { return db.NewBatch(retain) }
@@ -137,11 +152,13 @@ func Open(cfg Config) (*Tier, error) {
 		cfg.Logger.Warn("ssd: store holds more than its capacity", "dir", cfg.Dir,
 			"used", s.Used, "capacity", s.Capacity)
 	}
-	if cfg.Durability == DurabilityFlush {
-		go t.flushLoop()
-	} else {
-		close(t.done)
+	sp.sample(int64(db.Metrics().DiskSpaceUsage()))
+	if fits := sp.capacity(cfg.Capacity); fits < cfg.Capacity {
+		cfg.Logger.Warn("ssd: capacity exceeds what the file system has room for; the tier will hold less and refuse puts once the file system fills",
+			"dir", cfg.Dir, "capacity", tiers.FormatBytes(cfg.Capacity), "room", tiers.FormatBytes(fits),
+			"free", tiers.FormatBytes(sp.avail.Load()), "reserve", tiers.FormatBytes(sp.reserve))
 	}
+	go t.loop()
 	return t, nil
 }
 
@@ -179,10 +196,17 @@ func (t *Tier) Put(m tiers.Meta, value []byte) error {
 	if err := t.acct.reserve(bytes, blocks); err != nil {
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
+	// A replaced block's bytes stay on disk until Pebble reclaims them: the
+	// new ones need room of their own.
+	if err := t.space.check(cost(m.Size)); err != nil {
+		t.acct.release(bytes, blocks)
+		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
+	}
 	if err := t.write(m, value); err != nil {
 		t.acct.release(bytes, blocks)
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
+	t.space.unflushed.Add(cost(m.Size))
 	t.logical.Add(int64(len(value)))
 	t.dirty.Store(true)
 	return nil
@@ -289,11 +313,31 @@ func (t *Tier) Delete(key index.Key) error {
 }
 
 // Stats returns the tier's accounting. Used may briefly include a Put in
-// flight, whose bytes are reserved before its batch commits.
-func (t *Tier) Stats() tiers.Stats { return t.acct.stats() }
+// flight, whose bytes are reserved before its batch commits. Capacity is
+// Config.Capacity, or less when the file system has no room for that much
+// (what the store takes on disk now plus the free space, less
+// Config.DiskReserve, as sampled every FlushInterval).
+func (t *Tier) Stats() tiers.Stats {
+	s := t.acct.stats()
+	s.Capacity = t.space.capacity(s.Capacity)
+	return s
+}
+
+// Degraded returns why the tier refuses puts for now although it can be
+// read — its file system is full: a write failed with ENOSPC, or there is
+// no room for a block of the largest size beside Config.DiskReserve — or
+// nil. The tier recovers by itself once space returns.
+func (t *Tier) Degraded() error {
+	if err := t.space.degraded(); err != nil {
+		return fmt.Errorf("ssd: %w", err)
+	}
+	return nil
+}
 
 // Flush makes every write acknowledged so far durable: it flushes Pebble's
-// memtable to sstables and blob files, which Pebble syncs.
+// memtable to sstables and blob files, which Pebble syncs. While the file
+// system is full it fails, with an error wrapping tiers.ErrNoSpace, rather
+// than wait for space; Pebble keeps trying to flush.
 func (t *Tier) Flush() error {
 	t.life.RLock()
 	defer t.life.RUnlock()
@@ -301,11 +345,36 @@ func (t *Tier) Flush() error {
 		return fmt.Errorf("ssd: flush %s: %w", t.cfg.Dir, tiers.ErrClosed)
 	}
 	t.dirty.Store(false)
-	if err := t.db.Flush(); err != nil {
+	if err := t.flushWait(); err != nil {
 		t.dirty.Store(true)
 		return fmt.Errorf("ssd: flush %s: %w", t.cfg.Dir, err)
 	}
 	return nil
+}
+
+// flushWait flushes the memtable and waits until the flush is done or
+// fails for want of space.
+func (t *Tier) flushWait() error {
+	_ = t.space.check(0) // clears a failure once space is back
+	if err := t.space.failing(); err != nil {
+		return fmt.Errorf("%w: %v", tiers.ErrNoSpace, err)
+	}
+	done, err := t.db.AsyncFlush()
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-tick.C:
+			if err := t.space.failing(); err != nil {
+				return fmt.Errorf("%w: %v", tiers.ErrNoSpace, err)
+			}
+		}
+	}
 }
 
 // WriteStats returns the bytes written since Open; the zero value after
@@ -351,7 +420,8 @@ func (t *Tier) Close() error {
 	close(t.stop)
 	<-t.done
 	var errs []error
-	if err := t.db.Flush(); err != nil {
+	if err := t.flushWait(); err != nil {
+		// The puts since the last flush are lost, as in a crash.
 		errs = append(errs, fmt.Errorf("flush: %w", err))
 	}
 	if err := t.db.Close(); err != nil {
