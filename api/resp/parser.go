@@ -324,9 +324,10 @@ func (r *reader) bulk(n int) error {
 		r.arena = append(r.arena, r.buf[r.r:r.r+n]...)
 		r.r += n + 2
 		if c := int64(cap(r.arena)); c > r.arenaHeld {
-			err := r.take(c - r.arenaHeld)
+			if err := r.take(c - r.arenaHeld); err != nil {
+				return err
+			}
 			r.arenaHeld = c
-			return err
 		}
 		return nil
 	}
