@@ -147,17 +147,17 @@ func TestTricklingCommandIsCutByItsRate(t *testing.T) {
 // A command that arrives at a good pace is read whole, however long it
 // takes past CommandTimeout.
 func TestSteadyCommandOutlivesCommandTimeout(t *testing.T) {
-	_, addr := startServer(t, nil, &resp.Config{CommandTimeout: 200 * time.Millisecond, MinReadRate: 64 << 10})
+	_, addr := startServer(t, nil, &resp.Config{CommandTimeout: 200 * time.Millisecond, MinReadRate: 16 << 10})
 	c := dial(t, addr)
 	value := strings.Repeat("v", 256<<10)
 	c.sendRaw(fmt.Sprintf("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n", len(value)))
-	for i := 0; i < len(value); i += 16 << 10 { // 160 KiB/s, for 1.6 s
+	for i := 0; i < len(value); i += 16 << 10 { // 160 KiB/s, for 1.6 s: ten times the minimum
 		c.sendRaw(value[i : i+16<<10])
 		time.Sleep(100 * time.Millisecond)
 	}
 	c.sendRaw("\r\n")
 	if got := c.read(); got != "+OK" {
-		t.Fatalf("SET at 160 KiB/s: %s", got)
+		t.Fatalf("SET at 160 KiB/s, over a minimum of 16 KiB/s: %s", got)
 	}
 }
 
@@ -224,4 +224,24 @@ func TestUnfinishedCommandsHoldAtMostMaxPendingBytes(t *testing.T) {
 		t.Errorf("%d MSETs found the server busy and %d were cut as slow; want some of each", busy, slow)
 	}
 	waitFor(t, "the memory handed back", func() bool { return srv.Stats().PendingBytes == 0 })
+}
+
+// A full server makes room for a new client by closing the client idle
+// longest, once it has been idle past CommandTimeout; clients idle for
+// less keep their connections.
+func TestFullServerDisplacesTheLongestIdleClient(t *testing.T) {
+	srv, addr := startServer(t, nil, &resp.Config{MaxClients: 2, CommandTimeout: 200 * time.Millisecond})
+	oldest, other := dial(t, addr), dial(t, addr)
+	run(t, oldest, []step{{cmd("PING"), "+PONG"}})
+	time.Sleep(100 * time.Millisecond)
+	run(t, other, []step{{cmd("PING"), "+PONG"}})
+	time.Sleep(250 * time.Millisecond) // both idle past CommandTimeout, oldest the longest
+	run(t, dial(t, addr), []step{{cmd("PING"), "+PONG"}})
+	if !oldest.closed() {
+		t.Fatal("the client idle longest is still connected")
+	}
+	run(t, other, []step{{cmd("PING"), "+PONG"}})
+	if st := srv.Stats(); st.EvictedClients != 1 {
+		t.Errorf("%d clients displaced, want 1", st.EvictedClients)
+	}
 }
