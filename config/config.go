@@ -190,8 +190,25 @@ type Limits struct {
 	MaxBatchBlocks int      // default 1024
 	MaxBatchBytes  ByteSize // default 256MiB
 	// MaxConnections caps the data-plane and RESP connections each. Default
-	// 1024.
+	// 1024. A RESP server at it makes room for a new connection by closing
+	// one whose command arrives slower than MinRequestRate, else one idle
+	// for longer than RequestTimeout.
 	MaxConnections int
+	// RequestTimeout and MinRequestRate bound how long a RESP command or a
+	// data-plane request may take to arrive once it has begun:
+	// RequestTimeout plus a second for every MinRequestRate bytes of it
+	// received, however often its bytes trickle in. Defaults 10s and 1MiB
+	// (per second).
+	RequestTimeout time.Duration
+	MinRequestRate ByteSize
+	// MaxPendingRESPBytes bounds the memory all RESP commands not yet
+	// received whole hold together; memory follows the bytes received, not
+	// the lengths announced. At least twice MaxBlockSize and 16MiB. Default
+	// 256MiB.
+	MaxPendingRESPBytes ByteSize
+	// MaxPendingPutBytes bounds the DRAM the data plane holds reserved for
+	// blocks still arriving. Default 0: a quarter of dram.capacity.
+	MaxPendingPutBytes ByteSize
 }
 
 // Default returns the built-in defaults.
@@ -213,6 +230,8 @@ func Default() Config {
 		Limits: Limits{
 			MaxBlockSize: 4 << 20, MaxBatchBlocks: 1024,
 			MaxBatchBytes: 256 << 20, MaxConnections: 1024,
+			RequestTimeout: 10 * time.Second, MinRequestRate: 1 << 20,
+			MaxPendingRESPBytes: 256 << 20,
 		},
 		Transport:       "tcp",
 		LogLevel:        "info",
@@ -346,6 +365,18 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxConnections < 1 {
 		bad("limits.max-connections %d must be ≥ 1", l.MaxConnections)
+	}
+	if l.RequestTimeout <= 0 {
+		bad("limits.request-timeout %v must be > 0", l.RequestTimeout)
+	}
+	if l.MinRequestRate <= 0 {
+		bad("limits.min-request-rate %v must be > 0", l.MinRequestRate)
+	}
+	if minResp := max(2*l.MaxBlockSize, 16<<20); l.MaxPendingRESPBytes < minResp {
+		bad("limits.max-pending-resp-bytes %v is below %v (twice limits.max-block-size, and at least 16MiB)", l.MaxPendingRESPBytes, minResp)
+	}
+	if l.MaxPendingPutBytes != 0 && l.MaxPendingPutBytes < l.MaxBlockSize {
+		bad("limits.max-pending-put-bytes %v is below limits.max-block-size %v", l.MaxPendingPutBytes, l.MaxBlockSize)
 	}
 	if !slices.Contains(Transports, c.Transport) {
 		if c.Transport == "ucx" {

@@ -45,6 +45,10 @@ func (l *Loaded) Resolve() error {
 	if l.DRAM.Capacity < l.Limits.MaxBlockSize {
 		return fmt.Errorf("dram.capacity %v is below limits.max-block-size %v", l.DRAM.Capacity, l.Limits.MaxBlockSize)
 	}
+	if l.Limits.MaxPendingPutBytes == 0 {
+		l.Limits.MaxPendingPutBytes = max(l.DRAM.Capacity/4, l.Limits.MaxBlockSize)
+		l.Sources["limits.max-pending-put-bytes"] = FromAuto
+	}
 	return nil
 }
 

@@ -44,10 +44,32 @@ type Config struct {
 	// KiB or more are not copied into it: they are written from the
 	// store's memory. The default is 64 KiB; at least 4 KiB.
 	WriteBufferSize int
-	// IdleTimeout closes a connection that sends nothing for this long.
-	// The default, 0, never does (Redis's timeout 0); it must not be
-	// negative.
+	// IdleTimeout closes a connection that sends nothing for this long
+	// between commands. The default, 0, never does (Redis's timeout 0):
+	// long-lived idle connections are welcome while there is room. When the
+	// server is at MaxClients, a new connection instead displaces the
+	// connection that has waited longest between commands, if it has waited
+	// more than CommandTimeout; it must not be negative.
 	IdleTimeout time.Duration
+	// CommandTimeout and MinReadRate bound how long a command may take to
+	// arrive once its first byte has: CommandTimeout plus one second for
+	// every MinReadRate bytes of it received so far (Apache's
+	// mod_reqtimeout rule), however often bytes trickle in. A connection
+	// that misses it is answered "-ERR ... too slow" and closed. When the
+	// server is at MaxClients, a new connection also displaces the
+	// connection whose command has been arriving for more than a second at
+	// the slowest rate under MinReadRate. The defaults are 10 seconds and
+	// 1 MiB/s; neither may be negative.
+	CommandTimeout time.Duration
+	MinReadRate    int64
+	// MaxPendingBytes bounds the memory all connections together hold for
+	// commands not yet received whole. Memory for a long argument is taken
+	// as its bytes arrive, not as its length is announced; a connection
+	// holds its first 64 KiB outside this bound. One that needs more while
+	// the bound is reached stops reading until memory is handed back, for
+	// at most CommandTimeout, then is answered "-ERR ... busy" and closed.
+	// The default is 256 MiB; it must be at least MaxCommandBytes.
+	MaxPendingBytes int64
 	// Version is reported by INFO as kvstrata_version. The default is the
 	// main module's version from the build info, else "dev".
 	Version string
@@ -69,6 +91,9 @@ const (
 	DefaultMaxCommandBytes = 128 << 20
 	DefaultReadBufferSize  = 64 << 10
 	DefaultWriteBufferSize = 64 << 10
+	DefaultCommandTimeout  = 10 * time.Second
+	DefaultMinReadRate     = 1 << 20
+	DefaultMaxPendingBytes = 256 << 20
 
 	maxBulkLenLimit = 1 << 30
 	minBufferSize   = 4 << 10
@@ -88,6 +113,15 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.MaxCommandBytes == 0 {
 		c.MaxCommandBytes = max(DefaultMaxCommandBytes, c.MaxBulkLen)
+	}
+	if c.MaxPendingBytes == 0 {
+		c.MaxPendingBytes = max(DefaultMaxPendingBytes, c.MaxCommandBytes)
+	}
+	if c.CommandTimeout == 0 {
+		c.CommandTimeout = DefaultCommandTimeout
+	}
+	if c.MinReadRate == 0 {
+		c.MinReadRate = DefaultMinReadRate
 	}
 	if c.ReadBufferSize == 0 {
 		c.ReadBufferSize = DefaultReadBufferSize
@@ -122,6 +156,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxCommandBytes < c.MaxBulkLen || c.MaxCommandBytes <= 0 {
 		bad("max command bytes is %d, must be at least max bulk length (%d)", c.MaxCommandBytes, c.MaxBulkLen)
+	}
+	if c.MaxPendingBytes < c.MaxCommandBytes {
+		bad("max pending bytes is %d, must be at least max command bytes (%d)", c.MaxPendingBytes, c.MaxCommandBytes)
+	}
+	if c.CommandTimeout < 0 {
+		bad("command timeout is %v, must not be negative", c.CommandTimeout)
+	}
+	if c.MinReadRate < 0 {
+		bad("min read rate is %d, must not be negative", c.MinReadRate)
 	}
 	if c.ReadBufferSize < minBufferSize {
 		bad("read buffer size is %d, must be at least %d", c.ReadBufferSize, minBufferSize)

@@ -29,14 +29,30 @@ type conn struct {
 
 	quit bool // close after the replies are written (QUIT)
 
+	// evicted is set, under the server's lock, when a new connection takes
+	// this one's place; the connection ends at its next read.
+	evicted atomic.Bool
+
 	// idle is set while the connection waits for the first byte of its
-	// next command; Shutdown wakes only such connections.
-	mu   sync.Mutex
-	idle bool
+	// next command; Shutdown wakes only such connections. deadline is the
+	// read deadline last set.
+	mu       sync.Mutex
+	idle     bool
+	deadline time.Time
 }
 
-// errDraining ends a connection at a command boundary during Shutdown.
-var errDraining = errors.New("resp: server shutting down")
+var (
+	// errDraining ends a connection at a command boundary during Shutdown.
+	errDraining = errors.New("resp: server shutting down")
+	// errEvicted ends a connection closed to make room for a new one.
+	errEvicted = errors.New("resp: connection closed to make room for another")
+	// errBusy ends a connection whose command could not get memory in time.
+	errBusy = errors.New("resp: no memory for the command in time")
+)
+
+// evictGrace is how long a command must have been arriving, slower than
+// MinReadRate, before a full server may close its connection for a new one.
+const evictGrace = time.Second
 
 func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	c := &conn{s: s, nc: nc, id: id, created: time.Now()}
@@ -45,6 +61,7 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	c.rd.beforeRead = c.beforeRead
 	c.rd.awaitCommand, c.rd.commandStarted = c.awaitCommand, c.commandStarted
 	c.rd.nread, c.w.nwritten = &s.st.netIn, &s.st.netOut
+	c.rd.hold, c.rd.unhold = c.hold, s.pending.release
 	c.active.Store(c.created.UnixNano())
 	return c
 }
@@ -73,20 +90,82 @@ func (c *conn) serve() {
 }
 
 // beforeRead runs before the reader may block: replies go out now, since
-// the client may be waiting for them before it sends more.
+// the client may be waiting for them before it sends more. It sets the
+// read deadline: the command's, while one is arriving, else IdleTimeout's.
 func (c *conn) beforeRead() error {
 	if err := c.w.flush(); err != nil {
 		return err
 	}
-	if d := c.s.cfg.IdleTimeout; d > 0 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.idle && c.s.draining.Load() {
-			return errDraining // do not undo the deadline Shutdown set
-		}
-		return c.nc.SetReadDeadline(time.Now().Add(d))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.evicted.Load():
+		return errEvicted
+	case c.idle && c.s.draining.Load():
+		return errDraining // do not undo the deadline Shutdown set
+	}
+	var dl time.Time
+	if c.rd.inCmd {
+		dl = c.commandDeadline(time.Now())
+	} else if d := c.s.cfg.IdleTimeout; d > 0 {
+		dl = time.Now().Add(d)
+	}
+	if dl.Equal(c.deadline) {
+		return nil
+	}
+	c.deadline = dl
+	return c.nc.SetReadDeadline(dl)
+}
+
+// commandDeadline is when the command being read must have arrived whole:
+// CommandTimeout after it first waited for input, plus a second for every
+// MinReadRate bytes received since. Bytes trickling in slower than that
+// do not keep a connection, as they would an idle timer.
+func (c *conn) commandDeadline(now time.Time) time.Time {
+	st := c.rd.started.Load()
+	if st == 0 {
+		st = now.UnixNano()
+		c.rd.started.Store(st)
+	}
+	got := c.rd.cmdRead
+	c.rd.got.Store(got)
+	allowance := c.s.cfg.CommandTimeout + time.Duration(got*int64(time.Second)/c.s.cfg.MinReadRate)
+	return time.Unix(0, st).Add(allowance)
+}
+
+// hold takes n bytes of the server's budget for the command being read,
+// waiting for them at most CommandTimeout. The wait is the server's, not
+// the client's: it is not counted against the command's deadline, and a
+// full server does not close a connection for it.
+func (c *conn) hold(n int64) error {
+	start := time.Now()
+	c.rd.waiting.Store(true)
+	ok := c.s.pending.acquire(c.s.ctx, n, start.Add(c.s.cfg.CommandTimeout))
+	c.rd.waiting.Store(false)
+	if st := c.rd.started.Load(); st != 0 {
+		c.rd.started.Store(st + int64(time.Since(start)))
+	}
+	if !ok {
+		return errBusy
 	}
 	return nil
+}
+
+// evict makes c end at its next read, or now if it is blocked reading or
+// writing; the caller holds the server's lock.
+func (c *conn) evict() {
+	c.evicted.Store(true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deadline = time.Now()
+	c.nc.SetDeadline(c.deadline)
+}
+
+// isIdle reports whether c waits for the first byte of its next command.
+func (c *conn) isIdle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.idle
 }
 
 // awaitCommand runs when the reader has no input left and waits for the
@@ -110,7 +189,8 @@ func (c *conn) commandStarted() {
 	defer c.mu.Unlock()
 	c.idle = false
 	if c.s.draining.Load() {
-		c.nc.SetReadDeadline(time.Time{})
+		c.deadline = time.Time{}
+		c.nc.SetReadDeadline(c.deadline)
 	}
 }
 
@@ -119,23 +199,46 @@ func (c *conn) wakeIfIdle() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.idle {
-		c.nc.SetReadDeadline(time.Now())
+		c.deadline = time.Now()
+		c.nc.SetReadDeadline(c.deadline)
 	}
 }
 
-// readFailed ends the connection after the reader failed.
+// readFailed ends the connection after the reader failed. A client cut
+// in the middle of a command is told why.
 func (c *conn) readFailed(err error) {
 	var pe *ProtocolError
 	var ne net.Error
+	timeout := errors.As(err, &ne) && ne.Timeout()
 	switch {
 	case errors.As(err, &pe):
 		c.s.st.protocolErrors.Add(1)
-		c.error("ERR Protocol error: " + pe.Msg)
-		c.w.flush()
-		lingerClose(c.nc)
-	case errors.As(err, &ne) && ne.Timeout() && !c.s.draining.Load():
+		c.closeWith("ERR Protocol error: " + pe.Msg)
+	case errors.Is(err, errBusy):
+		c.s.st.busyClosed.Add(1)
+		c.closeWith(fmt.Sprintf("ERR server busy: commands being received hold its limit of %d bytes (maxpendingbytes); retry later",
+			c.s.cfg.MaxPendingBytes))
+	case c.evicted.Load():
+		c.s.st.evicted.Add(1)
+		if c.rd.inCmd {
+			c.closeWith(fmt.Sprintf("ERR connection closed for a new client: the server is at its limit of %d clients and this command arrived at under %d bytes/s",
+				c.s.cfg.MaxClients, c.s.cfg.MinReadRate))
+		}
+	case timeout && c.rd.inCmd:
+		c.s.st.slowClosed.Add(1)
+		c.closeWith(fmt.Sprintf("ERR command not received in time: a command must arrive within %v plus 1s per %d bytes",
+			c.s.cfg.CommandTimeout, c.s.cfg.MinReadRate))
+	case timeout && !c.s.draining.Load():
 		c.s.st.idleClosed.Add(1)
 	}
+}
+
+// closeWith replies msg, as an error, and closes the connection.
+func (c *conn) closeWith(msg string) {
+	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	c.error(msg)
+	c.w.flush()
+	lingerClose(c.nc)
 }
 
 // finish closes the socket and hands back what the connection holds.

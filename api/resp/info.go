@@ -128,6 +128,10 @@ func (s *Server) serverInfo(c *conn, secs map[string]*infoSection) {
 	add("stats", "unknown_commands", st.unknown.Load())
 	add("stats", "protocol_errors", st.protocolErrors.Load())
 	add("stats", "idle_clients_closed", st.idleClosed.Load())
+	add("stats", "slow_clients_closed", st.slowClosed.Load())
+	add("stats", "evicted_clients", st.evicted.Load())
+	add("stats", "busy_clients_closed", st.busyClosed.Load())
+	add("memory", "pending_command_bytes", s.pending.inUse())
 
 	if n, err := s.store.Len(s.ctx); err == nil && n > 0 {
 		add("keyspace", "db0", fmt.Sprintf("keys=%d,expires=0,avg_ttl=0", n))

@@ -31,6 +31,14 @@ const (
 	// keepArena and keepArgs bound what a reader keeps between commands.
 	keepArena = 64 << 10
 	keepArgs  = 1024
+	// firstSlab is the first buffer of a long argument; it grows by
+	// slabGrowth as the argument's bytes arrive, so a connection holds at
+	// most slabGrowth times what it was sent, not what it announced.
+	firstSlab  = 64 << 10
+	slabGrowth = 4
+	// freeHold is the memory a command may hold before it takes from the
+	// server's budget (Config.MaxPendingBytes): short commands never do.
+	freeHold = 64 << 10
 )
 
 // reader reads commands from one connection: RESP arrays of bulk strings
@@ -66,6 +74,28 @@ type reader struct {
 	slabs []*[]byte
 
 	nread *atomic.Uint64 // counts the bytes read from src, if not nil
+
+	// Progress of the command being read, for its connection's deadline
+	// and for choosing which connection a full server closes. inCmd is set
+	// from the command's first byte until it is read whole; cmdRead counts
+	// the bytes read from src meanwhile. started and got are the
+	// connection's to set (when the command first waits for input) and
+	// publish; other goroutines read them, and waiting, which is set while
+	// the command waits for memory rather than for its client.
+	inCmd   bool
+	cmdRead int64
+	started atomic.Int64 // unix nanoseconds; 0: no command waiting
+	got     atomic.Int64
+	waiting atomic.Bool
+
+	// held is the memory the current command holds (its slabs and arena),
+	// charged the part of it taken through hold, which waits for the
+	// server's budget and fails when it cannot have it; unhold gives it
+	// back. With hold nil, memory is bounded only per command.
+	held, charged int64
+	arenaHeld     int64 // cap(arena) counted in held
+	hold          func(n int64) error
+	unhold        func(n int64)
 }
 
 type argRef struct {
@@ -106,6 +136,7 @@ func (r *reader) next() ([][]byte, error) {
 				return nil, err
 			}
 		}
+		r.inCmd = true
 		var err error
 		if r.buf[r.r] == '*' {
 			err = r.multibulk()
@@ -126,6 +157,7 @@ func (r *reader) next() ([][]byte, error) {
 			r.args = append(r.args, r.arena[ref.off:ref.off+ref.n:ref.off+ref.n])
 		}
 	}
+	r.endCommand()
 	return r.args, nil
 }
 
@@ -145,6 +177,34 @@ func (r *reader) release() {
 	if cap(r.args) > keepArgs {
 		r.args, r.refs = nil, nil
 	}
+	if r.charged > 0 && r.unhold != nil {
+		r.unhold(r.charged)
+	}
+	r.arenaHeld = int64(cap(r.arena))
+	r.held, r.charged = r.arenaHeld, 0
+	r.endCommand()
+}
+
+// endCommand marks the command read whole (or given up).
+func (r *reader) endCommand() {
+	r.inCmd, r.cmdRead = false, 0
+	if r.started.Load() != 0 {
+		r.started.Store(0)
+	}
+}
+
+// take counts n more bytes held by the current command, and takes what
+// passes freeHold from the server's budget.
+func (r *reader) take(n int64) error {
+	r.held += n
+	if over := r.held - freeHold - r.charged; over > 0 && r.hold != nil {
+		if err := r.hold(over); err != nil {
+			r.held -= n
+			return err
+		}
+		r.charged += over
+	}
+	return nil
 }
 
 // fill reads more input into buf, moving unread bytes to its front when
@@ -263,20 +323,37 @@ func (r *reader) bulk(n int) error {
 		r.refs = append(r.refs, argRef{off: len(r.arena), n: n})
 		r.arena = append(r.arena, r.buf[r.r:r.r+n]...)
 		r.r += n + 2
+		if c := int64(cap(r.arena)); c > r.arenaHeld {
+			if err := r.take(c - r.arenaHeld); err != nil {
+				return err
+			}
+			r.arenaHeld = c
+		}
 		return nil
 	}
-	slab := getSlab(n)
+	// Long arguments are read straight from src into a slab of their own,
+	// which grows as the bytes arrive: memory follows what was sent, not
+	// the length announced.
+	slab, err := r.growSlab(nil, 0, min(n, firstSlab))
+	if err != nil {
+		return err
+	}
 	r.slabs = append(r.slabs, slab)
-	dst := (*slab)[:n]
-	k := copy(dst, r.buf[r.r:r.w])
+	k := copy((*slab)[:min(n, len(*slab))], r.buf[r.r:r.w])
 	r.r += k
-	for k < n { // straight into the slab, each read under a fresh idle deadline
+	for k < n {
+		if k == len(*slab) {
+			if slab, err = r.growSlab(slab, k, min(n, slabGrowth*k)); err != nil {
+				return err
+			}
+			r.slabs[len(r.slabs)-1] = slab
+		}
 		if r.beforeRead != nil {
 			if err := r.beforeRead(); err != nil {
 				return err
 			}
 		}
-		m, err := r.src.Read(dst[k:])
+		m, err := r.src.Read((*slab)[k:min(n, len(*slab))])
 		r.count(m)
 		k += m
 		if err != nil && k < n {
@@ -296,7 +373,24 @@ func (r *reader) bulk(n int) error {
 	return nil
 }
 
+// growSlab returns a slab of at least n bytes that holds the first k
+// bytes of old, which goes back to the pool (old nil: a first slab).
+func (r *reader) growSlab(old *[]byte, k, n int) (*[]byte, error) {
+	s := getSlab(n)
+	if err := r.take(int64(len(*s))); err != nil {
+		putSlab(s)
+		return nil, err
+	}
+	if old != nil {
+		copy(*s, (*old)[:k])
+		r.held -= int64(len(*old))
+		putSlab(old)
+	}
+	return s, nil
+}
+
 func (r *reader) count(n int) {
+	r.cmdRead += int64(n)
 	if r.nread != nil {
 		r.nread.Add(uint64(n))
 	}

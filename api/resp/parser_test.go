@@ -192,6 +192,23 @@ func TestReaderDoesNotAllocateForDeclaredLengths(t *testing.T) {
 	}
 }
 
+// A long argument's memory follows its bytes as they arrive: a client
+// that announces 16 MiB and sends 100 KiB makes the reader hold well under
+// a megabyte.
+func TestReaderGrowsLongArgumentsAsTheyArrive(t *testing.T) {
+	cfg := &Config{MaxBulkLen: 16 << 20}
+	cfg.EnsureDefaults()
+	in := "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$16777216\r\n" + strings.Repeat("v", 100<<10)
+	stalled := errors.New("stalled")
+	r := newReader(io.MultiReader(strings.NewReader(in), iotest.ErrReader(stalled)), cfg)
+	if _, err := r.next(); !errors.Is(err, stalled) {
+		t.Fatalf("next: %v, want the source's error", err)
+	}
+	if fp := r.footprint(); fp > 1<<20 {
+		t.Fatalf("reader holds %d bytes after 100 KiB of a 16 MiB argument", fp)
+	}
+}
+
 func TestParseInt(t *testing.T) {
 	good := map[string]int64{"0": 0, "7": 7, "-1": -1, "1048576": 1 << 20,
 		"9223372036854775807": 1<<63 - 1, "-9223372036854775808": -1 << 63}

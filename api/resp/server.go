@@ -32,6 +32,8 @@ type Server struct {
 	draining  atomic.Bool // Shutdown: connections end at their next command boundary
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	evicting  int // conns evicted for new ones, still ending
+	pending   *budget
 	wg        sync.WaitGroup // connection goroutines
 	lastID    atomic.Uint64
 
@@ -45,6 +47,8 @@ type counters struct {
 	protocolErrors, errorReplies  atomic.Uint64
 	hits, misses, netIn, netOut   atomic.Uint64
 	commandsProcessed, idleClosed atomic.Uint64
+	slowClosed, busyClosed        atomic.Uint64
+	evicted                       atomic.Uint64
 }
 
 // Stats is a snapshot of a Server's counters, for metrics.
@@ -58,12 +62,24 @@ type Stats struct {
 	AcceptedConnections uint64 // since start, the rejected ones included
 	RejectedConnections uint64 // over MaxClients
 	IdleClosed          uint64 // closed after IdleTimeout
-	ProtocolErrors      uint64 // connections closed for malformed input
-	ErrorReplies        uint64
-	KeyspaceHits        uint64 // GET and MGET keys found
-	KeyspaceMisses      uint64
-	NetInputBytes       uint64
-	NetOutputBytes      uint64
+	// SlowClosed counts connections closed because a command did not
+	// arrive within CommandTimeout and MinReadRate's allowance.
+	SlowClosed uint64
+	// EvictedClients counts connections closed to make room for a new one
+	// while the server was at MaxClients.
+	EvictedClients uint64
+	// BusyClosed counts connections closed because their command waited
+	// too long for memory under MaxPendingBytes.
+	BusyClosed uint64
+	// PendingBytes is the memory held now, under MaxPendingBytes, by
+	// commands not yet received whole (a connection's first 64 KiB apart).
+	PendingBytes   int64
+	ProtocolErrors uint64 // connections closed for malformed input
+	ErrorReplies   uint64
+	KeyspaceHits   uint64 // GET and MGET keys found
+	KeyspaceMisses uint64
+	NetInputBytes  uint64
+	NetOutputBytes uint64
 }
 
 // NewServer returns a Server for store; cfg nil means the defaults.
@@ -90,6 +106,7 @@ func NewServer(store Store, cfg *Config) (*Server, error) {
 		cancel:    cancel,
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
+		pending:   newBudget(c.MaxPendingBytes),
 	}
 	s.cond, _ = store.(ConditionalSetter)
 	s.st.calls = make([]atomic.Uint64, len(s.cmds.list))
@@ -162,7 +179,15 @@ func (s *Server) accept(nc net.Conn) {
 		return
 	}
 	s.wg.Add(1)
-	if len(s.conns) >= s.cfg.MaxClients {
+	full := len(s.conns)-s.evicting >= s.cfg.MaxClients
+	if full {
+		if victim := s.victimLocked(time.Now()); victim != nil {
+			victim.evict()
+			s.evicting++
+			full = false
+		}
+	}
+	if full {
 		s.mu.Unlock()
 		s.st.rejected.Add(1)
 		go func() {
@@ -180,9 +205,45 @@ func (s *Server) accept(nc net.Conn) {
 	go c.serve()
 }
 
+// victimLocked picks the connection a full server closes to serve a new
+// one: the one whose command has arrived slowest, under MinReadRate, for
+// more than evictGrace; else the one that has waited longest between
+// commands, if more than CommandTimeout; else none. A connection waiting
+// for memory is the server's doing and is spared. The caller holds s.mu.
+func (s *Server) victimLocked(now time.Time) *conn {
+	var slow, idle *conn
+	slowest := float64(s.cfg.MinReadRate)
+	longest := s.cfg.CommandTimeout
+	for c := range s.conns {
+		if c.evicted.Load() {
+			continue
+		}
+		if st := c.rd.started.Load(); st != 0 {
+			took := now.Sub(time.Unix(0, st))
+			if took < evictGrace || c.rd.waiting.Load() {
+				continue
+			}
+			if rate := float64(c.rd.got.Load()) / took.Seconds(); rate < slowest {
+				slow, slowest = c, rate
+			}
+			continue
+		}
+		if d := now.Sub(time.Unix(0, c.active.Load())); d > longest && c.isIdle() {
+			idle, longest = c, d
+		}
+	}
+	if slow != nil {
+		return slow
+	}
+	return idle
+}
+
 // drop forgets a connection whose goroutine is ending.
 func (s *Server) drop(c *conn) {
 	s.mu.Lock()
+	if c.evicted.Load() {
+		s.evicting--
+	}
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.wg.Done()
@@ -259,6 +320,10 @@ func (s *Server) Stats() Stats {
 		AcceptedConnections: s.st.accepted.Load(),
 		RejectedConnections: s.st.rejected.Load(),
 		IdleClosed:          s.st.idleClosed.Load(),
+		SlowClosed:          s.st.slowClosed.Load(),
+		EvictedClients:      s.st.evicted.Load(),
+		BusyClosed:          s.st.busyClosed.Load(),
+		PendingBytes:        s.pending.inUse(),
 		ProtocolErrors:      s.st.protocolErrors.Load(),
 		ErrorReplies:        s.st.errorReplies.Load(),
 		KeyspaceHits:        s.st.hits.Load(),

@@ -266,8 +266,11 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 
 	// Redis protocol.
 	if cfg.Listen.RESP != "" {
+		maxBulk, pending := max(int64(cfg.Limits.MaxBlockSize)*2, resp.DefaultMaxBulkLen), int64(cfg.Limits.MaxPendingRESPBytes)
 		rs, err := resp.NewServer(n.RESPStore(), &resp.Config{MaxClients: cfg.Limits.MaxConnections,
-			MaxBulkLen: max(int64(cfg.Limits.MaxBlockSize)*2, resp.DefaultMaxBulkLen), Version: version(),
+			MaxBulkLen: maxBulk, MaxCommandBytes: max(maxBulk, min(resp.DefaultMaxCommandBytes, pending)),
+			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
+			MinReadRate: int64(cfg.Limits.MinRequestRate), Version: version(),
 			Logger:    log.With("server", "resp"),
 			OnCommand: func(name string, start time.Time) { m.Observe("resp", name, start) }})
 		if err != nil {

@@ -14,6 +14,11 @@ var transports = map[string]func(config.Config) (transfer.Transport, error){
 			MaxBlockSize: int(cfg.Limits.MaxBlockSize),
 			MaxBlocks:    cfg.Limits.MaxBatchBlocks,
 			MaxConns:     cfg.Limits.MaxConnections,
+			// Stalled puts hold at most this much of the DRAM tier, and
+			// requests arrive at a pace or are cut.
+			MaxPendingBytes: int64(cfg.Limits.MaxPendingPutBytes),
+			RequestTimeout:  cfg.Limits.RequestTimeout,
+			MinRate:         int64(cfg.Limits.MinRequestRate),
 		}), nil
 	},
 }

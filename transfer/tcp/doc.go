@@ -99,8 +99,20 @@
 // when ctx is cancelled, a deadline in the past, which fails the blocked
 // read or write at once; a request that fails half way leaves the stream
 // out of step, so the Conn closes and later calls return ErrClosed. A server
-// gives every read and every write of a request Options.IdleTimeout, and the
-// wait for the next request too, so a peer that stops reading or sending
-// costs it a goroutine for at most that long. TCP keep-alives
-// (Options.KeepAlive) find peers whose machine went away.
+// waits Options.IdleTimeout for the next request and for each write of a
+// response. A request must arrive within Options.RequestTimeout plus a
+// second for every Options.MinRate bytes of it received, however often its
+// bytes trickle in, so a peer that stalls mid-request costs the server a
+// goroutine for a bounded time. TCP keep-alives (Options.KeepAlive) find
+// peers whose machine went away.
+//
+// # Room for puts
+//
+// A server asks its Handler for room for a block only once the block's
+// first 64 KiB (or all of it, if less) have arrived, and all connections
+// together hold at most Options.MaxPendingBytes of room for blocks still
+// arriving. A put that needs room beyond it cuts the connection whose
+// request has been arriving slowest, under MinRate, for over a second, or
+// waits for room until its RequestTimeout and then gets StatusFull: peers
+// that stall cannot hold the Handler's memory from peers that send.
 package tcp

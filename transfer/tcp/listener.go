@@ -27,6 +27,7 @@ type listener struct {
 	mu       sync.Mutex
 	closed   bool
 	draining bool                  // Shutdown: finish requests in flight, take no new ones
+	pending  *pendingPuts          // room reserved for blocks still arriving
 	conns    map[net.Conn]struct{} // served and being refused; Close closes them
 	busy     map[net.Conn]bool     // served connections with a request in flight
 	serving  int                   // connections served, at most opts.MaxConns
@@ -50,7 +51,8 @@ func (t *Transport) Listen(addr string, h transfer.Handler) (transfer.Listener, 
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen on %s: %w", addr, err)
 	}
-	l := &listener{opts: &t.opts, h: h, ln: ln, conns: make(map[net.Conn]struct{}), busy: make(map[net.Conn]bool)}
+	l := &listener{opts: &t.opts, h: h, ln: ln, pending: newPendingPuts(&t.opts),
+		conns: make(map[net.Conn]struct{}), busy: make(map[net.Conn]bool)}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -209,7 +211,8 @@ func (l *listener) serve(c net.Conn) {
 	if !l.handshake(c) {
 		return
 	}
-	s := &session{c: c, h: l.h, opts: l.opts, begin: func() bool { return l.begin(c) }, end: func() bool { return l.end(c) }}
+	s := &session{c: c, h: l.h, opts: l.opts, pending: l.pending,
+		begin: func() bool { return l.begin(c) }, end: func() bool { return l.end(c) }}
 	s.run()
 }
 

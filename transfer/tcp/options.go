@@ -22,6 +22,9 @@ const (
 	DefaultIdleTimeout      = 2 * time.Minute
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultKeepAlive        = 15 * time.Second
+	DefaultRequestTimeout   = 10 * time.Second
+	DefaultMinRate          = 1 << 20
+	DefaultMaxPendingBytes  = 1 << 30
 
 	// MaxBlockSizeLimit is the largest MaxBlockSize allowed.
 	MaxBlockSizeLimit = 1 << 30
@@ -57,11 +60,26 @@ type Options struct {
 	// blocks), then writes and releases them together. A block of at least
 	// WriteBatch bytes goes out on its own. The default is 256 KiB.
 	WriteBatch int
-	// IdleTimeout bounds how long a server waits on a peer: for its next
-	// request, for each part of a request, and to take each write of a
-	// response. A peer silent for longer is disconnected. The default is
-	// 2 minutes.
+	// IdleTimeout bounds how long a server waits on a peer for its next
+	// request and to take each write of a response. A peer silent for
+	// longer is disconnected. The default is 2 minutes.
 	IdleTimeout time.Duration
+	// RequestTimeout and MinRate bound how long a request may take to
+	// arrive once its header has: RequestTimeout plus one second for every
+	// MinRate bytes of it received so far, however often bytes trickle in;
+	// time the server spends waiting for room is not counted. A peer that
+	// misses it is disconnected. The defaults are 10 seconds and 1 MiB/s.
+	RequestTimeout time.Duration
+	MinRate        int64
+	// MaxPendingBytes bounds the room all connections together hold
+	// reserved (Handler.Reserve) for blocks whose bytes are still arriving;
+	// a block's room is reserved only once its first 64 KiB have arrived.
+	// A put that would pass it first closes the connection whose put has
+	// been arriving slowest, under MinRate, for over a second, else waits
+	// for room until its RequestTimeout, after which its block is refused
+	// as full. Set it to a share of the memory the Handler reserves from,
+	// so that stalled peers cannot take all of it. The default is 1 GiB.
+	MaxPendingBytes int64
 	// HandshakeTimeout bounds the exchange of hellos that opens a
 	// connection, on both sides (Dial also honours its ctx). The default is
 	// 10 seconds.
@@ -95,6 +113,15 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.KeepAlive == 0 {
 		o.KeepAlive = DefaultKeepAlive
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.MinRate == 0 {
+		o.MinRate = DefaultMinRate
+	}
+	if o.MaxPendingBytes == 0 {
+		o.MaxPendingBytes = max(DefaultMaxPendingBytes, int64(o.MaxBlockSize))
 	}
 }
 
@@ -132,6 +159,15 @@ func (o *Options) Validate() error {
 	}
 	if o.KeepAlive == 0 {
 		bad("KeepAlive is 0, want > 0 (or negative for none)")
+	}
+	if o.RequestTimeout <= 0 {
+		bad("RequestTimeout is %v, want > 0", o.RequestTimeout)
+	}
+	if o.MinRate <= 0 {
+		bad("MinRate is %d, want > 0 bytes/s", o.MinRate)
+	}
+	if o.MaxPendingBytes < int64(o.MaxBlockSize) {
+		bad("MaxPendingBytes is %d, want at least MaxBlockSize (%d)", o.MaxPendingBytes, o.MaxBlockSize)
 	}
 	if len(problems) == 0 {
 		return nil

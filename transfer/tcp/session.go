@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -42,6 +43,19 @@ type session struct {
 	// reports false when no new request may start, end when the
 	// connection should close after the one just answered.
 	begin, end func() bool
+	// pending bounds the room reserved for blocks still arriving, across
+	// the listener's sessions; nil: no bound.
+	pending *pendingPuts
+
+	// The request being read, from its header to its response: when it
+	// started (unix nanoseconds, moved on by the time the server spent
+	// waiting for room) and the bytes read of it since. Another session
+	// short of room reads both to choose a connection to cut, and sets cut.
+	inReq    bool
+	reqStart atomic.Int64
+	reqRead  atomic.Int64
+	cut      atomic.Bool
+	deadline time.Time // the read deadline last set
 }
 
 // result is the outcome of one block of a put.
@@ -52,9 +66,13 @@ type result struct {
 
 func (s *session) run() {
 	for {
+		s.inReq = false
 		if err := s.read(s.small[:]); err != nil {
 			return // the peer went away, went silent, or the listener closed
 		}
+		s.inReq = true
+		s.reqStart.Store(time.Now().UnixNano())
+		s.reqRead.Store(0)
 		if s.begin != nil && !s.begin() {
 			return // draining: the request that just came in is not started
 		}
@@ -179,19 +197,43 @@ func (s *session) put(count uint32) error {
 // receive reads one block of a put into the buffer the Handler reserved and
 // commits it if its bytes match its checksum. Only a failure to read from
 // the connection is returned as an error.
+//
+// Room is reserved only once the block's first bytes (up to 64 KiB) have
+// arrived, and within the listener's MaxPendingBytes: a peer that
+// announces blocks and stalls cannot fill the Handler's memory.
 func (s *session) receive(h transfer.Header) (result, error) {
+	scratch := s.scratchBuf()
+	first := scratch[:min(int(h.Size), len(scratch))]
+	if err := s.read(first); err != nil {
+		return result{}, err
+	}
+	rest := int64(h.Size) - int64(len(first))
+	waited := time.Now()
+	if s.pending != nil {
+		if !s.pending.acquire(s, int64(h.Size), waited.Add(s.opts.RequestTimeout)) {
+			s.waited(waited)
+			if err := s.discard(rest); err != nil {
+				return result{}, err
+			}
+			return result{frame.StatusFull, frame.Clip(fmt.Sprintf(
+				"node busy: puts in flight hold its limit of %d bytes; retry", s.opts.MaxPendingBytes))}, nil
+		}
+		defer s.pending.release(s)
+	}
 	buf, commit, err := s.h.Reserve(h)
+	s.waited(waited)
 	if err == nil && len(buf) != int(h.Size) {
 		_ = commit(false)
 		err = fmt.Errorf("tcp: handler reserved %d bytes for %v, a block of %d bytes", len(buf), h.Key, h.Size)
 	}
 	if err != nil {
-		if err := s.discard(int64(h.Size)); err != nil {
+		if err := s.discard(rest); err != nil {
 			return result{}, err
 		}
 		return result{frame.ReserveStatus(err), frame.Clip(err.Error())}, nil
 	}
-	if err := s.read(buf); err != nil {
+	copy(buf, first)
+	if err := s.read(buf[len(first):]); err != nil {
 		_ = commit(false)
 		return result{}, err
 	}
@@ -301,11 +343,41 @@ func (s *session) maxRequest() int64 {
 	return int64(s.opts.MaxBlocks) * (frame.HeaderSize + int64(s.opts.MaxBlockSize))
 }
 
-// read fills b from the connection, waiting at most IdleTimeout for it.
+// read fills b from the connection. Between requests it waits at most
+// IdleTimeout; within one, until the request's deadline: RequestTimeout
+// after it started plus a second for every MinRate bytes of it read, so
+// that a peer trickling bytes cannot hold the connection.
 func (s *session) read(b []byte) error {
-	_ = s.c.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
-	_, err := io.ReadFull(s.c, b)
-	return err
+	if !s.inReq {
+		s.setReadDeadline(time.Now().Add(s.opts.IdleTimeout))
+		_, err := io.ReadFull(s.c, b)
+		return err
+	}
+	for len(b) > 0 {
+		got := s.reqRead.Load()
+		allowance := s.opts.RequestTimeout + time.Duration(float64(got)/float64(s.opts.MinRate)*float64(time.Second))
+		s.setReadDeadline(time.Unix(0, s.reqStart.Load()).Add(allowance))
+		n, err := s.c.Read(b)
+		s.reqRead.Store(got + int64(n))
+		b = b[n:]
+		if err != nil && len(b) > 0 {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *session) setReadDeadline(t time.Time) {
+	if !t.Equal(s.deadline) {
+		s.deadline = t
+		_ = s.c.SetReadDeadline(t)
+	}
+}
+
+// waited moves the request's start on by the time since t, which the
+// server spent, not the peer.
+func (s *session) waited(t time.Time) {
+	s.reqStart.Add(int64(time.Since(t)))
 }
 
 func (s *session) write(b []byte) error {
