@@ -3,6 +3,7 @@ package raftstore
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/kvstrata/kvstrata/index"
 )
@@ -67,15 +68,23 @@ func decode(dst []Event, data []byte) (decoded, error) {
 // ErrInvalidEntry, and ErrBadEntry or ErrUnknownEntry when data does not
 // decode.
 func ValidateEntry(data []byte) error {
-	e, err := decode(nil, data)
+	buf := eventBufs.Get().(*[]Event)
+	e, err := decode((*buf)[:0], data)
 	if err == nil {
 		err = e.check()
 	}
+	if cap(e.events) <= maxPending {
+		*buf = e.events[:0]
+	}
+	eventBufs.Put(buf)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEntry, err)
 	}
 	return nil
 }
+
+// eventBufs holds the memory ValidateEntry decodes event batches into.
+var eventBufs = sync.Pool{New: func() any { return new([]Event) }}
 
 // check checks what a decoded entry says.
 func (e *decoded) check() error {
