@@ -14,9 +14,10 @@ import (
 //
 // Types with the Ignorable bit set may be skipped by a replica that does
 // not know them: a newer version of kvstrata can add such entries (hints,
-// statistics) before every node is upgraded. Any other unknown type, or an
-// entry that does not decode, panics the replica, because applying less
-// than its peers would make it diverge silently.
+// statistics) before every node is upgraded. Any other unknown type panics
+// the replica, because applying less than its peers would make it diverge
+// silently. An entry of a known type that does not decode never passes
+// ValidateEntry; one in the log anyway is a no-op on every replica.
 type EntryType byte
 
 // The entry types. Every encoding below comes after the type byte; the

@@ -1,7 +1,9 @@
 package raftstore
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -18,18 +20,26 @@ import (
 // (Directory, Lookup, Members, Alive, …) are safe for concurrent use with
 // everything, and read the local replica: they may lag the leader.
 //
-// Entries are dispatched on their first byte, an EntryType. An entry that
-// cannot be applied the same way on every replica panics: an unknown type
-// without the Ignorable bit, or data that does not decode. An entry that
-// decodes but is refused by the state (removing an unknown member, say)
-// is applied as a no-op on every replica, and its error is the Apply
-// result that raft hands to the proposer.
+// Entries are dispatched on their first byte, an EntryType. An unknown
+// type without the Ignorable bit panics: it comes from a newer build, and
+// a replica that went on without it would diverge from its peers. An entry
+// of a known type that does not decode is applied as a no-op on every
+// replica, counted (FSMStats.Invalid) and logged: ValidateEntry keeps such
+// entries out of the log, and one already there must not stop every
+// replica on every restart. An entry that decodes but is refused by the
+// state (removing an unknown member, say) is applied as a no-op on every
+// replica too, and its error is the Apply result that raft hands to the
+// proposer.
 type FSM struct {
 	dir     atomic.Pointer[index.Directory]
 	state   atomic.Pointer[clusterState]
 	applied atomic.Uint64
 	events  atomic.Uint64
 	skipped atomic.Uint64
+	// invalidEntries counts the entries applied as no-ops because they do
+	// not decode.
+	invalidEntries atomic.Uint64
+	log            *slog.Logger // nil: slog.Default()
 
 	// pending holds the decoded events of the entries being applied;
 	// only the apply goroutine uses it.
@@ -78,9 +88,12 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			continue
 		}
 		if len(l.Data) > 0 && EntryType(l.Data[0]) == EntryEvents {
+			n := len(pending)
 			var err error
 			if pending, err = DecodeEvents(pending, l.Data); err != nil {
-				fatal(l.Index, err)
+				pending = pending[:n] // none of the entry's events
+				out[i] = f.invalid(l.Index, err)
+				continue
 			}
 			if len(pending) >= maxPending {
 				flush()
@@ -114,64 +127,57 @@ func fatal(index uint64, err error) {
 }
 
 // applyEntry applies the command entry at index with data and returns its
-// result: nil, or the business error of a refused change.
+// result: nil, or the business error of a refused change, or the error of
+// an entry that does not decode.
 func (f *FSM) applyEntry(idx uint64, data []byte) any {
-	if len(data) == 0 {
-		fatal(idx, fmt.Errorf("%w: empty entry", ErrBadEntry))
+	e, err := decode(f.pending[:0], data)
+	switch {
+	case errors.Is(err, ErrUnknownEntry):
+		fatal(idx, err)
+	case err != nil:
+		return f.invalid(idx, err)
 	}
-	switch t := EntryType(data[0]); t {
+	switch e.typ {
 	case EntryEvents:
-		evs, err := DecodeEvents(f.pending[:0], data)
-		if err != nil {
-			fatal(idx, err)
-		}
-		f.Directory().ApplyBatch(evs)
-		f.events.Add(uint64(len(evs)))
-		f.keepPending(evs)
+		f.Directory().ApplyBatch(e.events)
+		f.events.Add(uint64(len(e.events)))
+		f.keepPending(e.events)
 		return nil
 	case EntryMemberUpsert:
-		m, err := decodeEntry(data, readMember)
-		if err != nil {
-			fatal(idx, err)
-		}
-		return f.change(func(s *clusterState) (*clusterState, error) { return s.upsertMember(m) })
+		return f.change(func(s *clusterState) (*clusterState, error) { return s.upsertMember(e.member) })
 	case EntryMemberRemove:
-		id, err := decodeEntry(data, func(r *reader) index.NodeID { return index.NodeID(r.uint32()) })
-		if err != nil {
-			fatal(idx, err)
-		}
-		if err := f.change(func(s *clusterState) (*clusterState, error) { return s.removeMember(id) }); err != nil {
+		if err := f.change(func(s *clusterState) (*clusterState, error) { return s.removeMember(e.node) }); err != nil {
 			return err
 		}
-		f.Directory().DropNode(id)
+		f.Directory().DropNode(e.node)
 		return nil
 	case EntryLiveness:
-		type idLiveness struct {
-			id index.NodeID
-			l  Liveness
-		}
-		v, err := decodeEntry(data, func(r *reader) idLiveness {
-			id, l := readLiveness(r)
-			return idLiveness{id, l}
-		})
-		if err != nil {
-			fatal(idx, err)
-		}
-		return f.change(func(s *clusterState) (*clusterState, error) { return s.setLiveness(v.id, v.l) })
+		return f.change(func(s *clusterState) (*clusterState, error) { return s.setLiveness(e.node, e.liveness) })
 	case EntryCapacities:
-		c, err := decodeEntry(data, readCapacities)
-		if err != nil {
-			fatal(idx, err)
-		}
-		return f.change(func(s *clusterState) (*clusterState, error) { return s.setCapacities(c) })
-	default:
-		if t&Ignorable != 0 {
-			f.skipped.Add(1)
-			return nil
-		}
-		fatal(idx, fmt.Errorf("%w %v", ErrUnknownEntry, t))
+		return f.change(func(s *clusterState) (*clusterState, error) { return s.setCapacities(e.caps) })
+	default: // an unknown ignorable type
+		f.skipped.Add(1)
 		return nil
 	}
+}
+
+// invalid counts and logs the entry at index, which does not decode and
+// is applied as a no-op, and returns its Apply result.
+//
+// Every replica holds the same bytes at the same index (a damaged copy on
+// one replica's disk fails Pebble's checksums before it gets here), and a
+// known type's encoding never changes, so every replica skips the same
+// entries and none diverges. Such an entry can only come from a build that
+// did not validate proposals, or from a bug; stopping every replica on it
+// forever, as an unknown type does, would help no one.
+func (f *FSM) invalid(idx uint64, err error) error {
+	f.invalidEntries.Add(1)
+	log := f.log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Error("raftstore: applied an undecodable entry as a no-op", "index", idx, "err", err)
+	return fmt.Errorf("%w: entry %d: %w", ErrInvalidEntry, idx, err)
 }
 
 // change publishes the cluster state fn makes of the current one, or
@@ -239,9 +245,10 @@ func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
 type FSMStats struct {
 	Events  uint64 // directory events applied
 	Skipped uint64 // entries of unknown ignorable types skipped
+	Invalid uint64 // entries of known types that did not decode, applied as no-ops
 }
 
 // Stats returns the FSM's counters.
 func (f *FSM) Stats() FSMStats {
-	return FSMStats{Events: f.events.Load(), Skipped: f.skipped.Load()}
+	return FSMStats{Events: f.events.Load(), Skipped: f.skipped.Load(), Invalid: f.invalidEntries.Load()}
 }

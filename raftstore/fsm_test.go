@@ -216,22 +216,55 @@ func TestFSMPanicsOnUnknownEntryTypes(t *testing.T) {
 	}
 }
 
-func TestFSMPanicsOnUndecodableEntries(t *testing.T) {
+// undecodable holds entries of known types that do not decode.
+func undecodable() map[string][]byte {
 	upsert := raftstore.EncodeMemberUpsert(member(1))
-	cases := map[string][]byte{
+	return map[string][]byte{
 		"empty":              {},
-		"truncated events":   encode(chainEvents(1, 10, n1DRAM))[:30],
+		"truncated events":   encode(chainEvents(7, 10, n2SSD))[:30],
+		"garbage events":     []byte("\x01garbage"), // 103 events in 6 bytes
 		"truncated upsert":   upsert[:len(upsert)-1],
 		"upsert with extra":  append(slices.Clone(upsert), 0),
 		"remove without id":  {byte(raftstore.EntryMemberRemove)},
 		"liveness up flag 2": {byte(raftstore.EntryLiveness), 1, 2, 0, 0},
 		"capacities count":   {byte(raftstore.EntryCapacities), 1, 0, 0, 200},
 	}
+}
+
+func TestFSMAppliesUndecodableEntriesAsCountedNoOps(t *testing.T) {
 	for _, batch := range []bool{false, true} {
-		for name, data := range cases {
-			v := applyPanic(newApplier(t), data, batch)
-			if err, ok := v.(error); !ok || !errors.Is(err, raftstore.ErrBadEntry) {
-				t.Errorf("%s (batch %v): panicked with %v, want ErrBadEntry", name, batch, v)
+		for name, data := range undecodable() {
+			a := newApplier(t)
+			a.ok(raftstore.EncodeMemberUpsert(member(1)))
+			before, dirBefore := fmt.Sprint(a.f.Cluster()), dumpDir(a.f.Directory())
+			var res any
+			if batch {
+				// The events around it are applied, and none of its own.
+				out := a.f.ApplyBatch([]*raft.Log{a.log(encode(chainEvents(1, 3, n1DRAM))), a.log(data), a.log(encode(chainEvents(2, 3, n1DRAM)))})
+				res = out[1]
+				if out[0] != nil || out[2] != nil {
+					t.Errorf("%s (batch): results %v around it", name, out)
+				}
+				if got := a.f.Directory().Len(); got != 6 {
+					t.Errorf("%s (batch): the directory holds %d blocks, want the 6 of the entries around it", name, got)
+				}
+			} else {
+				res = a.apply(data)
+				if dumpDir(a.f.Directory()) != dirBefore {
+					t.Errorf("%s: the directory changed", name)
+				}
+			}
+			if err, ok := res.(error); !ok || !errors.Is(err, raftstore.ErrInvalidEntry) || !errors.Is(err, raftstore.ErrBadEntry) {
+				t.Errorf("%s (batch %v): result %v, want ErrInvalidEntry and ErrBadEntry", name, batch, res)
+			}
+			if fmt.Sprint(a.f.Cluster()) != before {
+				t.Errorf("%s (batch %v): the cluster state changed", name, batch)
+			}
+			if st := a.f.Stats(); st.Invalid != 1 {
+				t.Errorf("%s (batch %v): Stats().Invalid = %d, want 1", name, batch, st.Invalid)
+			}
+			if got := a.f.AppliedIndex(); got != a.idx {
+				t.Errorf("%s (batch %v): AppliedIndex = %d, want %d", name, batch, got, a.idx)
 			}
 		}
 	}

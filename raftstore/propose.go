@@ -220,12 +220,17 @@ func (b *Batcher) resume() {
 
 // RaftPropose returns a ProposeFunc that applies data through r, which
 // must be the leader (elsewhere it fails with an error wrapping
-// raft.ErrNotLeader). It calls Submitted once raft has queued the entry,
-// and Committed with its index once it is committed, and returns once the entry is committed and applied on this node, with
-// the FSM's business error if the entry was refused; ctx's deadline bounds
-// the wait (raft goes on with the entry regardless).
+// raft.ErrNotLeader). Data that does not pass ValidateEntry never reaches
+// the log: the error wraps ErrInvalidEntry. It calls Submitted once raft
+// has queued the entry, and Committed with its index once it is
+// committed, and returns once the entry is committed and applied on this
+// node, with the FSM's business error if the entry was refused; ctx's
+// deadline bounds the wait (raft goes on with the entry regardless).
 func RaftPropose(r *raft.Raft) ProposeFunc {
 	return func(ctx context.Context, data []byte) error {
+		if err := ValidateEntry(data); err != nil {
+			return fmt.Errorf("raftstore: propose: %w", err)
+		}
 		var timeout time.Duration
 		if dl, ok := ctx.Deadline(); ok {
 			if timeout = time.Until(dl); timeout <= 0 {

@@ -42,7 +42,15 @@ var (
 	// ErrUnknownEntry marks the panic of a replica that is handed an
 	// entry type it does not know and may not ignore.
 	ErrUnknownEntry = errors.New("raftstore: unknown entry type")
-	// ErrBadEntry marks the panic of a replica that cannot decode an
-	// entry of a type it knows.
+	// ErrBadEntry marks an entry of a known type that does not decode.
+	// ValidateEntry keeps such entries out of the log; one that is in a
+	// log anyway is applied as a no-op on every replica (see FSM).
 	ErrBadEntry = errors.New("raftstore: undecodable entry")
+	// ErrInvalidEntry marks an entry that may not be proposed: it does not
+	// decode, its type is unknown, or what it says is impossible (node id
+	// 0 where a member is meant, an unknown tier). See ValidateEntry.
+	ErrInvalidEntry = errors.New("raftstore: invalid entry")
+	// ErrNotForwardable marks a valid entry that a member may not forward
+	// to the leader: see CheckForwarded.
+	ErrNotForwardable = errors.New("raftstore: entry not accepted from another node")
 )

@@ -108,6 +108,7 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 		return nil, fmt.Errorf("raftstore: listen %s: %w", cfg.RaftAddr, err)
 	}
 	fsm := NewFSM()
+	fsm.log = cfg.Logger
 	hasState, err := raft.HasExistingState(logs, store, snaps)
 	if err != nil {
 		transport.Close()
@@ -163,13 +164,29 @@ func (r *Replica) Propose(ctx context.Context, data []byte) error {
 	return RaftPropose(r.Raft)(ctx, data)
 }
 
-// AddVoter adds a node to the cluster's voters (leader only).
+// AddVoter adds a node to the cluster's voters, or makes a non-voter one
+// (leader only). A voter counts in every quorum from then on: add one that
+// has caught up (see AddNonvoter), or one that cannot be reached may cost
+// the cluster its quorum.
 func (r *Replica) AddVoter(id index.NodeID, raftAddr string, timeout time.Duration) error {
 	if err := r.Raft.AddVoter(serverID(id), raft.ServerAddress(raftAddr), 0, timeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return ErrNotLeader
 		}
 		return fmt.Errorf("raftstore: add voter %d: %w", id, err)
+	}
+	return nil
+}
+
+// AddNonvoter adds a node that receives the log but does not vote (leader
+// only); a node that is a voter already stays one. Its quorum is that of
+// the voters before, whether or not the node can be reached.
+func (r *Replica) AddNonvoter(id index.NodeID, raftAddr string, timeout time.Duration) error {
+	if err := r.Raft.AddNonvoter(serverID(id), raft.ServerAddress(raftAddr), 0, timeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return ErrNotLeader
+		}
+		return fmt.Errorf("raftstore: add non-voter %d: %w", id, err)
 	}
 	return nil
 }
@@ -185,19 +202,39 @@ func (r *Replica) RemoveServer(id index.NodeID, timeout time.Duration) error {
 	return nil
 }
 
-// Voters returns the ids and raft addresses of the current configuration.
-func (r *Replica) Voters() ([]Peer, error) {
+// Server is a node of the raft configuration.
+type Server struct {
+	Peer
+	Voter bool // else a non-voter, which receives the log but does not vote
+}
+
+// Servers returns the nodes of the current configuration, voters and
+// non-voters.
+func (r *Replica) Servers() ([]Server, error) {
 	f := r.Raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, err
 	}
-	var out []Peer
+	var out []Server
 	for _, s := range f.Configuration().Servers {
 		if id, ok := ParseServerID(s.ID); ok {
-			out = append(out, Peer{ID: id, RaftAddr: string(s.Address)})
+			out = append(out, Server{Peer: Peer{ID: id, RaftAddr: string(s.Address)}, Voter: s.Suffrage == raft.Voter})
 		}
 	}
 	return out, nil
+}
+
+// Voters returns the ids and raft addresses of the current configuration's
+// voters.
+func (r *Replica) Voters() ([]Peer, error) {
+	servers, err := r.Servers()
+	var out []Peer
+	for _, s := range servers {
+		if s.Voter {
+			out = append(out, s.Peer)
+		}
+	}
+	return out, err
 }
 
 // Close shuts raft down and closes the log store.

@@ -72,6 +72,9 @@ type Cluster struct {
 	seen  map[index.NodeID]time.Time // leader: last heartbeat of each node
 	leads bool                       // whether the monitor saw itself leading
 	caps  map[index.NodeID]time.Time // leader: last capacities proposed
+	// progress is, on the leader, the applied index each node last
+	// reported in a heartbeat: it decides when a non-voter is promoted.
+	progress map[index.NodeID]progress
 
 	// started is closed by Start; registered is set once this node's
 	// member record is committed as Start gave it.
@@ -106,8 +109,8 @@ func Open(cfg Config) (*Cluster, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cluster{cfg: cfg, rep: rep, log: cfg.Logger, conns: map[string]*grpc.ClientConn{},
-		seen: map[index.NodeID]time.Time{}, caps: map[index.NodeID]time.Time{}, started: make(chan struct{}),
-		ctx: ctx, cancel: cancel}
+		seen: map[index.NodeID]time.Time{}, caps: map[index.NodeID]time.Time{}, progress: map[index.NodeID]progress{},
+		started: make(chan struct{}), ctx: ctx, cancel: cancel}
 	c.batcher, err = raftstore.NewBatcher(raftstore.BatcherConfig{Propose: c.proposeEvents, Logger: cfg.Logger})
 	if err != nil {
 		rep.Close()
@@ -139,7 +142,10 @@ func (c *Cluster) Sync(ctx context.Context) error {
 		return err
 	}
 	idx := c.batcher.CommittedIndex()
-	for c.rep.Raft.AppliedIndex() < idx { // a follower applies the leader's commits a moment later
+	// A follower applies the leader's commits a moment later. The FSM's
+	// index, not raft's: raft counts a batch applied once it is handed to
+	// the FSM's goroutine, before lookups can see it.
+	for c.rep.FSM.AppliedIndex() < idx {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cluster: sync: waiting for the replica to apply index %d: %w", idx, ctx.Err())
@@ -248,10 +254,12 @@ func (c *Cluster) propose(ctx context.Context, data []byte) error {
 }
 
 // proposerKey is the gRPC metadata key under which a forwarded proposal
-// names the node that made it: the leader takes proposals from voters
-// only, so that a node removed while it runs cannot put its blocks back
-// into the directory (Remove dropped them, and a node that is no member
-// is never marked down).
+// names the node that made it. The leader takes proposals from members of
+// the raft configuration only (voters and the non-voters that are
+// catching up), so that a node removed while it runs cannot put its
+// blocks back into the directory (Remove dropped them, and a node that is
+// no member is never marked down); and only the entries a member makes
+// about itself (raftstore.CheckForwarded).
 const proposerKey = "kvstrata-proposer"
 
 // errNoLeader is returned while no leader (or its address) is known.

@@ -52,10 +52,11 @@ func TestJoinThroughAFollowerAddsAVoterThatCatchesUp(t *testing.T) {
 	n4 := tc.newMember(4)
 	tc.open(n4, cluster.Config{Join: f.grpcAddr}) // Start returns once joined
 	tc.waitSettled()
-	m := memberOf(tc.membersOn(tc.leader()), 4)
-	if m == nil || !m.Voter || m.GrpcAddr != n4.grpcAddr {
-		t.Fatalf("the leader lists node 4 as %v, want a voter at %s", m, n4.grpcAddr)
-	}
+	// It joined as a non-voter; the leader promotes it once it caught up.
+	waitFor(t, 10*time.Second, "the leader lists node 4 as a voter", func() bool {
+		m := memberOf(tc.membersOn(tc.leader()), 4)
+		return m != nil && m.Voter && m.GrpcAddr == n4.grpcAddr
+	})
 	waitListed(t, []*member{n4}, before, tc.leader().id, 32) // what was committed before it joined
 
 	mine := publishChain(t, n4, 16)

@@ -41,7 +41,8 @@ func (c *Cluster) heartbeats() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.HeartbeatInterval)
-		_, _ = pb.NewClusterClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{Id: uint32(c.cfg.ID), Tiers: usageToPB(usage)})
+		_, _ = pb.NewClusterClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{Id: uint32(c.cfg.ID), Tiers: usageToPB(usage),
+			AppliedIndex: c.rep.Raft.AppliedIndex()})
 		cancel()
 	}
 }
@@ -84,6 +85,7 @@ func (c *Cluster) monitor() {
 			c.mu.Unlock()
 			continue
 		}
+		c.promote()
 		now := time.Now()
 		c.mu.Lock()
 		if !c.leads { // a new leader gives every member a full timeout

@@ -38,7 +38,7 @@ func forward[Resp any](s *service, ctx context.Context, call func(pb.ClusterClie
 
 func (s *service) Members(context.Context, *pb.MembersRequest) (*pb.MembersResponse, error) {
 	fsm := s.c.rep.FSM
-	voters, _ := s.c.rep.Voters()
+	servers, _ := s.c.rep.Servers()
 	out := &pb.MembersResponse{LeaderId: uint32(s.c.rep.Leader()), AppliedIndex: fsm.AppliedIndex()}
 	for _, m := range fsm.Members() {
 		pm := memberToPB(m)
@@ -46,7 +46,7 @@ func (s *service) Members(context.Context, *pb.MembersRequest) (*pb.MembersRespo
 		if l, ok := fsm.Liveness(m.ID); ok {
 			pm.SinceUnixMs = l.Since.UnixMilli()
 		}
-		pm.Voter = slices.ContainsFunc(voters, func(p raftstore.Peer) bool { return p.ID == m.ID })
+		pm.Voter = slices.ContainsFunc(servers, func(sv raftstore.Server) bool { return sv.ID == m.ID && sv.Voter })
 		if caps, ok := fsm.Capacities(m.ID); ok {
 			pm.Tiers, pm.TiersUnixMs = usageToPB(caps.Tiers), caps.At.UnixMilli()
 		}
@@ -88,13 +88,26 @@ func (s *service) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRespon
 	if !s.c.rep.IsLeader() {
 		return forward(s, ctx, func(cc pb.ClusterClient) (*pb.JoinResponse, error) { return cc.Join(ctx, req) })
 	}
-	if err := s.c.rep.AddVoter(m.ID, m.RaftAddr, 10*time.Second); err != nil {
+	servers, err := s.c.rep.Servers()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	for _, sv := range servers {
+		if sv.ID == m.ID && sv.RaftAddr != m.RaftAddr {
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"join: node %d is a member at raft address %s already; remove it before it joins again at %s", m.ID, sv.RaftAddr, m.RaftAddr)
+		}
+	}
+	// A non-voter first: the quorum stays that of the voters, whether or
+	// not the node can be reached. The leader promotes it once it has
+	// caught up (promote); joining again is harmless.
+	if err := s.c.rep.AddNonvoter(m.ID, m.RaftAddr, 10*time.Second); err != nil {
 		return nil, toStatus(err)
 	}
 	if err := s.c.proposeNow(raftstore.EncodeMemberUpsert(m)); err != nil {
 		return nil, toStatus(err)
 	}
-	s.c.log.Info("node joined", "node", m.ID, "raft", m.RaftAddr, "grpc", m.GRPCAddr)
+	s.c.log.Info("node joined as a non-voter", "node", m.ID, "raft", m.RaftAddr, "grpc", m.GRPCAddr)
 	return &pb.JoinResponse{}, nil
 }
 
@@ -117,20 +130,25 @@ func (s *service) Remove(ctx context.Context, req *pb.RemoveRequest) (*pb.Remove
 }
 
 func (s *service) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.ProposeResponse, error) {
-	if len(req.Entry) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "propose: empty entry")
+	if err := raftstore.ValidateEntry(req.Entry); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "propose: %v", err)
 	}
 	if !s.c.rep.IsLeader() {
 		return nil, status.Error(codes.Unavailable, "propose: not the leader")
 	}
-	if id, ok := proposer(ctx); ok {
-		voters, err := s.c.rep.Voters()
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		if !slices.ContainsFunc(voters, func(p raftstore.Peer) bool { return p.ID == id }) {
-			return nil, status.Errorf(codes.FailedPrecondition, "propose: node %d is not a voter of this cluster (removed?)", id)
-		}
+	id, ok := proposer(ctx)
+	if !ok {
+		return nil, status.Errorf(codes.PermissionDenied, "propose: only a member forwards entries, naming itself in the %s metadata", proposerKey)
+	}
+	servers, err := s.c.rep.Servers()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !slices.ContainsFunc(servers, func(sv raftstore.Server) bool { return sv.ID == id }) {
+		return nil, status.Errorf(codes.FailedPrecondition, "propose: node %d is not a member of this cluster (removed?)", id)
+	}
+	if err := raftstore.CheckForwarded(req.Entry, id); err != nil {
+		return nil, toStatus(err)
 	}
 	var committed uint64
 	if err := s.c.rep.Propose(raftstore.WithCommitted(ctx, func(i uint64) { committed = i }), req.Entry); err != nil {
@@ -144,6 +162,7 @@ func (s *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		return forward(s, ctx, func(cc pb.ClusterClient) (*pb.HeartbeatResponse, error) { return cc.Heartbeat(ctx, req) })
 	}
 	s.c.heard(index.NodeID(req.Id), usageFromPB(req.Tiers))
+	s.c.heardApplied(index.NodeID(req.Id), req.AppliedIndex)
 	return &pb.HeartbeatResponse{}, nil
 }
 
@@ -194,8 +213,11 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, errNoLeader):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, raftstore.ErrUnknownMember), errors.Is(err, raftstore.ErrInvalidMember):
+	case errors.Is(err, raftstore.ErrUnknownMember), errors.Is(err, raftstore.ErrInvalidMember),
+		errors.Is(err, raftstore.ErrInvalidEntry):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, raftstore.ErrNotForwardable):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	}

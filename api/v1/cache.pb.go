@@ -2531,9 +2531,12 @@ func (x *ProposeResponse) GetIndex() uint64 {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Tiers         []*TierUsage           `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Tiers []*TierUsage           `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	// The last raft index the node applied: the leader promotes a non-voter
+	// to voter once it is close to the commit index.
+	AppliedIndex  uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2580,6 +2583,13 @@ func (x *HeartbeatRequest) GetTiers() []*TierUsage {
 		return x.Tiers
 	}
 	return nil
+}
+
+func (x *HeartbeatRequest) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
 }
 
 type HeartbeatResponse struct {
@@ -3013,10 +3023,11 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x0eProposeRequest\x12\x14\n" +
 	"\x05entry\x18\x01 \x01(\fR\x05entry\"'\n" +
 	"\x0fProposeResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"P\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"u\n" +
 	"\x10HeartbeatRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12,\n" +
-	"\x05tiers\x18\x02 \x03(\v2\x16.kvstrata.v1.TierUsageR\x05tiers\"\x13\n" +
+	"\x05tiers\x18\x02 \x03(\v2\x16.kvstrata.v1.TierUsageR\x05tiers\x12#\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\x13\n" +
 	"\x11HeartbeatResponse\"\r\n" +
 	"\vSyncRequest\"\x0e\n" +
 	"\fSyncResponse\":\n" +

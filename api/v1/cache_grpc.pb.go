@@ -568,11 +568,17 @@ const (
 type ClusterClient interface {
 	// Members lists the members with their liveness and tiers, and the leader.
 	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
-	// Join adds a node as a voter (leader: directly; follower: forwarded).
+	// Join adds a node as a non-voter (leader: directly; follower:
+	// forwarded); the leader makes it a voter once its heartbeats say it has
+	// caught up, so that a node that cannot be reached never counts in a
+	// quorum.
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 	// Remove takes a node out of the cluster and its blocks out of the directory.
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
-	// Propose commits an encoded directory entry (nodes' event batches).
+	// Propose commits an encoded directory entry that a member forwards to
+	// the leader: its event batches and its member record, named by the
+	// kvstrata-proposer metadata. An entry that does not decode, or says
+	// something impossible, is INVALID_ARGUMENT and never reaches the log.
 	Propose(ctx context.Context, in *ProposeRequest, opts ...grpc.CallOption) (*ProposeResponse, error)
 	// Heartbeat tells the leader a node is alive, with its tier usage.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
@@ -671,11 +677,17 @@ func (c *clusterClient) Locate(ctx context.Context, in *LocateRequest, opts ...g
 type ClusterServer interface {
 	// Members lists the members with their liveness and tiers, and the leader.
 	Members(context.Context, *MembersRequest) (*MembersResponse, error)
-	// Join adds a node as a voter (leader: directly; follower: forwarded).
+	// Join adds a node as a non-voter (leader: directly; follower:
+	// forwarded); the leader makes it a voter once its heartbeats say it has
+	// caught up, so that a node that cannot be reached never counts in a
+	// quorum.
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	// Remove takes a node out of the cluster and its blocks out of the directory.
 	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
-	// Propose commits an encoded directory entry (nodes' event batches).
+	// Propose commits an encoded directory entry that a member forwards to
+	// the leader: its event batches and its member record, named by the
+	// kvstrata-proposer metadata. An entry that does not decode, or says
+	// something impossible, is INVALID_ARGUMENT and never reaches the log.
 	Propose(context.Context, *ProposeRequest) (*ProposeResponse, error)
 	// Heartbeat tells the leader a node is alive, with its tier usage.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
