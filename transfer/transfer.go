@@ -29,6 +29,11 @@ var (
 	// ErrRemote marks an error the server's Handler reported for one block
 	// (a disk error, say); the error's message holds the server's.
 	ErrRemote = errors.New("transfer: server error")
+	// ErrUnavailable marks a Dial that found no node to talk to (nothing
+	// listening, unreachable, gone during the hellos) or a node that turned
+	// the connection away for now (at its connection limit): a later try
+	// may succeed.
+	ErrUnavailable = errors.New("transfer: node unavailable")
 )
 
 // Header describes one block on the wire.

@@ -133,7 +133,7 @@ func decodeServerHello(b []byte) (ver uint8, st frame.Status, msgLen int, id uin
 	id, chunk = binary.LittleEndian.Uint32(b[8:]), int(binary.LittleEndian.Uint32(b[12:]))
 	addrLen = int(binary.LittleEndian.Uint32(b[16:]))
 	switch {
-	case !st.Known() || msgLen > frame.MaxMsg:
+	case !st.KnownInHello() || msgLen > frame.MaxMsg:
 		err = fmt.Errorf("%w: hello status %d with a %d-byte message", frame.ErrProtocol, st, msgLen)
 	case st == frame.StatusOK && (id == 0 || id > maxID || chunk < MinChunkSize || addrLen == 0 || addrLen > maxAddr):
 		err = fmt.Errorf("%w: hello with id %d, chunk %d, a %d-byte address", frame.ErrProtocol, id, chunk, addrLen)

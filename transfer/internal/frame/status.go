@@ -22,12 +22,20 @@ const (
 	StatusRefused         // refused as a whole; msg says why (transfer.ErrRefused)
 	StatusError           // msg holds the server's error (transfer.ErrRemote)
 	StatusFull            // the handler had no room for the block (transfer.ErrFull)
+	// StatusBusy, in a server hello only: the server cannot take the
+	// connection now (it serves its limit of connections); msg says why
+	// (transfer.ErrUnavailable).
+	StatusBusy
 	numStatus
 )
 
-// Known says whether st is a status of the protocol; any other is a
-// protocol violation.
-func (st Status) Known() bool { return st < numStatus }
+// Known says whether st is a status of the protocol that a block header, a
+// result or a response may carry; any other there is a protocol violation.
+func (st Status) Known() bool { return st < StatusBusy }
+
+// KnownInHello says whether a server hello may carry st: any status of the
+// protocol, Busy included.
+func (st Status) KnownInHello() bool { return st < numStatus }
 
 // StatusOf maps a Handler's error to the status that carries it.
 func StatusOf(err error) Status {

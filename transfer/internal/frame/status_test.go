@@ -14,11 +14,15 @@ import (
 func TestStatusCodes(t *testing.T) {
 	// The codes are on the wire: doc.go of each backend lists them.
 	for st, want := range []Status{StatusOK, StatusNotFound, StatusCorrupt, StatusRefused, StatusError, StatusFull} {
-		if Status(st) != want || !want.Known() {
-			t.Errorf("status %d is %d (known %v)", st, want, want.Known())
+		if Status(st) != want || !want.Known() || !want.KnownInHello() {
+			t.Errorf("status %d is %d (known %v, in a hello %v)", st, want, want.Known(), want.KnownInHello())
 		}
 	}
-	if numStatus.Known() {
+	// Busy turns a connection away: it is only ever in a server hello.
+	if StatusBusy != 6 || StatusBusy.Known() || !StatusBusy.KnownInHello() {
+		t.Errorf("status busy is %d (known %v, in a hello %v)", StatusBusy, StatusBusy.Known(), StatusBusy.KnownInHello())
+	}
+	if numStatus.Known() || numStatus.KnownInHello() {
 		t.Errorf("status %d is known", numStatus)
 	}
 }
