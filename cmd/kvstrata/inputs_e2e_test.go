@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,5 +110,55 @@ func TestCallsDuringARestartSucceedOnceTheNodeIsBack(t *testing.T) {
 		}
 		t.Logf("%s: %d calls, %d begun after the node was back; the longest took %v; the calls waiting at ready were done %v after it",
 			name, tl.calls, tl.afterBack, tl.longest.Round(time.Millisecond), tl.settled.Round(time.Millisecond))
+	}
+}
+
+// TestEveryConfigurationProblemIsFoundBeforeAnythingStarts: a NaN
+// watermark was accepted, and a port over 65535 and a DRAM tier larger than
+// the machine failed only after Raft had started, with exit status 1.
+func TestEveryConfigurationProblemIsFoundBeforeAnythingStarts(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	cmd := exec.Command(binary, "serve", "--data-dir", dir, "--dram-high-watermark", "NaN",
+		"--listen-resp", "127.0.0.1:99999", "--dram-capacity", "999TiB", "--cluster-raft-addr", freeAddr(t))
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("exit %v, want status 2:\n%s", err, out)
+	}
+	for _, want := range []string{`dram.high-watermark: "NaN" is not a finite number`,
+		`listen.resp "127.0.0.1:99999" has port 99999, over 65535`,
+		"dram.capacity 999TiB (1098412116148224 bytes) is more than this machine's memory"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output does not say %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the data directory was created (%v): something started", err)
+	}
+}
+
+// TestPrintedConfigIsAConfigFile: what --print-config writes, --config
+// reads back to the same configuration.
+func TestPrintedConfigIsAConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	print := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(binary, append([]string{"serve", "--print-config", "--data-dir", dir}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("print-config %v: %v\n%s", args, err, out)
+		}
+		var values []string // each line without its source comment
+		for _, line := range strings.Split(string(out), "\n") {
+			value, _, _ := strings.Cut(line, "  # ")
+			values = append(values, value)
+		}
+		return strings.Join(values, "\n")
+	}
+	first := print("--cluster-name", `007 "quoted" \ back`, "--s3-prefix", "1e5", "--dram-low-watermark", "1e-05")
+	file := filepath.Join(dir, "printed.toml")
+	if err := os.WriteFile(file, []byte(first), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if again := print("--config", file); again != first {
+		t.Fatalf("the printed config read back differs:\n%s\n---\n%s", first, again)
 	}
 }
