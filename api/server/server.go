@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -271,7 +272,7 @@ func (s *Server) LocateObjects(ctx context.Context, req *pb.LocateObjectsRequest
 func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictResponse, error) {
 	sel := node.Selector{
 		Keys: keysFromPB(req.Keys), OlderThan: millis(req.OlderThanMs),
-		Bytes: int64(req.Bytes), All: req.All, DryRun: req.DryRun, Demote: req.Demote,
+		Bytes: int64(min(req.Bytes, math.MaxInt64)), All: req.All, DryRun: req.DryRun, Demote: req.Demote,
 	}
 	if req.HasNamespace {
 		ns := index.NamespaceID(req.Namespace)

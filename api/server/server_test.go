@@ -79,8 +79,13 @@ func TestEvictOlderThanBeyondTheEpochSelectsNothing(t *testing.T) {
 			t.Fatalf("block %v is gone", m.Key)
 		}
 	}
+	// A byte count over what an int64 holds is no limit, not a negative one.
+	resp, err := api.Evict(ctx(t), &pb.EvictRequest{Bytes: math.MaxUint64, DryRun: true})
+	if err != nil || resp.Blocks != 3 {
+		t.Fatalf("dry evict of up to 2^64-1 bytes: %v, %v; want 3 blocks", resp, err)
+	}
 	// An age that does select still works.
-	resp, err := api.Evict(ctx(t), &pb.EvictRequest{OlderThanMs: 1})
+	resp, err = api.Evict(ctx(t), &pb.EvictRequest{OlderThanMs: 1})
 	if err != nil || resp.Blocks != 3 {
 		t.Fatalf("evict older than 1 ms: %v, %v; want 3 blocks", resp, err)
 	}

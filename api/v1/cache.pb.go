@@ -951,7 +951,7 @@ type EvictRequest struct {
 	// reaches back before the Unix epoch selects no block; negative is
 	// INVALID_ARGUMENT.
 	OlderThanMs int64  `protobuf:"varint,5,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
-	Bytes       uint64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`                          // stop once this many bytes are freed (policy order)
+	Bytes       uint64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`                          // stop once this many bytes are freed (policy order); over 2^63-1: no limit
 	All         bool   `protobuf:"varint,7,opt,name=all,proto3" json:"all,omitempty"`                              // allow an empty selector: everything
 	DryRun      bool   `protobuf:"varint,8,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`          // report, remove nothing
 	MaxListed   uint32 `protobuf:"varint,9,opt,name=max_listed,json=maxListed,proto3" json:"max_listed,omitempty"` // blocks listed in the response (default 100)
