@@ -173,24 +173,24 @@ func (c *Client) call(ctx context.Context, op string, fn func(context.Context) e
 		ctx, cancel = context.WithTimeout(ctx, c.opts.Timeout)
 		defer cancel()
 	}
-	giveUp := time.Now().Add(c.opts.RetryBudget)
-	if d, _ := ctx.Deadline(); d.Before(giveUp) {
-		giveUp = d // a retry that could not finish in time is not started
-	}
+	deadline, _ := ctx.Deadline()
+	budgetEnd := time.Now().Add(c.opts.RetryBudget)
 	wait := c.opts.Backoff
 	for attempt := 0; ; attempt++ {
 		err := wrap(op, fn(ctx))
 		if err == nil || !transient(err) || attempt >= c.opts.MaxRetries {
 			return err
 		}
-		jittered := wait/2 + rand.N(wait/2+1)
-		if time.Now().Add(jittered).After(giveUp) {
+		// The last retry comes as the budget ends; none starts at or past
+		// ctx's deadline, where it could only fail.
+		pause := min(wait/2+rand.N(wait/2+1), time.Until(budgetEnd))
+		if pause <= 0 || !deadline.IsZero() && !time.Now().Add(pause).Before(deadline) {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(jittered):
+		case <-time.After(pause):
 		}
 		// The node may be back: let the channel dial it now rather than
 		// when its own backoff ends.
