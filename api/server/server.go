@@ -123,10 +123,10 @@ func (s *Server) putOne(in *chunkReader, m tiers.Meta) error {
 	return node.CommitChecked(r, m)
 }
 
-// streamError is a failure of the Put stream itself, got bytes into block
-// m, which ends the call with a status. A stream that ended early is the
-// client's mistake (InvalidArgument); any other failure (a cancelled call, a
-// second header) keeps its code.
+// streamError reports a failure of the Put stream itself, got bytes into
+// block m, as the status that ends the call. A stream that ended early is
+// the client's mistake (InvalidArgument); any other failure (a cancelled
+// call, a second header) keeps its code.
 func streamError(m tiers.Meta, got int64, err error) error {
 	code, msg := Code(err), err.Error()
 	if s, ok := status.FromError(err); ok {
