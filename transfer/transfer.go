@@ -21,7 +21,9 @@ var (
 	// ErrCorrupt marks bytes that arrived but failed their checksum.
 	ErrCorrupt = errors.New("transfer: block failed its checksum")
 	// ErrRefused marks a request the server refused as a whole (over a
-	// limit, malformed); nothing of it was applied.
+	// limit, malformed); nothing of it was applied. Reported for one block,
+	// it marks a block the Handler refused as breaking its limits or
+	// contract: sent again unchanged, it is refused again.
 	ErrRefused = errors.New("transfer: request refused")
 	ErrClosed  = errors.New("transfer: connection closed")
 	// ErrFull marks a block the server had no room for.
@@ -56,7 +58,8 @@ type Handler interface {
 	// Reserve returns a buffer of h.Size bytes for an incoming block; the
 	// transport fills it and calls commit(true) once the bytes match h.Sum,
 	// commit(false) otherwise, exactly once either way. An error refuses
-	// the block (and commit is not called).
+	// the block (and commit is not called); wrap ErrFull for a lack of
+	// room, ErrRefused for a block that breaks the Handler's limits.
 	Reserve(h Header) (buf []byte, commit func(ok bool) error, err error)
 }
 

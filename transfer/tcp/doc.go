@@ -63,7 +63,8 @@
 // Status codes, for responses, blocks and results:
 //
 //	0 OK        1 NotFound    2 Corrupt (checksum mismatch)
-//	3 Refused   4 Error (msg holds the server's error)
+//	3 Refused (for a block: the handler refused it)
+//	4 Error (msg holds the server's error)
 //	5 Full (the server had no room for the block; msg says why)
 //	6 Busy (hellos only: the listener serves its limit of connections)
 //

@@ -19,7 +19,7 @@ const (
 	StatusOK       Status = iota
 	StatusNotFound        // the block is not stored (transfer.ErrNotFound)
 	StatusCorrupt         // the bytes failed their checksum (transfer.ErrCorrupt)
-	StatusRefused         // refused as a whole; msg says why (transfer.ErrRefused)
+	StatusRefused         // refused as a whole, or one block the handler refused; msg says why (transfer.ErrRefused)
 	StatusError           // msg holds the server's error (transfer.ErrRemote)
 	StatusFull            // the handler had no room for the block (transfer.ErrFull)
 	// StatusBusy, in a server hello only: the server cannot take the
@@ -48,6 +48,8 @@ func StatusOf(err error) Status {
 		return StatusCorrupt
 	case errors.Is(err, transfer.ErrFull):
 		return StatusFull
+	case errors.Is(err, transfer.ErrRefused):
+		return StatusRefused
 	}
 	return StatusError
 }
@@ -92,8 +94,8 @@ func Clip(s string) string {
 // BlockError is the error a Conn reports for block i (key k) that the
 // server at addr answered with st (not OK) and msg. backend names the
 // transport ("tcp", "ucx") at the start of the message. The error wraps
-// transfer.ErrNotFound, ErrCorrupt or ErrFull for those statuses, and
-// transfer.ErrRemote for any other.
+// transfer.ErrNotFound, ErrCorrupt, ErrFull or ErrRefused for those
+// statuses, and transfer.ErrRemote for any other.
 func BlockError(backend, addr string, i int, k index.Key, st Status, msg []byte) error {
 	switch st {
 	case StatusNotFound:
@@ -105,6 +107,8 @@ func BlockError(backend, addr string, i int, k index.Key, st Status, msg []byte)
 		return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrCorrupt)
 	case StatusFull:
 		return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrFull)
+	case StatusRefused:
+		return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrRefused)
 	}
 	return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrRemote)
 }

@@ -32,17 +32,16 @@ func freeAddr(t *testing.T) string {
 
 // nodeWithDataAt serves a node whose Info names data as its data-plane
 // address, where the test serves (or does not serve) the data plane.
-func nodeWithDataAt(t *testing.T, data string) *nodetest.Node {
+func nodeWithDataAt(t *testing.T, data string, limits node.Config) *nodetest.Node {
 	t.Helper()
-	n := nodetest.Start(t, nodetest.Options{})
+	n := nodetest.Start(t, nodetest.Options{Limits: limits})
 	n.SetAddrs(node.Addrs{GRPC: n.Addr, Data: data, Transport: "tcp"})
 	return n
 }
 
-func listenData(t *testing.T, n *nodetest.Node, addr string, maxConns int) transfer.Listener {
+func listenData(t *testing.T, n *nodetest.Node, addr string, maxBlockSize, maxConns int) transfer.Listener {
 	t.Helper()
-	lim := n.Config()
-	l, err := tcp.New(tcp.Options{MaxBlockSize: int(lim.MaxBlockSize), MaxBlocks: lim.MaxBatchBlocks, MaxConns: maxConns}).
+	l, err := tcp.New(tcp.Options{MaxBlockSize: maxBlockSize, MaxBlocks: n.Config().MaxBatchBlocks, MaxConns: maxConns}).
 		Listen(addr, n.DataHandler(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +53,7 @@ func listenData(t *testing.T, n *nodetest.Node, addr string, maxConns int) trans
 // A data plane that refuses the connection once came back as Unknown, not
 // retried and not ErrUnavailable.
 func TestRefusedDataPlaneIsUnavailableAfterTheRetryBudget(t *testing.T) {
-	n := nodeWithDataAt(t, freeAddr(t))
+	n := nodeWithDataAt(t, freeAddr(t), node.Config{})
 	c := dial(t, n.Addr, client.Options{RetryBudget: 300 * time.Millisecond, Backoff: 20 * time.Millisecond})
 	_, blocks := chain(2, 1000)
 	start := time.Now()
@@ -79,7 +78,7 @@ func TestRefusedDataPlaneIsUnavailableAfterTheRetryBudget(t *testing.T) {
 // caller does not retry.
 func TestACallRidesOutADataPlaneThatComesBack(t *testing.T) {
 	addr := freeAddr(t)
-	n := nodeWithDataAt(t, addr)
+	n := nodeWithDataAt(t, addr, node.Config{})
 	c := dial(t, n.Addr, client.Options{})
 	up := make(chan transfer.Listener, 1)
 	time.AfterFunc(500*time.Millisecond, func() {
@@ -110,8 +109,8 @@ func TestACallRidesOutADataPlaneThatComesBack(t *testing.T) {
 // which limit.
 func TestConnectionLimitIsUnavailableNotInvalid(t *testing.T) {
 	addr := freeAddr(t)
-	n := nodeWithDataAt(t, addr)
-	listenData(t, n, addr, 1)
+	n := nodeWithDataAt(t, addr, node.Config{})
+	listenData(t, n, addr, int(n.Config().MaxBlockSize), 1)
 	holder := dial(t, n.Addr, client.Options{})
 	_, blocks := chain(1, 1000)
 	if err := holder.Put(context.Background(), blocks); err != nil { // its connection stays pooled
@@ -132,5 +131,23 @@ func TestConnectionLimitIsUnavailableNotInvalid(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("get once the slot is free: %v %v", res, err)
 		}
+	}
+}
+
+// A block the node refuses over the data plane (over its limit, where the
+// transport's is higher) came back as Unknown; it is ErrInvalid and says
+// why.
+func TestABlockTheNodeRefusesIsInvalidOverTheDataPlane(t *testing.T) {
+	addr := freeAddr(t)
+	n := nodeWithDataAt(t, addr, node.Config{MaxBlockSize: 64 << 10})
+	listenData(t, n, addr, 1<<20, 8)
+	c := dial(t, n.Addr, client.Options{})
+	c.Info().MaxBlockSize = 1 << 20 // a client that does not check
+	_, blocks := chain(2, 1000, 100<<10)
+	err := c.Put(context.Background(), blocks)
+	var be *client.BatchError
+	if !errors.As(err, &be) || be.Errs[0] != nil || !errors.Is(be.Errs[1], client.ErrInvalid) ||
+		!strings.Contains(be.Errs[1].Error(), "over the 64.0 KiB limit") {
+		t.Fatalf("put of a block over the node's limit: %v, want block 1 ErrInvalid saying why", err)
 	}
 }
