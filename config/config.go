@@ -9,11 +9,14 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers/policy"
@@ -264,8 +267,8 @@ func (c *Config) Validate() error {
 		if a.addr == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(a.addr); err != nil {
-			bad("%s %q is not host:port", a.name, a.addr)
+		if err := checkAddr(a.addr, true); err != nil {
+			bad("%s %q %v", a.name, a.addr, err)
 		}
 	}
 	if c.DRAM.Capacity < 0 {
@@ -273,15 +276,21 @@ func (c *Config) Validate() error {
 	}
 	if ps := c.DRAM.PageSize; ps < 512 || ps > 1<<20 || ps&(ps-1) != 0 {
 		bad("dram.page-size %v must be a power of two from 512B to 1MiB", ps)
+	} else if c.DRAM.Capacity/ps >= 1<<32 {
+		bad("dram.capacity %v is 2^32 pages of dram.page-size %v or more: raise the page size", c.DRAM.Capacity, ps)
+	}
+	if err := machineHolds(c.DRAM.Capacity); err != nil {
+		bad("dram.capacity %v (%d bytes) %v", c.DRAM.Capacity, c.DRAM.Capacity, err)
 	}
 	checkTier := func(name, pol string, hi, lo float64) {
 		if !policy.Valid(pol) {
 			bad("%s.policy %q is unknown (want %s)", name, pol, strings.Join(policy.Names, ", "))
 		}
-		if hi <= 0 || hi > 1 {
+		// Written so that NaN fails too.
+		if !(hi > 0 && hi <= 1) {
 			bad("%s.high-watermark %v outside (0, 1]", name, hi)
 		}
-		if lo <= 0 || lo > hi {
+		if !(lo > 0 && lo <= hi) {
 			bad("%s.low-watermark %v outside (0, high-watermark]", name, lo)
 		}
 	}
@@ -296,8 +305,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.S3.Endpoint != "" {
-		if _, _, err := net.SplitHostPort(c.S3.Endpoint); err != nil {
-			bad("s3.endpoint %q is not host:port (no scheme: use s3.secure for TLS)", c.S3.Endpoint)
+		if err := checkAddr(c.S3.Endpoint, false); err != nil {
+			bad("s3.endpoint %q %v (no scheme: use s3.secure for TLS)", c.S3.Endpoint, err)
 		}
 		if n := len(c.S3.Bucket); n < 3 || n > 63 || strings.ToLower(c.S3.Bucket) != c.S3.Bucket || strings.ContainsAny(c.S3.Bucket, "/_ ") {
 			bad("s3.bucket %q is not a valid bucket name (3-63 lower-case letters, digits, dots, dashes)", c.S3.Bucket)
@@ -327,8 +336,8 @@ func (c *Config) Validate() error {
 			bad("s3.access-key and s3.secret-key must be set together (or both left to AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 		}
 	}
-	if _, _, err := net.SplitHostPort(c.Cluster.RaftAddr); err != nil {
-		bad("cluster.raft-addr %q is not host:port", c.Cluster.RaftAddr)
+	if err := checkAddr(c.Cluster.RaftAddr, false); err != nil {
+		bad("cluster.raft-addr %q %v (its peers dial it)", c.Cluster.RaftAddr, err)
 	}
 	if c.Cluster.Bootstrap != "" && c.Cluster.Join != "" {
 		bad("cluster.bootstrap and cluster.join exclude each other: a new node either starts a cluster or joins one")
@@ -343,8 +352,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Cluster.Join != "" {
-		if _, _, err := net.SplitHostPort(c.Cluster.Join); err != nil {
-			bad("cluster.join %q is not host:port (a member's gRPC address)", c.Cluster.Join)
+		if err := checkAddr(c.Cluster.Join, false); err != nil {
+			bad("cluster.join %q %v (a member's gRPC address)", c.Cluster.Join, err)
 		}
 	}
 	if c.Cluster.HeartbeatInterval <= 0 || c.Cluster.LivenessTimeout < 2*c.Cluster.HeartbeatInterval {
@@ -394,10 +403,38 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown-timeout %v must be > 0", c.ShutdownTimeout)
 	}
+	for _, s := range c.Settings() {
+		if !utf8.ValidString(s.Value()) {
+			bad("%s %q is not valid UTF-8", s.Key, s.Value())
+		}
+	}
 	if len(probs) == 0 {
 		return nil
 	}
 	return &Error{Problems: probs}
+}
+
+// checkAddr says what is wrong with addr as host:port, if anything. The
+// port is a number in [1, 65535] or a service name; listen allows 0 (any
+// free port), which an address others dial cannot be.
+func checkAddr(addr string, listen bool) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("is not host:port")
+	}
+	n, err := strconv.ParseUint(port, 10, 64)
+	switch {
+	case err == nil && n > 65535:
+		return fmt.Errorf("has port %d, over 65535", n)
+	case err == nil && n == 0 && !listen:
+		return errors.New("has port 0, which cannot be dialled")
+	case err == nil:
+		return nil
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("has port %q, neither a number nor a known service", port)
+	}
+	return nil
 }
 
 // Error lists every problem found in a configuration.

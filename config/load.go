@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -207,15 +208,44 @@ func (l *Loaded) Format() string {
 	return b.String()
 }
 
-// quote writes a setting's value as a TOML literal; a secret that is set
-// prints as "<redacted>".
+// quote writes a setting's value as a TOML literal that reads back as the
+// same value: a number or a boolean bare, anything else as a basic string;
+// a secret that is set prints as "<redacted>".
 func quote(s *Setting) string {
 	v := s.Value()
-	if s.Secret && v != "" {
+	switch {
+	case s.Secret && v != "":
 		return `"<redacted>"`
-	}
-	if _, err := strconv.ParseFloat(v, 64); err == nil || v == "true" || v == "false" {
+	case s.Bool && (v == "true" || v == "false"), s.number && tomlNumber.MatchString(v):
 		return v
 	}
-	return strconv.Quote(v)
+	return tomlString(v)
+}
+
+// tomlNumber matches the decimal numbers TOML and strconv write alike
+// ("-3", "0.95", "1e+06"); not "NaN", "Inf", "0x10" or "007".
+var tomlNumber = regexp.MustCompile(`^[+-]?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
+// tomlString writes v as a TOML basic string. TOML has no escape for
+// invalid UTF-8, which Validate refuses.
+func tomlString(v string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range v {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\u%04X`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }

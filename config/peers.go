@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 )
@@ -26,8 +25,8 @@ func ParsePeers(s string) ([]Peer, error) {
 		if !ok || err != nil || n == 0 {
 			return nil, fmt.Errorf("peer %q: want ID=HOST:PORT with ID > 0", part)
 		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("peer %q: %q is not host:port", part, addr)
+		if err := checkAddr(addr, false); err != nil {
+			return nil, fmt.Errorf("peer %q: %q %v", part, addr, err)
 		}
 		out = append(out, Peer{ID: uint32(n), RaftAddr: addr})
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,9 @@ type Setting struct {
 	Bool bool
 	// Secret marks a setting whose value is never printed.
 	Secret bool
+	// number marks a setting whose value is a number, printed as a TOML
+	// number rather than a string.
+	number bool
 	set    func(string) error
 	get    func() string
 }
@@ -111,7 +115,7 @@ func strSetting(key, usage string, p *string) *Setting {
 }
 
 func intSetting(key, usage string, p *int) *Setting {
-	return &Setting{Key: key, Usage: usage,
+	return &Setting{Key: key, Usage: usage, number: true,
 		set: func(v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil {
@@ -124,7 +128,7 @@ func intSetting(key, usage string, p *int) *Setting {
 }
 
 func uintSetting(key, usage string, p *uint32) *Setting {
-	return &Setting{Key: key, Usage: usage,
+	return &Setting{Key: key, Usage: usage, number: true,
 		set: func(v string) error {
 			n, err := strconv.ParseUint(v, 10, 32)
 			if err != nil {
@@ -137,11 +141,11 @@ func uintSetting(key, usage string, p *uint32) *Setting {
 }
 
 func floatSetting(key, usage string, p *float64) *Setting {
-	return &Setting{Key: key, Usage: usage,
+	return &Setting{Key: key, Usage: usage, number: true,
 		set: func(v string) error {
 			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return fmt.Errorf("%q is not a number", v)
+			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				return fmt.Errorf("%q is not a finite number", v)
 			}
 			*p = f
 			return nil

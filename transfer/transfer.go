@@ -21,18 +21,23 @@ var (
 	// ErrCorrupt marks bytes that arrived but failed their checksum.
 	ErrCorrupt = errors.New("transfer: block failed its checksum")
 	// ErrRefused marks a request the server refused as a whole (over a
-	// limit, malformed); nothing of it was applied.
+	// limit, malformed); nothing of it was applied. Reported for one block,
+	// it marks a block the Handler refused as breaking its limits or
+	// contract: sent again unchanged, it is refused again.
 	ErrRefused = errors.New("transfer: request refused")
 	ErrClosed  = errors.New("transfer: connection closed")
 	// ErrFull marks a block the server had no room for.
 	ErrFull = errors.New("transfer: no room for the block")
-	// ErrUnavailable marks a block the server holds but cannot read now
-	// (it is in a tier out of reach, an object store that is down): not a
-	// miss, the caller may try again later.
-	ErrUnavailable = errors.New("transfer: block out of reach for now")
 	// ErrRemote marks an error the server's Handler reported for one block
 	// (a disk error, say); the error's message holds the server's.
 	ErrRemote = errors.New("transfer: server error")
+	// ErrUnavailable marks what cannot be had now but may be later: a Dial
+	// that found no node to talk to (nothing listening, unreachable, gone
+	// during the hellos) or a node that turned the connection away (at its
+	// connection limit); reported for one block, a block the server holds
+	// but cannot read now (in a tier out of reach, an object store that is
+	// down) — not a miss.
+	ErrUnavailable = errors.New("transfer: unavailable for now")
 )
 
 // Header describes one block on the wire.
@@ -55,7 +60,8 @@ type Handler interface {
 	// Reserve returns a buffer of h.Size bytes for an incoming block; the
 	// transport fills it and calls commit(true) once the bytes match h.Sum,
 	// commit(false) otherwise, exactly once either way. An error refuses
-	// the block (and commit is not called).
+	// the block (and commit is not called); wrap ErrFull for a lack of
+	// room, ErrRefused for a block that breaks the Handler's limits.
 	Reserve(h Header) (buf []byte, commit func(ok bool) error, err error)
 }
 

@@ -12,10 +12,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/kvstrata/kvstrata/api/v1"
@@ -28,11 +30,17 @@ import (
 type Options struct {
 	// Timeout bounds each call whose ctx has no deadline. Default 30s.
 	Timeout time.Duration
-	// MaxRetries is how often a call that failed transiently (node
-	// unavailable) is tried again. Default 3; negative: never.
+	// RetryBudget is how long a call that failed transiently (node
+	// unreachable, restarting, at its connection limit) keeps being tried
+	// again, from its first try, within ctx's deadline: long enough to
+	// ride out a node's restart. Default 5s.
+	RetryBudget time.Duration
+	// MaxRetries caps how often such a call is tried again. Default 0: as
+	// often as RetryBudget allows; negative: never.
 	MaxRetries int
 	// Backoff is the wait before the first retry, doubled for each next one
-	// up to MaxBackoff, with jitter. Defaults 50ms and 2s.
+	// up to MaxBackoff, with jitter (each wait is between half and all of
+	// it). Defaults 50ms and 1s.
 	Backoff, MaxBackoff time.Duration
 	// NoDataPlane moves block bytes over gRPC even when the node offers a
 	// data plane.
@@ -51,18 +59,33 @@ func (o *Options) setDefaults() {
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Second
 	}
+	if o.RetryBudget == 0 {
+		o.RetryBudget = DefaultRetryBudget
+	}
 	if o.MaxRetries == 0 {
-		o.MaxRetries = 3
+		o.MaxRetries = math.MaxInt
 	}
 	if o.Backoff == 0 {
 		o.Backoff = 50 * time.Millisecond
 	}
 	if o.MaxBackoff == 0 {
-		o.MaxBackoff = 2 * time.Second
+		o.MaxBackoff = time.Second
 	}
 	if o.PoolSize == 0 {
 		o.PoolSize = 8
 	}
+}
+
+// DefaultRetryBudget is Options.RetryBudget's default: a node restarts in
+// one to three seconds.
+const DefaultRetryBudget = 5 * time.Second
+
+// reconnect is how the gRPC channel redials a node it lost: soon, and at
+// most a second apart, so that a node back from a restart is used at once
+// (gRPC's own default waits up to two minutes).
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 5 * time.Second,
 }
 
 // extraTransports make the data-plane backends, beyond tcp, that a client
@@ -87,6 +110,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	dopts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
+		grpc.WithConnectParams(reconnect),
 	}, opts.DialOptions...)
 	cc, err := grpc.NewClient(addr, dopts...)
 	if err != nil {
@@ -141,25 +165,36 @@ func (c *Client) Close() error {
 }
 
 // call runs fn with the client's default deadline, retrying transient
-// failures with exponential backoff and jitter while ctx allows.
+// failures with exponential backoff and jitter for up to the retry budget,
+// while ctx allows.
 func (c *Client) call(ctx context.Context, op string, fn func(context.Context) error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.opts.Timeout)
 		defer cancel()
 	}
+	deadline, _ := ctx.Deadline()
+	budgetEnd := time.Now().Add(c.opts.RetryBudget)
 	wait := c.opts.Backoff
 	for attempt := 0; ; attempt++ {
 		err := wrap(op, fn(ctx))
 		if err == nil || !transient(err) || attempt >= c.opts.MaxRetries {
 			return err
 		}
-		jittered := wait/2 + rand.N(wait/2+1)
+		// The last retry comes as the budget ends; none starts at or past
+		// ctx's deadline, where it could only fail.
+		pause := min(wait/2+rand.N(wait/2+1), time.Until(budgetEnd))
+		if pause <= 0 || !deadline.IsZero() && !time.Now().Add(pause).Before(deadline) {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(jittered):
+		case <-time.After(pause):
 		}
+		// The node may be back: let the channel dial it now rather than
+		// when its own backoff ends.
+		c.cc.ResetConnectBackoff()
 		wait = min(2*wait, c.opts.MaxBackoff)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -98,10 +99,19 @@ func DialCluster(ctx context.Context, addr string, opts Options) (*Cluster, erro
 
 // NewCluster makes a cluster client around a client of one of its nodes
 // (which stays the caller's to close); other nodes are dialled with opts
-// when a block is on them.
+// when a block is on them. A block has other places to come from (the next
+// location, or a miss the engine recomputes), so where opts leave
+// RetryBudget unset those nodes are retried for FallbackRetryBudget only.
 func NewCluster(seed *Client, opts Options) *Cluster {
+	if opts.RetryBudget == 0 {
+		opts.RetryBudget = FallbackRetryBudget
+	}
 	return &Cluster{seed: seed, opts: opts, nodes: map[index.NodeID]*Client{}}
 }
+
+// FallbackRetryBudget is how long a Cluster retries a node other than its
+// seed before it tries a block's next location, unless Options say.
+const FallbackRetryBudget = 500 * time.Millisecond
 
 // Seed is the client of the node DialCluster dialled.
 func (cl *Cluster) Seed() *Client { return cl.seed }

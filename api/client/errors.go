@@ -20,8 +20,9 @@ var (
 	// ErrFull marks a block the node had no room for (everything evictable
 	// was pinned).
 	ErrFull = errors.New("kvstrata: node full")
-	// ErrUnavailable marks a node that could not be reached or is shutting
-	// down; the client retried before returning it.
+	// ErrUnavailable marks a node that could not be reached, is shutting
+	// down or restarting, or is at its connection limit; the client retried
+	// for Options.RetryBudget before returning it.
 	ErrUnavailable = errors.New("kvstrata: node unavailable")
 	// ErrPinned marks an eviction of a block under a lease.
 	ErrPinned = errors.New("kvstrata: block pinned")
@@ -87,7 +88,7 @@ func wrap(op string, err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, transfer.ErrFull):
 		code = codes.ResourceExhausted
-	case errors.Is(err, transfer.ErrClosed):
+	case errors.Is(err, transfer.ErrClosed), errors.Is(err, transfer.ErrUnavailable):
 		code = codes.Unavailable
 	}
 	return &Error{Op: op, Code: code, Msg: err.Error()}

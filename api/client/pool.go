@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/kvstrata/kvstrata/transfer"
@@ -36,6 +37,11 @@ func (p *pool) with(ctx context.Context, fn func(transfer.Conn) error) error {
 	err := fn(c)
 	if err != nil {
 		c.Close()
+		if errors.Is(err, transfer.ErrClosed) && ctx.Err() == nil {
+			// The node closed this one, so it most likely closed the
+			// idle ones too (it restarted): let a retry dial afresh.
+			p.drain()
+		}
 		return err
 	}
 	p.mu.Lock()
@@ -55,6 +61,11 @@ func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	p.drain()
+}
+
+// drain closes the idle connections.
+func (p *pool) drain() {
 	for {
 		select {
 		case c := <-p.idle:

@@ -78,6 +78,8 @@ func dataError(err error) error {
 		return fmt.Errorf("%w: %v", transfer.ErrFull, err)
 	case errors.Is(err, tiers.ErrUnavailable):
 		return fmt.Errorf("%w: %v", transfer.ErrUnavailable, err)
+	case errors.Is(err, ErrLimit), errors.Is(err, tiers.ErrInvalid), errors.Is(err, ErrChecksum):
+		return fmt.Errorf("%w: %v", transfer.ErrRefused, err)
 	}
 	return err
 }

@@ -17,7 +17,9 @@ type Selector struct {
 	Namespace *index.NamespaceID
 	Tier      index.TierKind // 0: every tier
 	Keys      []index.Key
-	OlderThan time.Duration // not accessed for at least this long
+	// OlderThan selects blocks not accessed for at least this long; an age
+	// that reaches back before the Unix epoch selects none.
+	OlderThan time.Duration
 	// Bytes stops the eviction once this many bytes are freed, taking the
 	// least recently used matching blocks first. 0: no limit.
 	Bytes  int64
@@ -70,6 +72,9 @@ func (n *Node) Evict(s Selector) (EvictResult, error) {
 		}
 	}
 	cutoff := time.Now().Add(-s.OlderThan)
+	if s.OlderThan > 0 && cutoff.Before(time.Unix(0, 0)) {
+		return EvictResult{}, nil // no block was last accessed before 1970
+	}
 	var res EvictResult
 	matches := n.h.Blocks(func(b tiers.BlockInfo) bool {
 		switch {

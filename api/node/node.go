@@ -216,9 +216,17 @@ func (n *Node) CheckKeys(count int) error {
 	return nil
 }
 
+// checkBlock refuses one block over the node's size limit, naming it.
+func (n *Node) checkBlock(m tiers.Meta) error {
+	if int64(m.Size) > n.cfg.MaxBlockSize {
+		return &LimitError{fmt.Sprintf("block %v is %s, over the %s limit", m.Key, tiers.FormatBytes(int64(m.Size)), tiers.FormatBytes(n.cfg.MaxBlockSize))}
+	}
+	return nil
+}
+
 // Put stores one block after checking its size and checksum.
 func (n *Node) Put(m tiers.Meta, value []byte) error {
-	if err := n.CheckBatch([]tiers.Meta{m}); err != nil {
+	if err := n.checkBlock(m); err != nil {
 		return err
 	}
 	if int(m.Size) != len(value) {
@@ -233,7 +241,7 @@ func (n *Node) Put(m tiers.Meta, value []byte) error {
 // Reserve makes room for a block in the fastest tier; the caller fills it
 // and calls Commit (see CommitChecked) or Abort.
 func (n *Node) Reserve(m tiers.Meta) (*tiers.PutReservation, error) {
-	if err := n.CheckBatch([]tiers.Meta{m}); err != nil {
+	if err := n.checkBlock(m); err != nil {
 		return nil, err
 	}
 	return n.h.Reserve(m)

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"math"
+	"time"
+
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 
@@ -33,4 +36,18 @@ func metaFromPB(m *pb.BlockMeta) tiers.Meta {
 
 func metaToPB(m tiers.Meta) *pb.BlockMeta {
 	return &pb.BlockMeta{Key: keyToPB(m.Key), Parent: uint64(m.Parent), HasParent: m.HasParent, Size: m.Size, Checksum: m.Sum}
+}
+
+// millis converts a count of milliseconds from a request to a Duration,
+// saturating at the longest (about 292 years) or shortest Duration instead
+// of wrapping around: 18446744073710 ms is a very long time, not 448 µs.
+func millis(ms int64) time.Duration {
+	const most = math.MaxInt64 / int64(time.Millisecond)
+	switch {
+	case ms > most:
+		return math.MaxInt64
+	case ms < -most:
+		return math.MinInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }

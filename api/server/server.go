@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -67,6 +68,9 @@ func (s *Server) info() *pb.NodeInfo {
 // then fills each block's reservation from the data messages that follow.
 func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResponse]) error {
 	first, err := stream.Recv()
+	if err == io.EOF {
+		return status.Error(codes.InvalidArgument, "put: the stream ended before its batch header; send a PutHeader first, then the blocks' bytes")
+	}
 	if err != nil {
 		return toStatus(err)
 	}
@@ -88,8 +92,8 @@ func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResp
 	results := make([]*pb.BlockResult, len(metas))
 	for i, m := range metas {
 		err := s.putOne(in, m)
-		if errors.Is(err, errStream) {
-			return toStatus(err)
+		if f, ok := err.(streamFailure); ok {
+			return f.status
 		}
 		results[i] = &pb.BlockResult{Code: int32(Code(err))}
 		if err != nil {
@@ -102,25 +106,43 @@ func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResp
 	return stream.SendAndClose(&pb.PutResponse{Results: results})
 }
 
-// errStream marks a failure of the stream itself, which ends the call.
-var errStream = errors.New("put stream")
-
 // putOne reads one block's bytes into a reservation and commits it; when
 // the node refuses the block, its bytes are read and dropped.
 func (s *Server) putOne(in *chunkReader, m tiers.Meta) error {
 	r, err := s.n.Reserve(m)
 	if err != nil {
-		if _, derr := io.CopyN(io.Discard, in, int64(m.Size)); derr != nil {
-			return fmt.Errorf("%w: block %v: %v", errStream, m.Key, derr)
+		if n, derr := io.CopyN(io.Discard, in, int64(m.Size)); derr != nil {
+			return streamError(m, n, derr)
 		}
 		return err
 	}
-	if _, err := io.ReadFull(in, r.Bytes()); err != nil {
+	if n, err := io.ReadFull(in, r.Bytes()); err != nil {
 		r.Abort()
-		return fmt.Errorf("%w: block %v: %v", errStream, m.Key, err)
+		return streamError(m, int64(n), err)
 	}
 	return node.CommitChecked(r, m)
 }
+
+// streamError reports a failure of the Put stream itself, got bytes into
+// block m, as the status that ends the call. A stream that ended early is
+// the client's mistake (InvalidArgument); any other failure (a cancelled
+// call, a second header) keeps its code.
+func streamError(m tiers.Meta, got int64, err error) error {
+	code, msg := Code(err), err.Error()
+	if s, ok := status.FromError(err); ok {
+		msg = s.Message()
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		code, msg = codes.InvalidArgument, fmt.Sprintf(
+			"the stream ended %d bytes into the block's %d; send every byte the batch header announces", got, m.Size)
+	}
+	return streamFailure{status.Errorf(code, "put: block %v: %s", m.Key, msg)}
+}
+
+// streamFailure carries a status that ends a Put call.
+type streamFailure struct{ status error }
+
+func (f streamFailure) Error() string { return f.status.Error() }
 
 // chunkReader reads the data messages of a Put stream as one byte stream.
 type chunkReader struct {
@@ -254,8 +276,8 @@ func (s *Server) LocateObjects(ctx context.Context, req *pb.LocateObjectsRequest
 // Evict removes the blocks a selector picks.
 func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictResponse, error) {
 	sel := node.Selector{
-		Keys: keysFromPB(req.Keys), OlderThan: time.Duration(req.OlderThanMs) * time.Millisecond,
-		Bytes: int64(req.Bytes), All: req.All, DryRun: req.DryRun, Demote: req.Demote,
+		Keys: keysFromPB(req.Keys), OlderThan: millis(req.OlderThanMs),
+		Bytes: int64(min(req.Bytes, math.MaxInt64)), All: req.All, DryRun: req.DryRun, Demote: req.Demote,
 	}
 	if req.HasNamespace {
 		ns := index.NamespaceID(req.Namespace)
@@ -347,7 +369,9 @@ func warmToPB(p node.WarmProgress) *pb.WarmProgress {
 
 // Pin leases blocks.
 func (s *Server) Pin(_ context.Context, req *pb.PinRequest) (*pb.PinResponse, error) {
-	id, exp, err := s.n.Pin(keysFromPB(req.Keys), time.Duration(req.TtlMs)*time.Millisecond)
+	// A TTL too long for a Duration saturates, and the node refuses it as
+	// longer than its longest lease.
+	id, exp, err := s.n.Pin(keysFromPB(req.Keys), millis(req.TtlMs))
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -964,13 +964,17 @@ type EvictRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	HasNamespace bool                   `protobuf:"varint,1,opt,name=has_namespace,json=hasNamespace,proto3" json:"has_namespace,omitempty"`
 	Namespace    uint64                 `protobuf:"fixed64,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Tier         string                 `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`                                     // only this tier's copies; empty: every tier
-	Keys         []*BlockKey            `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`                                     // only these blocks
-	OlderThanMs  int64                  `protobuf:"varint,5,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"` // only blocks not accessed for this long
-	Bytes        uint64                 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`                                  // stop once this many bytes are freed (policy order)
-	All          bool                   `protobuf:"varint,7,opt,name=all,proto3" json:"all,omitempty"`                                      // allow an empty selector: everything
-	DryRun       bool                   `protobuf:"varint,8,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`                  // report, remove nothing
-	MaxListed    uint32                 `protobuf:"varint,9,opt,name=max_listed,json=maxListed,proto3" json:"max_listed,omitempty"`         // blocks listed in the response (default 100)
+	Tier         string                 `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"` // only this tier's copies; empty: every tier
+	Keys         []*BlockKey            `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"` // only these blocks
+	// Only blocks not accessed for this long. An age too long for the node
+	// to count in nanoseconds saturates (about 292 years), and an age that
+	// reaches back before the Unix epoch selects no block; negative is
+	// INVALID_ARGUMENT.
+	OlderThanMs int64  `protobuf:"varint,5,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	Bytes       uint64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`                          // stop once this many bytes are freed (policy order); over 2^63-1: no limit
+	All         bool   `protobuf:"varint,7,opt,name=all,proto3" json:"all,omitempty"`                              // allow an empty selector: everything
+	DryRun      bool   `protobuf:"varint,8,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`          // report, remove nothing
+	MaxListed   uint32 `protobuf:"varint,9,opt,name=max_listed,json=maxListed,proto3" json:"max_listed,omitempty"` // blocks listed in the response (default 100)
 	// Move the selected copies to the next tier down instead of removing
 	// them (requires tier).
 	Demote        bool `protobuf:"varint,10,opt,name=demote,proto3" json:"demote,omitempty"`
@@ -1475,9 +1479,12 @@ func (x *TierStats) GetDetail() map[string]int64 {
 }
 
 type PinRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []*BlockKey            `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []*BlockKey            `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// How long the lease holds, in (0, the node's longest lease]: 5 minutes
+	// unless configured otherwise. Anything else, however large, is
+	// INVALID_ARGUMENT.
+	TtlMs         int64 `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -85,7 +85,7 @@ Sizes take units: 4096, 64KiB, 4MiB, 8GiB (binary) or 10GB (decimal).`,
 				return err
 			}
 			if err := cfg.Resolve(); err != nil {
-				return &config.Error{Problems: []string{err.Error()}}
+				return err // a *config.Error: exit status 2
 			}
 			if printConfig {
 				_, err := io.WriteString(stdout, cfg.Format())

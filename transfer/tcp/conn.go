@@ -55,7 +55,10 @@ func (t *Transport) Dial(ctx context.Context, addr string) (transfer.Conn, error
 	d := net.Dialer{KeepAlive: t.opts.KeepAlive}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("tcp: dial %s: %w", addr, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("tcp: dial %s: %w", addr, err)
+		}
+		return nil, fmt.Errorf("tcp: dial %s: %w (%w)", addr, err, transfer.ErrUnavailable)
 	}
 	tune(nc, &t.opts)
 	c := &conn{nc: nc, addr: addr, opts: &t.opts, intr: make(chan struct{}, 1)}
@@ -94,6 +97,8 @@ func (c *conn) handshake(ctx context.Context) error {
 	switch {
 	case st == frame.StatusRefused:
 		return fmt.Errorf("tcp: dial %s: %w: %s", c.addr, transfer.ErrRefused, msg)
+	case st == frame.StatusUnavailable:
+		return fmt.Errorf("tcp: dial %s: %w: %s", c.addr, transfer.ErrUnavailable, msg)
 	case st != frame.StatusOK:
 		return fmt.Errorf("tcp: dial %s: the node answered: %s", c.addr, msg)
 	case ver != version:

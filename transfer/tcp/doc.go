@@ -25,9 +25,9 @@
 //	client hello  "KVST" version:u8 0:u8 0:u16                        (8 bytes)
 //	server hello  "KVST" version:u8 status:u8 msglen:u16 msg[msglen]
 //
-// A server hello with a status other than OK (a client of another protocol
-// version, a listener at its connection limit) says why in msg; the server
-// then closes the connection. After the hellos the client sends requests and
+// A server hello with a status other than OK says why in msg: Refused for a
+// client of another protocol version, Unavailable for a listener at its
+// connection limit (try again later); the server then closes the connection. After the hellos the client sends requests and
 // the server answers each in turn, one at a time:
 //
 //	request   op:u8 0:u8 0:u16 count:u32                              (8 bytes)
@@ -63,10 +63,13 @@
 // Status codes, for responses, blocks and results:
 //
 //	0 OK        1 NotFound    2 Corrupt (checksum mismatch)
-//	3 Refused   4 Error (msg holds the server's error)
+//	3 Refused (for a block: the handler refused it)
+//	4 Error (msg holds the server's error)
 //	5 Full (the server had no room for the block; msg says why)
-//	6 Unavailable (the server holds the block but cannot read it now, as
-//	  from an object store that is down; msg says why)
+//	6 Unavailable (the server cannot serve it now, and may soon; msg says
+//	  why: for a block, the server holds it but cannot read it now, as
+//	  from an object store that is down; in a hello, the listener serves
+//	  its limit of connections)
 //
 // Every msg is UTF-8 text of at most 512 bytes, for a person to read.
 //

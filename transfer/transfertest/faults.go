@@ -172,9 +172,10 @@ func stillServes(t *testing.T, e *env, c transfer.Conn) {
 	wantBlocks(t, e.get(c, []index.Key{b.Key}), []transfer.Block{b})
 }
 
-// testConnectionLimit: a listener at its connection limit refuses the next
-// one with ErrRefused naming the limit, keeps serving the others, and takes
-// a new one once one closes.
+// testConnectionLimit: a listener at its connection limit turns the next
+// one away with ErrUnavailable naming the limit (try again later; not
+// ErrRefused, which says the request itself is wrong), keeps serving the
+// others, and takes a new one once one closes.
 func testConnectionLimit(t *testing.T, f Factory) {
 	lim := SuiteLimits
 	lim.MaxConns = 2
@@ -185,8 +186,9 @@ func testConnectionLimit(t *testing.T, f Factory) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	conns := []transfer.Conn{Dial(t, tr, ln.Addr()), Dial(t, tr, ln.Addr())}
-	if _, err := tr.Dial(ctx, ln.Addr()); !errors.Is(err, transfer.ErrRefused) || !strings.Contains(err.Error(), "limit of 2") {
-		t.Fatalf("Dial over the limit = %v, want ErrRefused naming the limit of 2", err)
+	if _, err := tr.Dial(ctx, ln.Addr()); !errors.Is(err, transfer.ErrUnavailable) || errors.Is(err, transfer.ErrRefused) ||
+		!strings.Contains(err.Error(), "limit of 2") {
+		t.Fatalf("Dial over the limit = %v, want ErrUnavailable naming the limit of 2", err)
 	}
 	if err := conns[1].Get(ctx, []index.Key{Key(1)}, NewCollector(1)); err != nil {
 		t.Errorf("Get within the limit: %v", err)

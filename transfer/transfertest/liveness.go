@@ -188,6 +188,14 @@ func testReconnect(t *testing.T, f Factory) {
 		t.Fatal("Get over a connection the server closed succeeded")
 	}
 	wantClosed(t, e, c)
+	// While nothing listens, a Dial says the node is unavailable: a
+	// caller may try again, as it may not after a refusal.
+	if c, err := e.tr.Dial(e.ctx(), addr); !errors.Is(err, transfer.ErrUnavailable) || errors.Is(err, transfer.ErrRefused) {
+		if err == nil {
+			_ = c.Close()
+		}
+		t.Fatalf("Dial while nothing listens = %v, want ErrUnavailable", err)
+	}
 	e.listen(addr)
 	c = e.dial()
 	wantBlocks(t, e.get(c, keysOf(blocks)), blocks)

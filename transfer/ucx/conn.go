@@ -4,6 +4,7 @@ package ucx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -74,6 +75,9 @@ func (t *Transport) Dial(ctx context.Context, addr string) (transfer.Conn, error
 	}
 	d := net.Dialer{KeepAlive: t.opts.KeepAlive}
 	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%w (%w)", err, transfer.ErrUnavailable)
+	}
 	if err != nil {
 		w.destroy()
 		return nil, fmt.Errorf("ucx: dial %s: %w", addr, err)
@@ -102,8 +106,11 @@ func (c *conn) handshake(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	defer stop()
 	fail := func(err error) error {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			err = ctx.Err()
+		case !errors.Is(err, frame.ErrProtocol): // the node went away
+			err = fmt.Errorf("%w (%w)", err, transfer.ErrUnavailable)
 		}
 		return fmt.Errorf("ucx: handshake with %s: %w", c.addr, err)
 	}
@@ -129,6 +136,8 @@ func (c *conn) handshake(ctx context.Context) error {
 	switch {
 	case st == frame.StatusRefused:
 		return fmt.Errorf("ucx: dial %s: %w: %s", c.addr, transfer.ErrRefused, msg)
+	case st == frame.StatusUnavailable:
+		return fmt.Errorf("ucx: dial %s: %w: %s", c.addr, transfer.ErrUnavailable, msg)
 	case st != frame.StatusOK:
 		return fmt.Errorf("ucx: dial %s: the node answered: %s", c.addr, msg)
 	case ver != version:

@@ -67,10 +67,10 @@
 //	server  "KVUX" version:u8 status:u8 msglen:u16 id:u32 chunk:u32
 //	        addrlen:u32 0:u32 msg addr
 //
-// The server's status is OK, or Refused (another protocol version, the
-// listener at MaxConns) with msg saying why. id names the connection in
-// every tag; chunk is the server's ChunkSize. Messages then carry 64-bit
-// tags:
+// The server's status is OK, Refused (another protocol version) or
+// Unavailable (the listener at MaxConns; try again later), with msg saying why. id names
+// the connection in every tag; chunk is the server's ChunkSize. Messages
+// then carry 64-bit tags:
 //
 //	id:24 | kind:4 | seq:8 | index:20 | chunk:8
 //

@@ -202,7 +202,7 @@ func (l *listener) refuse(c net.Conn) {
 	if _, _, err := readClientHello(c); err != nil {
 		return
 	}
-	writeHello(c, frame.StatusRefused, fmt.Sprintf(
+	writeHello(c, frame.StatusUnavailable, fmt.Sprintf(
 		"node is serving its limit of %d data-plane connections; retry later, pool fewer connections per client, or raise MaxConns",
 		l.opts.MaxConns), 0, 0, nil)
 }

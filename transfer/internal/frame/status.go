@@ -19,11 +19,13 @@ const (
 	StatusOK       Status = iota
 	StatusNotFound        // the block is not stored (transfer.ErrNotFound)
 	StatusCorrupt         // the bytes failed their checksum (transfer.ErrCorrupt)
-	StatusRefused         // refused as a whole; msg says why (transfer.ErrRefused)
+	StatusRefused         // refused as a whole, or one block the handler refused; msg says why (transfer.ErrRefused)
 	StatusError           // msg holds the server's error (transfer.ErrRemote)
 	StatusFull            // the handler had no room for the block (transfer.ErrFull)
-	// StatusUnavailable: the block is held but out of reach for now
-	// (transfer.ErrUnavailable); msg says why.
+	// StatusUnavailable: the server cannot serve this now, and may soon;
+	// msg says why (transfer.ErrUnavailable). For a block: it is held but
+	// out of reach, as in an object store that is down. In a server hello:
+	// the server serves its limit of connections.
 	StatusUnavailable
 	numStatus
 )
@@ -45,6 +47,8 @@ func StatusOf(err error) Status {
 		return StatusFull
 	case errors.Is(err, transfer.ErrUnavailable):
 		return StatusUnavailable
+	case errors.Is(err, transfer.ErrRefused):
+		return StatusRefused
 	}
 	return StatusError
 }
@@ -89,8 +93,8 @@ func Clip(s string) string {
 // BlockError is the error a Conn reports for block i (key k) that the
 // server at addr answered with st (not OK) and msg. backend names the
 // transport ("tcp", "ucx") at the start of the message. The error wraps
-// transfer.ErrNotFound, ErrCorrupt, ErrFull or ErrUnavailable for those
-// statuses, and transfer.ErrRemote for any other.
+// transfer.ErrNotFound, ErrCorrupt, ErrFull, ErrRefused or ErrUnavailable
+// for those statuses, and transfer.ErrRemote for any other.
 func BlockError(backend, addr string, i int, k index.Key, st Status, msg []byte) error {
 	switch st {
 	case StatusNotFound:
@@ -104,6 +108,8 @@ func BlockError(backend, addr string, i int, k index.Key, st Status, msg []byte)
 		return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrFull)
 	case StatusUnavailable:
 		return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrUnavailable)
+	case StatusRefused:
+		return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrRefused)
 	}
 	return fmt.Errorf("%s: block %d (%v) at %s: %s: %w", backend, i, k, addr, msg, transfer.ErrRemote)
 }

@@ -38,6 +38,7 @@ func TestStatusRoundTrip(t *testing.T) {
 		{fmt.Errorf("ssd: %w", transfer.ErrCorrupt), StatusCorrupt, StatusCorrupt, transfer.ErrCorrupt},
 		{fmt.Errorf("dram: tier full: %w", transfer.ErrFull), StatusFull, StatusFull, transfer.ErrFull},
 		{fmt.Errorf("s3: store down: %w", transfer.ErrUnavailable), StatusUnavailable, StatusError, transfer.ErrUnavailable},
+		{fmt.Errorf("node: block over the limit: %w", transfer.ErrRefused), StatusRefused, StatusRefused, transfer.ErrRefused},
 		{errors.New("ssd: disk on fire"), StatusError, StatusError, transfer.ErrRemote},
 	} {
 		if st := StatusOf(c.err); st != c.st {
