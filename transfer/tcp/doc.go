@@ -27,8 +27,9 @@
 //
 // A server hello with a status other than OK says why in msg: Refused for a
 // client of another protocol version, Unavailable for a listener at its
-// connection limit (try again later); the server then closes the connection. After the hellos the client sends requests and
-// the server answers each in turn, one at a time:
+// connection limit (try again later); the server then closes the
+// connection. After the hellos the client sends requests and the server
+// answers each in turn, one at a time:
 //
 //	request   op:u8 0:u8 0:u16 count:u32                              (8 bytes)
 //	response  status:u8 flags:u8 msglen:u16 count:u32 msg[msglen]
