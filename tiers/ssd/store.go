@@ -85,6 +85,7 @@ func (t *Tier) deleteKeys(key index.Key) error {
 		return err
 	}
 	t.dirty.Store(true)
+	t.markDeleted(key)
 	return nil
 }
 
@@ -242,7 +243,7 @@ func (t *Tier) flushLoop() {
 		if !t.dirty.Swap(false) {
 			continue
 		}
-		if err := t.db.Flush(); err != nil {
+		if err := t.flushLocked(); err != nil {
 			t.dirty.Store(true)
 			t.cfg.Logger.Error("ssd: background flush", "dir", t.cfg.Dir, "err", err)
 		}

@@ -38,7 +38,10 @@
 // Config.FlushInterval, on Flush and on Close) and DurabilityWAL (a WAL
 // written without fsync). After a crash in either mode every block is
 // intact or missing, never torn; what each mode may lose is documented on
-// the constants. Flush makes every acknowledged write durable on demand.
+// the constants. Flush makes every acknowledged write durable on demand,
+// and Invalidate (invalidate.go) is a Delete that is durable when it
+// returns, with the syncs of concurrent calls shared: what the hierarchy
+// uses to drop the older copy of a key it has just replaced.
 //
 // # Accounting
 //
@@ -93,6 +96,9 @@ type Tier struct {
 
 	logical atomic.Int64 // bytes of blocks put since Open
 	dirty   atomic.Bool  // written since the last flush began
+	flushMu sync.Mutex   // one flush at a time (flushLocked)
+	dels    deletions    // deletes not yet durable (invalidate.go)
+	inval   *invalLog
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -129,6 +135,12 @@ func Open(cfg Config) (*Tier, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
+	next, err := t.replayInvalidations()
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
+	}
+	t.inval = newInvalLog(cfg.Dir, next)
 	if err := t.load(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
@@ -301,7 +313,7 @@ func (t *Tier) Flush() error {
 		return fmt.Errorf("ssd: flush %s: %w", t.cfg.Dir, tiers.ErrClosed)
 	}
 	t.dirty.Store(false)
-	if err := t.db.Flush(); err != nil {
+	if err := t.flushLocked(); err != nil {
 		t.dirty.Store(true)
 		return fmt.Errorf("ssd: flush %s: %w", t.cfg.Dir, err)
 	}
@@ -351,9 +363,10 @@ func (t *Tier) Close() error {
 	close(t.stop)
 	<-t.done
 	var errs []error
-	if err := t.db.Flush(); err != nil {
+	if err := t.flushLocked(); err != nil {
 		errs = append(errs, fmt.Errorf("flush: %w", err))
 	}
+	t.inval.close()
 	if err := t.db.Close(); err != nil {
 		errs = append(errs, err)
 	}
