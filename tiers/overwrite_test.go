@@ -173,6 +173,7 @@ func TestPutsOfNewKeysLogNoInvalidation(t *testing.T) {
 // of keys whose older version was demoted to the SSD (each such Put waits
 // for a durable invalidation; concurrent ones share the sync). Run it with
 // a fixed count, e.g. -benchtime=4000x: each op needs a key of its own.
+// DRAM holds twice that, so that the mover demotes nothing meanwhile.
 func BenchmarkPutOverSSD(b *testing.B) {
 	for _, c := range []struct {
 		name  string
@@ -187,7 +188,7 @@ func BenchmarkPutOverSSD(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			top, err := dram.New(dram.Config{Capacity: int64(b.N+64) * blockSize, MaxBlockSize: blockSize})
+			top, err := dram.New(dram.Config{Capacity: int64(2*b.N+64) * blockSize, MaxBlockSize: blockSize})
 			if err != nil {
 				b.Fatal(err)
 			}
