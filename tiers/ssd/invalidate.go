@@ -58,7 +58,7 @@ const invalRecordSize = 24
 
 // deletions tracks the deletes not yet known to be durable.
 type deletions struct {
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	next    uint64               // stamp of the next delete
 	durable uint64               // deletes stamped below it are durable
 	pending map[index.Key]uint64 // key → stamp of its last delete
@@ -87,8 +87,8 @@ func (d *deletions) size() int {
 
 // undurable reports whether a delete of key may not survive a crash.
 func (d *deletions) undurable(key index.Key) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
 	s, ok := d.pending[key]
 	return ok && s >= d.durable
 }
