@@ -105,8 +105,7 @@ func (r *PutReservation) Commit() error {
 	} else {
 		err = r.h.store(0, r.m, r.buf)
 	}
-	r.h.stored(r.e, r.m, err)
-	return err
+	return r.h.stored(r.e, r.m, err)
 }
 
 // Abort gives the room back and leaves the cache as it was.

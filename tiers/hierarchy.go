@@ -279,7 +279,8 @@ func (h *Hierarchy) Node() index.NodeID { return h.node }
 // Put stores a block in level 0, replacing any version of m.Key in any
 // level. m.Sum must be Checksum(value). If level 0 has no room, Put evicts
 // unpinned victims itself; it fails with ErrFull only when everything in
-// level 0 is pinned or busy.
+// level 0 is pinned or busy. When Put returns nil, no older version in a
+// level that implements Invalidator can be read after a crash.
 func (h *Hierarchy) Put(m Meta, value []byte) error {
 	if err := CheckPut(m, value, int64(^uint32(0))); err != nil {
 		return err
@@ -288,31 +289,64 @@ func (h *Hierarchy) Put(m Meta, value []byte) error {
 	if err != nil {
 		return err
 	}
-	err = h.store(0, m, value)
-	h.stored(e, m, err)
-	return err
+	return h.stored(e, m, h.store(0, m, value))
 }
 
 // stored finishes a Put of m into level 0 by the owner of m.Key: on success
-// it records the new version and deletes stale versions from other levels;
-// either way it releases the key.
-func (h *Hierarchy) stored(e *entry, m Meta, err error) {
+// it records the new version and deletes older versions from the other
+// levels, durably where a level's deletes are not (Invalidator), so that
+// a crash after the Put returns cannot bring one back; either way it
+// releases the key. It returns err, or why an older copy could not be
+// invalidated.
+func (h *Hierarchy) stored(e *entry, m Meta, err error) error {
 	if err != nil {
 		h.release(m.Key, e)
-		return
+		return err
 	}
 	h.mu.Lock()
 	stale := e.in &^ 1 // level 0's copy was replaced in place
 	h.touchLocked(m.Key, e)
 	h.setLocked(e, m, 0)
 	h.mu.Unlock()
-	for i := range h.levels {
-		if stale&(1<<i) != 0 {
-			h.dropCopy(i, e, m.Key)
+	var errs []error
+	for i := 1; i < len(h.levels); i++ {
+		if err := h.invalidate(i, e, m.Key, stale&(1<<i) != 0); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	h.release(m.Key, e)
 	h.checkWatermark(0)
+	return errors.Join(errs...)
+}
+
+// invalidate removes what level i may hold of an older version of key,
+// which the caller owns and has just replaced in level 0: the level's
+// copy, when stale says it has one, or a copy it deleted earlier but
+// could bring back after a crash. A level whose tier is an Invalidator
+// returns only once neither can be read after a crash; the others delete
+// the copy as usual (an object store's deletes are applied later: see
+// tiers/s3).
+func (h *Hierarchy) invalidate(i int, e *entry, key index.Key, stale bool) error {
+	inv, ok := h.levels[i].Tier.(Invalidator)
+	switch {
+	case !ok:
+		if stale {
+			h.dropCopy(i, e, key)
+		}
+		return nil
+	case !stale && !inv.MayResurrect(key):
+		return nil
+	}
+	err := inv.Invalidate(key)
+	if stale {
+		h.mu.Lock()
+		h.removedLocked(i, e, key)
+		h.mu.Unlock()
+	}
+	if err != nil {
+		return fmt.Errorf("hierarchy: invalidate the older copy of %v in %v: %w", key, h.levels[i].Kind, err)
+	}
+	return nil
 }
 
 // Get appends a block's bytes to dst and returns them with the block's Meta

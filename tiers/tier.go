@@ -131,6 +131,23 @@ func FormatBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
+// Invalidator is implemented by persistent tiers whose Delete may not
+// survive a crash when it returns (ssd, which flushes its deletes to disk
+// in the background). Before a Put that replaces a key returns, the
+// hierarchy has such a tier invalidate the key when it holds an older copy
+// or deleted one lately, so that a crash cannot bring an older version
+// back in place of an acknowledged newer one.
+type Invalidator interface {
+	// Invalidate deletes key's block if the tier holds one and returns
+	// once neither it nor any block of key deleted before the call can be
+	// read after a crash and reopen.
+	Invalidate(key index.Key) error
+	// MayResurrect reports whether a block of key deleted earlier might
+	// be read again after a crash. It must be cheap: it is asked on every
+	// Put of a key the tier does not hold.
+	MayResurrect(key index.Key) bool
+}
+
 // View is a pinned, zero-copy window on one block's bytes inside a tier.
 type View interface {
 	// Bytes returns the block's bytes; callers must not write to them.

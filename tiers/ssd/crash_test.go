@@ -40,6 +40,7 @@ const (
 //
 //	op put <hash> <size>   before a Put
 //	op del <hash>          before a Delete
+//	op inv <hash>          before an Invalidate
 //	ok                     when the op before it was acknowledged
 //	flushed                when a Flush of everything acknowledged returned
 func TestCrashChild(t *testing.T) {
@@ -68,7 +69,12 @@ func TestCrashChild(t *testing.T) {
 	}
 	for i := 1; ; i++ {
 		h := index.Hash(r.IntN(crashKeys))
-		if r.IntN(8) == 0 {
+		if op := r.IntN(16); op == 1 {
+			say("op inv %d", h)
+			if err := tr.Invalidate(index.Key{NS: 7, Hash: h}); err != nil {
+				t.Fatal(err)
+			}
+		} else if op < 3 {
 			say("op del %d", h)
 			if err := tr.Delete(index.Key{NS: 7, Hash: h}); err != nil && !errors.Is(err, tiers.ErrNotFound) {
 				t.Fatal(err)
@@ -93,16 +99,17 @@ func TestCrashChild(t *testing.T) {
 
 // crashOp is one op the child started; size is -1 for a delete.
 type crashOp struct {
-	hash    index.Hash
-	size    int
-	acked   bool
-	durable bool // acknowledged, then flushed
+	hash       index.Hash
+	size       int
+	invalidate bool // an Invalidate: durable once acknowledged
+	acked      bool
+	durable    bool // acknowledged, then flushed (or an Invalidate)
 }
 
 // TestCrashRecovery kills a writing child process with SIGKILL at random
 // moments and checks, after each kill, that every block is intact or
-// missing, never corrupt; that no write acknowledged before a Flush was
-// lost; and that Stats agree with Scan. In both modes a crash may lose
+// missing, never corrupt; that no write acknowledged before a Flush, and
+// no acknowledged Invalidate, was lost; and that Stats agree with Scan. In both modes a crash may lose
 // the writes acknowledged since the last flush: without a WAL those of
 // the last FlushInterval, with Pebble's unsynced WAL the few still in its
 // log buffer (see DurabilityWAL); the test logs how many it lost.
@@ -172,6 +179,9 @@ func runCrashChild(t *testing.T, dir string, d Durability, seed uint64, after ti
 		case len(f) == 3 && f[0] == "op" && f[1] == "del":
 			h, _ := strconv.ParseUint(f[2], 10, 64)
 			ops = append(ops, crashOp{hash: index.Hash(h), size: -1})
+		case len(f) == 3 && f[0] == "op" && f[1] == "inv":
+			h, _ := strconv.ParseUint(f[2], 10, 64)
+			ops = append(ops, crashOp{hash: index.Hash(h), size: -1, invalidate: true})
 		case line == "ok" && len(ops) > 0:
 			ops[len(ops)-1].acked = true
 		case line == "flushed":
@@ -194,7 +204,7 @@ func runCrashChild(t *testing.T, dir string, d Durability, seed uint64, after ti
 					t.Fatalf("the child exited on its own (%v): %s", err, stderr.String())
 				}
 				for i := range ops {
-					ops[i].durable = ops[i].acked && i < flushed
+					ops[i].durable = ops[i].acked && (i < flushed || ops[i].invalidate)
 				}
 				return ops
 			}

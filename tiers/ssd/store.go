@@ -85,6 +85,7 @@ func (t *Tier) deleteKeys(key index.Key) error {
 		return err
 	}
 	t.dirty.Store(true)
+	t.markDeleted(key)
 	return nil
 }
 
@@ -237,7 +238,6 @@ func (t *Tier) loop() {
 	defer close(t.done)
 	tick := time.NewTicker(t.cfg.FlushInterval)
 	defer tick.Stop()
-	var pending <-chan struct{} // the flush in progress
 	for {
 		select {
 		case <-t.stop:
@@ -248,23 +248,15 @@ func (t *Tier) loop() {
 		if t.cfg.Durability != DurabilityFlush {
 			continue
 		}
-		if pending != nil {
-			select {
-			case <-pending:
-				pending = nil
-			default:
-				continue
-			}
+		if t.flushPending() {
+			continue
 		}
 		if !t.dirty.Swap(false) {
 			continue
 		}
-		done, err := t.db.AsyncFlush()
-		if err != nil {
+		if err := t.flushLocked(); err != nil {
 			t.dirty.Store(true)
 			t.cfg.Logger.Error("ssd: background flush", "dir", t.cfg.Dir, "err", err)
-			continue
 		}
-		pending = done
 	}
 }

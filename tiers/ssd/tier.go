@@ -38,7 +38,10 @@
 // Config.FlushInterval, on Flush and on Close) and DurabilityWAL (a WAL
 // written without fsync). After a crash in either mode every block is
 // intact or missing, never torn; what each mode may lose is documented on
-// the constants. Flush makes every acknowledged write durable on demand.
+// the constants. Flush makes every acknowledged write durable on demand,
+// and Invalidate (invalidate.go) is a Delete that is durable when it
+// returns, with the syncs of concurrent calls shared: what the hierarchy
+// uses to drop the older copy of a key it has just replaced.
 //
 // # Accounting
 //
@@ -106,8 +109,13 @@ type Tier struct {
 
 	logical atomic.Int64 // bytes of blocks put since Open
 	dirty   atomic.Bool  // written since the last flush began
-	stop    chan struct{}
-	done    chan struct{}
+	flushMu sync.Mutex   // one flush at a time (flushLocked)
+	// lastFlush is the done channel of the last flush started (flushWait).
+	lastFlush atomic.Pointer[<-chan struct{}]
+	dels      deletions // deletes not yet durable (invalidate.go)
+	inval     *invalLog
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 // Open opens the tier stored in cfg.Dir, creating it if needed, and
@@ -144,6 +152,12 @@ func Open(cfg Config) (*Tier, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
+	next, err := t.replayInvalidations()
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
+	}
+	t.inval = newInvalLog(cfg.Dir, next)
 	if err := t.load(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
@@ -345,7 +359,7 @@ func (t *Tier) Flush() error {
 		return fmt.Errorf("ssd: flush %s: %w", t.cfg.Dir, tiers.ErrClosed)
 	}
 	t.dirty.Store(false)
-	if err := t.flushWait(); err != nil {
+	if err := t.flushLocked(); err != nil {
 		t.dirty.Store(true)
 		return fmt.Errorf("ssd: flush %s: %w", t.cfg.Dir, err)
 	}
@@ -363,6 +377,7 @@ func (t *Tier) flushWait() error {
 	if err != nil {
 		return err
 	}
+	t.lastFlush.Store(&done)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -374,6 +389,22 @@ func (t *Tier) flushWait() error {
 				return fmt.Errorf("%w: %v", tiers.ErrNoSpace, err)
 			}
 		}
+	}
+}
+
+// flushPending reports whether the last flush has not finished: one that
+// stopped waiting for want of space is still queued in Pebble, and another
+// behind it would only queue one more memtable.
+func (t *Tier) flushPending() bool {
+	done := t.lastFlush.Load()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-*done:
+		return false
+	default:
+		return true
 	}
 }
 
@@ -420,10 +451,11 @@ func (t *Tier) Close() error {
 	close(t.stop)
 	<-t.done
 	var errs []error
-	if err := t.flushWait(); err != nil {
+	if err := t.flushLocked(); err != nil {
 		// The puts since the last flush are lost, as in a crash.
 		errs = append(errs, fmt.Errorf("flush: %w", err))
 	}
+	t.inval.close()
 	if err := t.db.Close(); err != nil {
 		errs = append(errs, err)
 	}
