@@ -39,11 +39,12 @@ func (c Counts) String() string {
 		c.Keys, c.Intact, c.Stale, c.Missing, c.Corrupt, c.Reads, c.Failed)
 }
 
-// Window is the reads from one fault's start to the next one's.
+// Window is the reads from one fault's start to the next one's; the first
+// window of a report is the one before the first fault.
 type Window struct {
 	Fault *Fault // nil: before the first fault
-	// AckedAgain is how long after the fault began a put on another node
-	// was first acknowledged; -1: none before the next fault.
+	// AckedAgain is how long after the fault began every other node had
+	// a put acknowledged again; -1: one had none before the next fault.
 	AckedAgain time.Duration
 	Counts
 }
@@ -83,6 +84,7 @@ type checker struct {
 	liveness  []Liveness
 	onSSD     map[nodeKey][]time.Time
 	puts      map[index.Key]Op // the acknowledged puts
+	nodes     []index.NodeID   // the nodes probed for readiness
 }
 
 // Check checks a finished history against b.
@@ -94,7 +96,8 @@ func Check(h *History, b Bounds) Report {
 		c.readiness[r.Node] = append(c.readiness[r.Node], r)
 	}
 	h.mu.Unlock()
-	for _, rs := range c.readiness {
+	for n, rs := range c.readiness {
+		c.nodes = append(c.nodes, n)
 		slices.SortFunc(rs, func(a, b Readiness) int { return a.At.Compare(b.At) })
 	}
 	slices.SortFunc(c.faults, func(a, b Fault) int { return a.Start.Compare(b.Start) })
@@ -224,26 +227,35 @@ func (c *checker) windows(r *Report) []Window {
 	for i := range ws {
 		ws[i].Counts = tally(ws[i].Counts, worst[i])
 	}
-	if ws[0].Reads == 0 { // the schedule began at once
-		ws = ws[1:]
-	}
 	return ws
 }
 
-// ackedAgain returns how long after fault i began a put on another node
-// was first acknowledged, or -1.
+// ackedAgain returns how long after fault i began every node outside it
+// had a put acknowledged again (the slowest node's wait), or -1 if one
+// had none before the next fault.
 func (c *checker) ackedAgain(i int) time.Duration {
 	f := c.faults[i]
-	first := time.Duration(-1)
+	first := map[index.NodeID]time.Duration{}
 	for _, p := range c.puts {
-		if p.Holder == f.Node || !p.Acked.After(f.Start) || i+1 < len(c.faults) && p.Acked.After(c.faults[i+1].Start) {
+		if !p.Acked.After(f.Start) || i+1 < len(c.faults) && p.Acked.After(c.faults[i+1].Start) {
 			continue
 		}
-		if d := p.Acked.Sub(f.Start); first < 0 || d < first {
-			first = d
+		if d, ok := first[p.Holder]; !ok || p.Acked.Sub(f.Start) < d {
+			first[p.Holder] = p.Acked.Sub(f.Start)
 		}
 	}
-	return first
+	slowest := time.Duration(0)
+	for _, n := range c.nodes {
+		if n == f.Node {
+			continue
+		}
+		d, ok := first[n]
+		if !ok {
+			return -1
+		}
+		slowest = max(slowest, d)
+	}
+	return slowest
 }
 
 // rank orders the classes of a key's reads, the worst highest.

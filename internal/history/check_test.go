@@ -105,7 +105,7 @@ func TestAReadIsNotStaleWhileItsHolderHasAFault(t *testing.T) {
 	h.Add(read(t0, 5*time.Second, 2, key(1), false, Missing),
 		read(t0, 8*time.Second, 2, key(1), false, Missing)) // within the bound of its end
 	r := Check(h, bounds)
-	if len(r.Stale) != 0 || len(r.Windows) != 1 || r.Windows[0].Missing != 1 {
+	if len(r.Stale) != 0 || len(r.Windows) != 2 || r.Windows[1].Missing != 1 {
 		t.Fatalf("stale %+v, windows %+v", r.Stale, r.Windows)
 	}
 }
@@ -161,6 +161,25 @@ func TestACallThatFailedWhileItsNodeWasBackInTimeIsFlagged(t *testing.T) {
 	r := Check(h, bounds)
 	if len(r.FailedInTime) != 1 || r.FailedInTime[0] != failed {
 		t.Fatalf("failed in time: %+v; want node 2's read alone", r.FailedInTime)
+	}
+}
+
+func TestAFaultWindowSaysWhenEveryOtherNodeHadPutsAcknowledgedAgain(t *testing.T) {
+	t0 := time.Now()
+	h := crafted(t0)
+	h.AddFault(Fault{Name: "kill -9 node 1", Kind: Kill, Node: 1, Start: t0.Add(2 * time.Second)})
+	put := func(node index.NodeID, k int, acked time.Duration) {
+		h.Add(Op{Kind: Put, Key: key(k), Node: node, Holder: node, Start: t0, End: t0, Acked: t0.Add(acked), Result: Intact})
+	}
+	put(2, 10, 2500*time.Millisecond)
+	if w := Check(h, bounds).Windows[1]; w.AckedAgain != -1 {
+		t.Fatalf("acknowledged again after %v with node 3 never acknowledged, want -1", w.AckedAgain)
+	}
+	put(3, 11, 5*time.Second)
+	put(3, 12, 4*time.Second)
+	put(1, 13, 2100*time.Millisecond) // the faulty node's own does not count
+	if w := Check(h, bounds).Windows[1]; w.AckedAgain != 2*time.Second {
+		t.Fatalf("acknowledged again after %v, want node 3's 2s", w.AckedAgain)
 	}
 }
 
