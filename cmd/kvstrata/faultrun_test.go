@@ -173,11 +173,15 @@ func TestAFaultRunUnderLoadReadsNoWrongBytesAndLosesNothingPromised(t *testing.T
 
 	stop := make(chan struct{})
 	var load, probes sync.WaitGroup
-	for w := range 2 {
-		load.Go(func() { r.write(w, stop) })
+	// Two writers through random nodes, and one on each node: those keep
+	// putting on the nodes outside a fault while the others wait on a
+	// paused node.
+	for w := range 2 + len(r.nodes) {
+		node := w - 2 // -1: random
+		load.Go(func() { r.write(w, node, stop) })
 	}
 	for w := range 2 {
-		load.Go(func() { r.read(2+w, stop) })
+		load.Go(func() { r.read(10+w, stop) })
 	}
 	stopProbes := make(chan struct{})
 	probes.Go(func() { r.probeReadiness(stopProbes) })
@@ -245,10 +249,10 @@ func (r *faultRun) client(w, i int) (*client.Client, error) {
 	return c, nil
 }
 
-// write puts batches of 4 new blocks through random nodes, and syncs on
-// the node after each: a put is acknowledged once a Sync on its node
-// returns after it.
-func (r *faultRun) write(w int, stop <-chan struct{}) {
+// write puts batches of 4 new blocks through node (an index; -1: a random
+// node each time), and syncs on the node after each: a put is
+// acknowledged once a Sync on its node returns after it.
+func (r *faultRun) write(w, node int, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(r.seed, uint64(w)))
 	pending := make([][]history.Op, len(r.nodes)) // put, not yet acknowledged, per node
 	defer func() {
@@ -262,8 +266,11 @@ func (r *faultRun) write(w int, stop <-chan struct{}) {
 			return
 		default:
 		}
-		i := rng.IntN(len(r.nodes))
-		node := index.NodeID(i + 1)
+		i := node
+		if i < 0 {
+			i = rng.IntN(len(r.nodes))
+		}
+		holder := index.NodeID(i + 1)
 		c, err := r.client(w, i)
 		if err != nil {
 			time.Sleep(50 * time.Millisecond)
@@ -280,7 +287,7 @@ func (r *faultRun) write(w int, stop <-chan struct{}) {
 		err = c.Put(ctx, blocks)
 		cancel()
 		for bi, b := range blocks {
-			op := history.Op{Kind: history.Put, Key: b.Key, Node: node, Holder: node, Start: start, End: time.Now(),
+			op := history.Op{Kind: history.Put, Key: b.Key, Node: holder, Holder: holder, Start: start, End: time.Now(),
 				Deadline: start.Add(faultDeadline), Result: history.Intact}
 			if err != nil {
 				op.Result, op.Err = history.Failed, err.Error()
@@ -304,7 +311,7 @@ func (r *faultRun) write(w int, stop <-chan struct{}) {
 		r.mu.Lock()
 		for j := range pending[i] {
 			pending[i][j].Acked = acked
-			r.acked = append(r.acked, heldKey{pending[i][j].Key, node})
+			r.acked = append(r.acked, heldKey{pending[i][j].Key, holder})
 			r.notSSD[pending[i][j].Key] = true
 		}
 		r.mu.Unlock()
