@@ -513,6 +513,7 @@ func (r *faultRun) inject(step faultStep) {
 		victim = index.NodeID(1 + (int(leader)+r.rng.IntN(2))%3) // one of the other two
 	}
 	p := r.nodes[victim-1]
+	t.Logf("%v on node %d", step, victim)
 	f := history.Fault{Name: fmt.Sprintf("%v (node %d)", step, victim), Kind: step.kind, Node: victim, WasLeader: victim == leader}
 	elected := make(chan time.Duration, 1)
 	f.Start = time.Now()
@@ -543,13 +544,43 @@ func (r *faultRun) inject(step faultStep) {
 		f.End = time.Now()
 		r.nn.heal(int(victim))
 	}
-	p.waitReady()
+	r.awaitReady(p)
 	f.Ready = time.Now()
 	if victim == leader && f.Elected == 0 {
 		f.Elected = <-elected
 	}
 	f.Converged = r.awaitConvergence(f.Ready)
 	r.h.AddFault(f)
+}
+
+// faultReady bounds how long a node takes to report ready after a fault:
+// a restart loads the SSD and waits up to 10s for its directory events to
+// commit, and a node built with -race starts slowly on a loaded machine.
+const faultReady = 60 * time.Second
+
+// awaitReady waits until p reports ready, failing the test after
+// faultReady.
+func (r *faultRun) awaitReady(p *proc) {
+	t := r.t
+	t.Helper()
+	hc := &http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(faultReady); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := hc.Get("http://" + p.http + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case err := <-p.exited:
+			t.Fatalf("kvstrata exited while starting: %v\n%s", err, p.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kvstrata not ready %v after a fault:\n%s", faultReady, p.log)
+		}
+	}
 }
 
 // awaitElection returns how long after start a node other than old first
@@ -602,7 +633,7 @@ func (r *faultRun) awaitConvergence(from time.Time) time.Duration {
 func (r *faultRun) settle() {
 	t := r.t
 	for _, p := range r.nodes {
-		p.waitReady()
+		r.awaitReady(p)
 	}
 	leaderOf(t, r.nodes...)
 	eventually(t, 20*time.Second, "every replica shows every node up", func() bool {
