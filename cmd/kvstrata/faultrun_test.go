@@ -210,7 +210,11 @@ func TestAFaultRunUnderLoadReadsNoWrongBytesAndLosesNothingPromised(t *testing.T
 	close(stop)
 	load.Wait()
 	settling := time.Now()
-	keys := waitDigestsEqual(t, r.nodes...)
+	var keys uint64
+	r.await("every replica's directory is the same", func(resps []*pb.MembersResponse) bool {
+		keys = resps[0].DirectoryKeys
+		return !slices.ContainsFunc(resps, func(m *pb.MembersResponse) bool { return m.DirectoryDigest != resps[0].DirectoryDigest })
+	})
 	t.Logf("after the last fault every replica holds the same %d keys %v after the load stopped", keys, time.Since(settling).Round(time.Millisecond))
 	r.checkSettled()
 	close(stopProbes)
@@ -507,7 +511,7 @@ func (r *faultRun) probeSSD(stop <-chan struct{}) {
 // election and the directory's convergence.
 func (r *faultRun) inject(step faultStep) {
 	t := r.t
-	leader := leaderOf(t, r.nodes...)
+	leader, _ := r.agreedLeader()
 	victim := leader
 	if !step.leader {
 		victim = index.NodeID(1 + (int(leader)+r.rng.IntN(2))%3) // one of the other two
@@ -601,29 +605,66 @@ func (r *faultRun) awaitElection(old index.NodeID, start time.Time) time.Duratio
 	return -1
 }
 
-// awaitConvergence returns how long after from every replica had applied
-// what the leader had applied at from, failing the test after 20s.
-func (r *faultRun) awaitConvergence(from time.Time) time.Duration {
-	t := r.t
-	target := uint64(0)
-	eventually(t, 20*time.Second, "the leader answers", func() bool {
-		for i := range r.nodes {
-			resp, err := r.members(103, i, time.Second)
-			if err == nil && resp.LeaderId == uint32(i+1) {
-				target = resp.AppliedIndex
-				return true
+// answers asks every node for the members, through worker 103's clients;
+// a node that does not answer within 2s has a nil response. It also
+// returns what each said, for a failure's message.
+func (r *faultRun) answers() ([]*pb.MembersResponse, []string) {
+	resps, said := make([]*pb.MembersResponse, len(r.nodes)), make([]string, len(r.nodes))
+	for i := range r.nodes {
+		resp, err := r.members(103, i, 2*time.Second)
+		if err != nil {
+			said[i] = fmt.Sprintf("node %d: %v", i+1, err)
+			continue
+		}
+		resps[i] = resp
+		down := 0
+		for _, m := range resp.Members {
+			if !m.Up {
+				down++
 			}
 		}
-		return false
-	})
-	eventually(t, 20*time.Second, "every replica applies what the leader had", func() bool {
-		for i := range r.nodes {
-			resp, err := r.members(103, i, time.Second)
-			if err != nil || resp.AppliedIndex < target {
-				return false
-			}
+		said[i] = fmt.Sprintf("node %d: leader %d, applied %d, %d members down", i+1, resp.LeaderId, resp.AppliedIndex, down)
+	}
+	return resps, said
+}
+
+// await polls the members of every node until cond holds, failing the
+// test after 30s with what each node last answered: after a fault a node
+// may take seconds to answer, but not that long.
+func (r *faultRun) await(what string, cond func([]*pb.MembersResponse) bool) {
+	var said []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(25 * time.Millisecond) {
+		var resps []*pb.MembersResponse
+		resps, said = r.answers()
+		if !slices.Contains(resps, nil) && cond(resps) {
+			return
 		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("not within 30s: %s; the nodes said %q", what, said)
+		}
+	}
+}
+
+// agreedLeader waits until every node names the same leader, and returns
+// it with its applied index.
+func (r *faultRun) agreedLeader() (leader index.NodeID, applied uint64) {
+	r.await("the nodes agree on a leader", func(resps []*pb.MembersResponse) bool {
+		leader = index.NodeID(resps[0].LeaderId)
+		if leader == 0 || slices.ContainsFunc(resps, func(m *pb.MembersResponse) bool { return index.NodeID(m.LeaderId) != leader }) {
+			return false
+		}
+		applied = resps[leader-1].AppliedIndex
 		return true
+	})
+	return leader, applied
+}
+
+// awaitConvergence returns how long after from every replica had applied
+// what the leader had applied once the nodes agreed on it again.
+func (r *faultRun) awaitConvergence(from time.Time) time.Duration {
+	_, target := r.agreedLeader()
+	r.await("every replica applies what the leader had", func(resps []*pb.MembersResponse) bool {
+		return !slices.ContainsFunc(resps, func(m *pb.MembersResponse) bool { return m.AppliedIndex < target })
 	})
 	return time.Since(from)
 }
@@ -631,18 +672,14 @@ func (r *faultRun) awaitConvergence(from time.Time) time.Duration {
 // settle waits until every node is ready and up in every replica's eyes
 // and they agree on a leader, then lets the load run for a second.
 func (r *faultRun) settle() {
-	t := r.t
 	for _, p := range r.nodes {
 		r.awaitReady(p)
 	}
-	leaderOf(t, r.nodes...)
-	eventually(t, 20*time.Second, "every replica shows every node up", func() bool {
-		for _, p := range r.nodes {
-			if slices.ContainsFunc(members(t, p.api()).Members, func(m *pb.Member) bool { return !m.Up }) {
-				return false
-			}
-		}
-		return true
+	r.agreedLeader()
+	r.await("every replica shows every node up", func(resps []*pb.MembersResponse) bool {
+		return !slices.ContainsFunc(resps, func(resp *pb.MembersResponse) bool {
+			return slices.ContainsFunc(resp.Members, func(m *pb.Member) bool { return !m.Up })
+		})
 	})
 	time.Sleep(time.Second)
 }
