@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -640,9 +641,26 @@ func (r *faultRun) await(what string, cond func([]*pb.MembersResponse) bool) {
 			return
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("not within 30s: %s; the nodes said %q", what, said)
+			r.t.Fatalf("not within 30s: %s; the nodes said %q\n%s", what, said, r.tails())
 		}
 	}
+}
+
+// tails returns each node's readiness and the end of its log, for a
+// failure's message.
+func (r *faultRun) tails() string {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	var b strings.Builder
+	for i, p := range r.nodes {
+		ready := "no answer"
+		if resp, err := hc.Get("http://" + p.http + "/readyz"); err == nil {
+			ready = resp.Status
+			resp.Body.Close()
+		}
+		log := p.log.String()
+		fmt.Fprintf(&b, "node %d: /readyz %s; log ends:\n%s\n", i+1, ready, log[max(0, len(log)-3000):])
+	}
+	return b.String()
 }
 
 // agreedLeader waits until every node names the same leader, and returns
