@@ -290,8 +290,6 @@ func TestKill9ThenRestartReturnsSSDBlocksIntact(t *testing.T) {
 	p := startNode(t, dir, "--dram-capacity", "8MiB")
 	c := p.client(client.Options{})
 	keys := putBlocks(t, c, 1, 0, 48, 1<<20)
-	// Blocks demoted to the SSD more than a flush interval ago are on disk.
-	time.Sleep(2500 * time.Millisecond)
 	var onSSD []index.Key
 	for _, k := range keys {
 		lr, err := c.Lookup(context.Background(), k.NS, []index.Hash{k.Hash})
@@ -307,6 +305,9 @@ func TestKill9ThenRestartReturnsSSDBlocksIntact(t *testing.T) {
 	if len(onSSD) < 30 {
 		t.Fatalf("only %d blocks on the ssd", len(onSSD))
 	}
+	// Blocks demoted to the SSD more than a flush interval (1s) before the
+	// kill are on disk; give the flush time even on a loaded machine.
+	time.Sleep(2500 * time.Millisecond)
 	// Keep writing while the node is killed.
 	stopWriting := make(chan struct{})
 	var wg sync.WaitGroup
