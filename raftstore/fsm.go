@@ -55,7 +55,7 @@ func NewFSM() *FSM {
 func (f *FSM) Apply(l *raft.Log) any {
 	var out any
 	if l.Type == raft.LogCommand {
-		out = f.applyEntry(l.Index, l.Data)
+		out = f.applyEntry(l)
 	}
 	f.applied.Store(l.Index)
 	return out
@@ -89,7 +89,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		}
 		// Other entries see the events committed before them.
 		flush()
-		out[i] = f.applyEntry(l.Index, l.Data)
+		out[i] = f.applyEntry(l)
 	}
 	flush()
 	if n := len(logs); n > 0 {
@@ -113,9 +113,10 @@ func fatal(index uint64, err error) {
 	panic(fmt.Errorf("raftstore: apply entry %d: %w", index, err))
 }
 
-// applyEntry applies the command entry at index with data and returns its
-// result: nil, or the business error of a refused change.
-func (f *FSM) applyEntry(idx uint64, data []byte) any {
+// applyEntry applies the command entry l and returns its result: nil, or
+// the business error of a refused change.
+func (f *FSM) applyEntry(l *raft.Log) any {
+	idx, data := l.Index, l.Data
 	if len(data) == 0 {
 		fatal(idx, fmt.Errorf("%w: empty entry", ErrBadEntry))
 	}
@@ -156,6 +157,24 @@ func (f *FSM) applyEntry(idx uint64, data []byte) any {
 		})
 		if err != nil {
 			fatal(idx, err)
+		}
+		return f.change(func(s *clusterState) (*clusterState, error) { return s.setLiveness(v.id, v.l) })
+	case EntryLivenessInTerm:
+		type termLiveness struct {
+			term uint64
+			id   index.NodeID
+			l    Liveness
+		}
+		v, err := decodeEntry(data, func(r *reader) termLiveness {
+			term := r.uvarint()
+			id, l := readLiveness(r)
+			return termLiveness{term, id, l}
+		})
+		if err != nil {
+			fatal(idx, err)
+		}
+		if v.term != l.Term { // the log's term, the same on every replica
+			return fmt.Errorf("liveness of node %d decided in term %d, appended in term %d: %w", v.id, v.term, l.Term, ErrStaleTerm)
 		}
 		return f.change(func(s *clusterState) (*clusterState, error) { return s.setLiveness(v.id, v.l) })
 	case EntryCapacities:

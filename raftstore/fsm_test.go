@@ -207,7 +207,7 @@ func applyPanic(a *applier, data []byte, batch bool) (v any) {
 
 func TestFSMPanicsOnUnknownEntryTypes(t *testing.T) {
 	for _, batch := range []bool{false, true} {
-		for _, typ := range []byte{0x00, 0x06, 0x7f} {
+		for _, typ := range []byte{0x00, 0x3f, 0x7f} {
 			v := applyPanic(newApplier(t), []byte{typ, 1, 2, 3}, batch)
 			if err, ok := v.(error); !ok || !errors.Is(err, raftstore.ErrUnknownEntry) {
 				t.Errorf("type %#02x (batch %v): panicked with %v, want ErrUnknownEntry", typ, batch, v)
@@ -335,4 +335,33 @@ func TestFSMReadersRunConcurrentlyWithApplySnapshotAndRestore(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
+}
+
+// A liveness decision counts only in the term of the leader that made it:
+// a deposed leader's proposal, appended by its successor, is a no-op on
+// every replica.
+func TestFSMAppliesLivenessOnlyInTheTermItWasDecided(t *testing.T) {
+	a := newApplier(t)
+	a.ok(raftstore.EncodeMemberUpsert(member(1)))
+	stale := &raft.Log{Index: 2, Term: 3, Type: raft.LogCommand, Data: raftstore.EncodeLivenessInTerm(2, 1, false, t0)}
+	for _, batch := range []bool{false, true} {
+		var res any
+		if batch {
+			res = a.f.ApplyBatch([]*raft.Log{stale})[0]
+		} else {
+			res = a.f.Apply(stale)
+		}
+		if err, ok := res.(error); !ok || !errors.Is(err, raftstore.ErrStaleTerm) {
+			t.Fatalf("batch %v: a term-2 decision appended in term 3: result %v, want ErrStaleTerm", batch, res)
+		}
+		if !a.f.Alive(1) {
+			t.Fatalf("batch %v: node 1 marked down by a decision of an earlier term", batch)
+		}
+	}
+	if res := a.f.Apply(&raft.Log{Index: 3, Term: 3, Type: raft.LogCommand, Data: raftstore.EncodeLivenessInTerm(3, 1, false, t0)}); res != nil {
+		t.Fatalf("a decision of the entry's own term: result %v", res)
+	}
+	if l, _ := a.f.Liveness(1); a.f.Alive(1) || !l.Since.Equal(t0) {
+		t.Fatalf("after a decision of the current term node 1 is %+v, want down since %v", l, t0)
+	}
 }

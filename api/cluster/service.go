@@ -120,6 +120,10 @@ func (s *service) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.Prop
 	if len(req.Entry) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "propose: empty entry")
 	}
+	if t := raftstore.EntryType(req.Entry[0]); t == raftstore.EntryLiveness || t == raftstore.EntryLivenessInTerm {
+		// Only the leader's own observations decide liveness.
+		return nil, status.Errorf(codes.InvalidArgument, "propose: %v entries are made by the leader only, never forwarded", t)
+	}
 	if !s.c.rep.IsLeader() {
 		return nil, status.Error(codes.Unavailable, "propose: not the leader")
 	}
@@ -158,9 +162,12 @@ func (s *service) Locate(_ context.Context, req *pb.LocateRequest) (*pb.LocateRe
 	if len(req.Keys) > 1<<16 {
 		return nil, status.Errorf(codes.InvalidArgument, "locate: %d keys, over the 65536-key limit", len(req.Keys))
 	}
+	// Freshness is read before the directory: the answer is at least as
+	// current as it says.
+	fresh := FreshnessToPB(s.c.Freshness())
 	fsm := s.c.rep.FSM
 	dir := fsm.Directory()
-	out := &pb.LocateResponse{Keys: make([]*pb.KeyLocations, len(req.Keys))}
+	out := &pb.LocateResponse{Keys: make([]*pb.KeyLocations, len(req.Keys)), Freshness: fresh}
 	for i, k := range req.Keys {
 		kl := &pb.KeyLocations{}
 		if e, ok := dir.Get(index.Key{NS: index.NamespaceID(k.GetNamespace()), Hash: index.Hash(k.GetHash())}); ok {
@@ -192,7 +199,7 @@ func toStatus(err error) error {
 		return err
 	}
 	switch {
-	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, errNoLeader):
+	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, ErrNoLeader):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, raftstore.ErrUnknownMember), errors.Is(err, raftstore.ErrInvalidMember):
 		return status.Error(codes.InvalidArgument, err.Error())
