@@ -11,7 +11,10 @@
 // LAN). That staleness is safe: a block the directory still lists costs a
 // fetch that finds nothing and falls back to the next location, and a
 // block not listed yet is a miss; checksums make sure no wrong bytes are
-// ever used.
+// ever used. A replica that knows no leader, has not heard from it for an
+// election timeout, or is catching up (after a restart) may trail by much
+// more: Freshness says so, lookup answers carry it, and the node is not
+// ready (Ready) meanwhile.
 //
 // A Cluster is safe for concurrent use.
 package cluster
@@ -170,7 +173,15 @@ func (c *Cluster) Sync(ctx context.Context) error {
 		return err
 	}
 	idx := c.batcher.CommittedIndex()
-	for c.rep.Raft.AppliedIndex() < idx { // a follower applies the leader's commits a moment later
+	// A follower in touch with the leader applies its commits a moment
+	// later; one that has not within forwardTimeout is cut off or far
+	// behind, and says so rather than hold the caller to its deadline.
+	giveUp := time.Now().Add(c.forwardTimeout())
+	for c.rep.Raft.AppliedIndex() < idx {
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("cluster: sync: committed at index %d, but this replica applied only %d in %v: %w",
+				idx, c.rep.Raft.AppliedIndex(), c.forwardTimeout(), ErrCatchingUp)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cluster: sync: waiting for the replica to apply index %d: %w", idx, ctx.Err())

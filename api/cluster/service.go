@@ -199,7 +199,7 @@ func toStatus(err error) error {
 		return err
 	}
 	switch {
-	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, ErrNoLeader):
+	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrCatchingUp):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, raftstore.ErrUnknownMember), errors.Is(err, raftstore.ErrInvalidMember):
 		return status.Error(codes.InvalidArgument, err.Error())
