@@ -176,11 +176,13 @@ func (c *Cluster) Sync(ctx context.Context) error {
 	// A follower in touch with the leader applies its commits a moment
 	// later; one that has not within forwardTimeout is cut off or far
 	// behind, and says so rather than hold the caller to its deadline.
+	// The FSM's own index, not raft's: raft counts an entry applied once
+	// it has handed it to the FSM, a moment before the FSM has applied it.
 	giveUp := time.Now().Add(c.forwardTimeout())
-	for c.rep.Raft.AppliedIndex() < idx {
+	for c.rep.FSM.AppliedIndex() < idx { // idx is a command: the FSM applies it
 		if time.Now().After(giveUp) {
 			return fmt.Errorf("cluster: sync: committed at index %d, but this replica applied only %d in %v: %w",
-				idx, c.rep.Raft.AppliedIndex(), c.forwardTimeout(), ErrCatchingUp)
+				idx, c.rep.FSM.AppliedIndex(), c.forwardTimeout(), ErrCatchingUp)
 		}
 		select {
 		case <-ctx.Done():
