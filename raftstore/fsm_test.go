@@ -219,13 +219,14 @@ func TestFSMPanicsOnUnknownEntryTypes(t *testing.T) {
 func TestFSMPanicsOnUndecodableEntries(t *testing.T) {
 	upsert := raftstore.EncodeMemberUpsert(member(1))
 	cases := map[string][]byte{
-		"empty":              {},
-		"truncated events":   encode(chainEvents(1, 10, n1DRAM))[:30],
-		"truncated upsert":   upsert[:len(upsert)-1],
-		"upsert with extra":  append(slices.Clone(upsert), 0),
-		"remove without id":  {byte(raftstore.EntryMemberRemove)},
-		"liveness up flag 2": {byte(raftstore.EntryLiveness), 1, 2, 0, 0},
-		"capacities count":   {byte(raftstore.EntryCapacities), 1, 0, 0, 200},
+		"empty":                {},
+		"truncated events":     encode(chainEvents(1, 10, n1DRAM))[:30],
+		"truncated upsert":     upsert[:len(upsert)-1],
+		"upsert with extra":    append(slices.Clone(upsert), 0),
+		"remove without id":    {byte(raftstore.EntryMemberRemove)},
+		"liveness up flag 2":   {byte(raftstore.EntryLiveness), 1, 2, 0, 0},
+		"term liveness, no id": {byte(raftstore.EntryLivenessInTerm), 5},
+		"capacities count":     {byte(raftstore.EntryCapacities), 1, 0, 0, 200},
 	}
 	for _, batch := range []bool{false, true} {
 		for name, data := range cases {

@@ -32,8 +32,10 @@ type Freshness struct {
 	AppliedIndex, CommitIndex uint64
 	// Err is nil when the replica is current: the node knows a leader (or
 	// is it), heard from it within an election timeout, and has applied
-	// everything it knew to be committed a moment ago (freshTick). Else
-	// it wraps ErrNoLeader, ErrOutOfTouch or ErrCatchingUp.
+	// everything it knew to be committed a moment ago (freshTick) and, on
+	// a follower, what the leader had committed when it answered the
+	// heartbeat before last. Else it wraps ErrNoLeader, ErrOutOfTouch or
+	// ErrCatchingUp.
 	Err error
 }
 
@@ -47,7 +49,19 @@ const freshTick = 100 * time.Millisecond
 // freshTracker holds the commit index a replica must have applied to be
 // caught up. Guarded by Cluster.mu.
 type freshTracker struct {
-	target, last uint64 // the commit index one tick ago, and now
+	target, last uint64 // the commit index this node knew one tick ago, and now
+	// The leader's commit index as its answers to this node's last two
+	// heartbeats said, the older first: a follower far behind learns
+	// from raft only the commit index of what it has received so far.
+	leaderTarget, leaderLast uint64
+}
+
+// leaderCommitted records the leader's commit index from its answer to a
+// heartbeat.
+func (c *Cluster) leaderCommitted(index uint64) {
+	c.mu.Lock()
+	c.fresh.leaderTarget, c.fresh.leaderLast = c.fresh.leaderLast, index
+	c.mu.Unlock()
 }
 
 // trackFreshness samples the commit index every freshTick.
@@ -80,13 +94,18 @@ func (c *Cluster) Freshness() Freshness {
 		}
 	}
 	c.mu.Lock()
-	target := c.fresh.target
+	target, leaderTarget := c.fresh.target, c.fresh.leaderTarget
 	c.mu.Unlock()
+	if !leads { // a follower: at most a heartbeat or two behind the leader
+		target = max(target, leaderTarget)
+	}
 	switch {
 	case f.Leader == 0:
 		f.Err = ErrNoLeader
 	case !leads && (f.LastContact < 0 || f.LastContact > c.rep.ElectionTimeout()):
 		f.Err = fmt.Errorf("%w: last heard from node %d %v ago", ErrOutOfTouch, f.Leader, f.LastContact.Round(time.Millisecond))
+	case !leads && leaderTarget == 0:
+		f.Err = fmt.Errorf("%w: the leader has not yet answered two heartbeats with its commit index", ErrCatchingUp)
 	case target == 0 || !c.rep.CaughtUp(target):
 		f.Err = fmt.Errorf("%w: applied index %d, committed %d", ErrCatchingUp, f.AppliedIndex, max(target, f.CommitIndex))
 	}

@@ -41,8 +41,11 @@ func (c *Cluster) heartbeats() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.HeartbeatInterval)
-		_, _ = pb.NewClusterClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{Id: uint32(c.cfg.ID), Tiers: usageToPB(usage)})
+		resp, err := pb.NewClusterClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{Id: uint32(c.cfg.ID), Tiers: usageToPB(usage)})
 		cancel()
+		if err == nil {
+			c.leaderCommitted(resp.CommitIndex)
+		}
 	}
 }
 

@@ -148,7 +148,7 @@ func (s *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		return forward(s, ctx, func(cc pb.ClusterClient) (*pb.HeartbeatResponse, error) { return cc.Heartbeat(ctx, req) })
 	}
 	s.c.heard(index.NodeID(req.Id), usageFromPB(req.Tiers))
-	return &pb.HeartbeatResponse{}, nil
+	return &pb.HeartbeatResponse{CommitIndex: s.c.rep.Raft.CommitIndex()}, nil
 }
 
 func (s *service) Sync(ctx context.Context, _ *pb.SyncRequest) (*pb.SyncResponse, error) {

@@ -2664,7 +2664,10 @@ func (x *HeartbeatRequest) GetTiers() []*TierUsage {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leader's commit index when it answered: a follower whose replica
+	// has not applied that far is catching up.
+	CommitIndex   uint64 `protobuf:"varint,1,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2697,6 +2700,13 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *HeartbeatResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
 }
 
 type SyncRequest struct {
@@ -3111,8 +3121,9 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"P\n" +
 	"\x10HeartbeatRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12,\n" +
-	"\x05tiers\x18\x02 \x03(\v2\x16.kvstrata.v1.TierUsageR\x05tiers\"\x13\n" +
-	"\x11HeartbeatResponse\"\r\n" +
+	"\x05tiers\x18\x02 \x03(\v2\x16.kvstrata.v1.TierUsageR\x05tiers\"6\n" +
+	"\x11HeartbeatResponse\x12!\n" +
+	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\"\r\n" +
 	"\vSyncRequest\"\x0e\n" +
 	"\fSyncResponse\":\n" +
 	"\rLocateRequest\x12)\n" +
