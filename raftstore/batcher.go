@@ -156,6 +156,7 @@ type Batcher struct {
 	ctx     context.Context // cancelled by Close, to stop proposals
 	cancel  context.CancelFunc
 	wake    chan struct{}
+	retry   chan struct{} // RetryNow's
 	results chan proposal
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -179,6 +180,7 @@ type Batcher struct {
 	recovering    bool   // a proposal failed: send nothing until resumed
 	goBack        uint64 // the seq to propose again from on resuming
 	failures      int    // recoveries since the last success
+	backoffStep   int    // doublings of the next backoff; RetryNow resets it
 }
 
 // batch is one sealed batch.
@@ -205,6 +207,7 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 	b := &Batcher{
 		cfg:      c,
 		wake:     make(chan struct{}, 1),
+		retry:    make(chan struct{}, 1),
 		results:  make(chan proposal, c.MaxInFlight),
 		quit:     make(chan struct{}),
 		base:     1,
@@ -319,6 +322,16 @@ func (b *Batcher) Stats() BatcherStats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.stats
+}
+
+// RetryNow ends a wait before proposing again after a failure, and starts
+// the backoff over: the cause of the failure is gone (the node learned of
+// a new leader). It does nothing while no proposal failed.
+func (b *Batcher) RetryNow() {
+	select {
+	case b.retry <- struct{}{}:
+	default:
+	}
 }
 
 // kick wakes run, without blocking.

@@ -283,3 +283,28 @@ func TestNewBatcherReportsEveryBadField(t *testing.T) {
 		}
 	}
 }
+
+// RetryNow ends the wait after a failure: the batch is proposed again
+// without waiting out a backoff whose cause is gone (a new leader).
+func TestBatcherRetryNowEndsTheBackoff(t *testing.T) {
+	l := newFakeLog(t)
+	l.outcome = func(call int) outcome {
+		if call == 1 {
+			return failBefore
+		}
+		return commit
+	}
+	const backoff = time.Hour
+	b := newBatcher(t, raftstore.BatcherConfig{Propose: l.propose, RetryBackoff: backoff, MaxRetryBackoff: backoff})
+	addAll(t, b, chainEvents(1, 8, n1DRAM))
+	eventually(t, "the first proposal to fail", func() bool { return b.Stats().Failures == 1 })
+	b.RetryNow()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Flush(ctx); err != nil {
+		t.Fatalf("after RetryNow the batch is not proposed again within 10s, with a backoff of %v: %v (%+v)", backoff, err, b.Stats())
+	}
+	if s := b.Stats(); s.Proposals != 2 || s.Committed != 8 {
+		t.Fatalf("stats %+v, want 2 proposals and 8 events committed", s)
+	}
+}

@@ -36,11 +36,21 @@ const (
 	EntryMemberRemove EntryType = 0x03
 	// EntryLiveness marks a member up or down:
 	//	uvarint id, byte up (0 or 1), time since
+	// Replicas still apply it as logs written before EntryLivenessInTerm
+	// hold it; a node no longer proposes it.
 	EntryLiveness EntryType = 0x04
 	// EntryCapacities replaces a member's tier report:
 	//	uvarint id, time at, uvarint count,
 	//	count × (byte tier, uvarint capacity, uvarint used, uvarint blocks)
 	EntryCapacities EntryType = 0x05
+	// EntryLivenessInTerm marks a member up or down as decided by the
+	// leader of one raft term:
+	//	uvarint term, uvarint id, byte up (0 or 1), time since
+	// It is applied only when the log entry holding it has that term, so
+	// that a leader's decision counts only if that leader appended it
+	// itself: a deposed leader's late proposal, forwarded to or replayed by
+	// a later leader, changes nothing (ErrStaleTerm).
+	EntryLivenessInTerm EntryType = 0x06
 
 	// Ignorable is the bit of an entry type that a replica which does not
 	// know the type may skip.
@@ -48,11 +58,12 @@ const (
 )
 
 var entryNames = map[EntryType]string{
-	EntryEvents:       "events",
-	EntryMemberUpsert: "member-upsert",
-	EntryMemberRemove: "member-remove",
-	EntryLiveness:     "liveness",
-	EntryCapacities:   "capacities",
+	EntryEvents:         "events",
+	EntryMemberUpsert:   "member-upsert",
+	EntryMemberRemove:   "member-remove",
+	EntryLiveness:       "liveness",
+	EntryCapacities:     "capacities",
+	EntryLivenessInTerm: "liveness-in-term",
 }
 
 func (t EntryType) String() string {
@@ -73,9 +84,18 @@ func EncodeMemberRemove(id index.NodeID) []byte {
 }
 
 // EncodeLiveness returns the data of an entry that marks member id up or
-// down as of since.
+// down as of since, whoever appends it. Nodes propose
+// EncodeLivenessInTerm instead; this is kept for tests of logs that hold
+// such entries.
 func EncodeLiveness(id index.NodeID, up bool, since time.Time) []byte {
 	return appendLiveness([]byte{byte(EntryLiveness)}, id, Liveness{Up: up, Since: since})
+}
+
+// EncodeLivenessInTerm returns the data of an entry that marks member id
+// up or down as of since, a decision of the leader of term: it is applied
+// only if the entry is appended to the log in that term.
+func EncodeLivenessInTerm(term uint64, id index.NodeID, up bool, since time.Time) []byte {
+	return appendLiveness(appendUvarint([]byte{byte(EntryLivenessInTerm)}, term), id, Liveness{Up: up, Since: since})
 }
 
 // EncodeCapacities returns the data of an entry that replaces the tier

@@ -65,7 +65,7 @@ func NewFSM() *FSM {
 func (f *FSM) Apply(l *raft.Log) any {
 	var out any
 	if l.Type == raft.LogCommand {
-		out = f.applyEntry(l.Index, l.Data)
+		out = f.applyEntry(l)
 	}
 	f.applied.Store(l.Index)
 	return out
@@ -102,7 +102,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		}
 		// Other entries see the events committed before them.
 		flush()
-		out[i] = f.applyEntry(l.Index, l.Data)
+		out[i] = f.applyEntry(l)
 	}
 	flush()
 	if n := len(logs); n > 0 {
@@ -126,11 +126,12 @@ func fatal(index uint64, err error) {
 	panic(fmt.Errorf("raftstore: apply entry %d: %w", index, err))
 }
 
-// applyEntry applies the command entry at index with data and returns its
-// result: nil, or the business error of a refused change, or the error of
-// an entry that does not decode.
-func (f *FSM) applyEntry(idx uint64, data []byte) any {
-	e, err := decode(f.pending[:0], data)
+// applyEntry applies the command entry l and returns its result: nil, or
+// the business error of a refused change, or the error of an entry that
+// does not decode.
+func (f *FSM) applyEntry(l *raft.Log) any {
+	idx := l.Index
+	e, err := decode(f.pending[:0], l.Data)
 	switch {
 	case errors.Is(err, ErrUnknownEntry):
 		fatal(idx, err)
@@ -152,6 +153,11 @@ func (f *FSM) applyEntry(idx uint64, data []byte) any {
 		f.Directory().DropNode(e.node)
 		return nil
 	case EntryLiveness:
+		return f.change(func(s *clusterState) (*clusterState, error) { return s.setLiveness(e.node, e.liveness) })
+	case EntryLivenessInTerm:
+		if e.term != l.Term { // the log's term, the same on every replica
+			return fmt.Errorf("liveness of node %d decided in term %d, appended in term %d: %w", e.node, e.term, l.Term, ErrStaleTerm)
+		}
 		return f.change(func(s *clusterState) (*clusterState, error) { return s.setLiveness(e.node, e.liveness) })
 	case EntryCapacities:
 		return f.change(func(s *clusterState) (*clusterState, error) { return s.setCapacities(e.caps) })

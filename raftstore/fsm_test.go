@@ -207,7 +207,7 @@ func applyPanic(a *applier, data []byte, batch bool) (v any) {
 
 func TestFSMPanicsOnUnknownEntryTypes(t *testing.T) {
 	for _, batch := range []bool{false, true} {
-		for _, typ := range []byte{0x00, 0x06, 0x7f} {
+		for _, typ := range []byte{0x00, 0x3f, 0x7f} {
 			v := applyPanic(newApplier(t), []byte{typ, 1, 2, 3}, batch)
 			if err, ok := v.(error); !ok || !errors.Is(err, raftstore.ErrUnknownEntry) {
 				t.Errorf("type %#02x (batch %v): panicked with %v, want ErrUnknownEntry", typ, batch, v)
@@ -220,14 +220,15 @@ func TestFSMPanicsOnUnknownEntryTypes(t *testing.T) {
 func undecodable() map[string][]byte {
 	upsert := raftstore.EncodeMemberUpsert(member(1))
 	return map[string][]byte{
-		"empty":              {},
-		"truncated events":   encode(chainEvents(7, 10, n2SSD))[:30],
-		"garbage events":     []byte("\x01garbage"), // 103 events in 6 bytes
-		"truncated upsert":   upsert[:len(upsert)-1],
-		"upsert with extra":  append(slices.Clone(upsert), 0),
-		"remove without id":  {byte(raftstore.EntryMemberRemove)},
-		"liveness up flag 2": {byte(raftstore.EntryLiveness), 1, 2, 0, 0},
-		"capacities count":   {byte(raftstore.EntryCapacities), 1, 0, 0, 200},
+		"empty":                {},
+		"truncated events":     encode(chainEvents(7, 10, n2SSD))[:30],
+		"garbage events":       []byte("\x01garbage"), // 103 events in 6 bytes
+		"truncated upsert":     upsert[:len(upsert)-1],
+		"upsert with extra":    append(slices.Clone(upsert), 0),
+		"remove without id":    {byte(raftstore.EntryMemberRemove)},
+		"liveness up flag 2":   {byte(raftstore.EntryLiveness), 1, 2, 0, 0},
+		"term liveness, no id": {byte(raftstore.EntryLivenessInTerm), 5},
+		"capacities count":     {byte(raftstore.EntryCapacities), 1, 0, 0, 200},
 	}
 }
 
@@ -368,4 +369,33 @@ func TestFSMReadersRunConcurrentlyWithApplySnapshotAndRestore(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
+}
+
+// A liveness decision counts only in the term of the leader that made it:
+// a deposed leader's proposal, appended by its successor, is a no-op on
+// every replica.
+func TestFSMAppliesLivenessOnlyInTheTermItWasDecided(t *testing.T) {
+	a := newApplier(t)
+	a.ok(raftstore.EncodeMemberUpsert(member(1)))
+	stale := &raft.Log{Index: 2, Term: 3, Type: raft.LogCommand, Data: raftstore.EncodeLivenessInTerm(2, 1, false, t0)}
+	for _, batch := range []bool{false, true} {
+		var res any
+		if batch {
+			res = a.f.ApplyBatch([]*raft.Log{stale})[0]
+		} else {
+			res = a.f.Apply(stale)
+		}
+		if err, ok := res.(error); !ok || !errors.Is(err, raftstore.ErrStaleTerm) {
+			t.Fatalf("batch %v: a term-2 decision appended in term 3: result %v, want ErrStaleTerm", batch, res)
+		}
+		if !a.f.Alive(1) {
+			t.Fatalf("batch %v: node 1 marked down by a decision of an earlier term", batch)
+		}
+	}
+	if res := a.f.Apply(&raft.Log{Index: 3, Term: 3, Type: raft.LogCommand, Data: raftstore.EncodeLivenessInTerm(3, 1, false, t0)}); res != nil {
+		t.Fatalf("a decision of the entry's own term: result %v", res)
+	}
+	if l, _ := a.f.Liveness(1); a.f.Alive(1) || !l.Since.Equal(t0) {
+		t.Fatalf("after a decision of the current term node 1 is %+v, want down since %v", l, t0)
+	}
 }

@@ -44,6 +44,14 @@ func (b *Batcher) run() {
 		case <-backoff:
 			backoff = nil
 			b.resume()
+		case <-b.retry:
+			b.mu.Lock()
+			b.backoffStep = 0
+			b.mu.Unlock()
+			if backoff != nil {
+				backoff = nil
+				b.resume()
+			}
 		case <-b.quit:
 			sealTimer.Stop()
 			return
@@ -178,7 +186,7 @@ func (b *Batcher) handle(r proposal) {
 	bt.done = true
 	if !b.recovering && b.failures > 0 {
 		b.cfg.Logger.Info("raftstore: proposing directory events works again", "failures", b.stats.Failures)
-		b.failures = 0
+		b.failures, b.backoffStep = 0, 0
 	}
 	advanced := false
 	for len(b.window) > 0 && b.window[0].done {
@@ -200,8 +208,9 @@ func (b *Batcher) handle(r proposal) {
 // backoffLocked returns how long to wait before resuming, and counts the
 // failure. The caller holds b.mu.
 func (b *Batcher) backoffLocked() time.Duration {
-	d := b.cfg.RetryBackoff << min(b.failures, 20)
+	d := b.cfg.RetryBackoff << min(b.backoffStep, 20)
 	b.failures++
+	b.backoffStep++
 	return min(d, b.cfg.MaxRetryBackoff)
 }
 

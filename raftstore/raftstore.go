@@ -39,6 +39,9 @@ var (
 	// ErrInvalidMember is an Apply result: a member upsert that cannot be
 	// applied (node id 0, which stands for cluster-wide storage).
 	ErrInvalidMember = errors.New("raftstore: invalid member")
+	// ErrStaleTerm is an Apply result: a liveness decision of an earlier
+	// leader, appended in a later term, which changes nothing.
+	ErrStaleTerm = errors.New("raftstore: decided in an earlier term")
 	// ErrUnknownEntry marks the panic of a replica that is handed an
 	// entry type it does not know and may not ignore.
 	ErrUnknownEntry = errors.New("raftstore: unknown entry type")

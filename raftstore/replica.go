@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -54,6 +55,16 @@ type Replica struct {
 	id        index.NodeID
 	store     *LogStore
 	transport *raft.NetworkTransport
+	election  time.Duration
+
+	// observer feeds watchLeader raft's leader observations; changed is
+	// closed, and replaced, on every change of leader.
+	observer *raft.Observer
+	obs      chan raft.Observation
+	quit     chan struct{}
+	done     chan struct{}
+	mu       sync.Mutex
+	changed  chan struct{}
 }
 
 // OpenReplica starts the node's raft, bootstrapping a new cluster when
@@ -132,8 +143,69 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 		store.Close()
 		return nil, fmt.Errorf("raftstore: %w", err)
 	}
-	return &Replica{Raft: r, FSM: fsm, id: cfg.ID, store: store, transport: transport}, nil
+	rep := &Replica{Raft: r, FSM: fsm, id: cfg.ID, store: store, transport: transport, election: rc.ElectionTimeout,
+		obs: make(chan raft.Observation, 64), quit: make(chan struct{}), done: make(chan struct{}), changed: make(chan struct{})}
+	rep.observer = raft.NewObserver(rep.obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	r.RegisterObserver(rep.observer)
+	go rep.watchLeader()
+	return rep, nil
 }
+
+// watchLeader turns raft's leader observations into LeaderChanged's
+// broadcasts.
+func (r *Replica) watchLeader() {
+	defer close(r.done)
+	for {
+		select {
+		case <-r.obs:
+		case <-r.quit:
+			return
+		}
+		r.mu.Lock()
+		close(r.changed)
+		r.changed = make(chan struct{})
+		r.mu.Unlock()
+	}
+}
+
+// LeaderChanged returns a channel that is closed when the leader this
+// replica knows changes next (to another node, or to none), as raft
+// observes it. Take a new channel after each change.
+func (r *Replica) LeaderChanged() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+// ElectionTimeout is raft's election timeout: a leader that falls silent
+// is replaced within a few of them.
+func (r *Replica) ElectionTimeout() time.Duration { return r.election }
+
+// CaughtUp reports whether the FSM has applied every committed entry up
+// to index target: its own applied index is there, or every entry after it
+// up to target is one raft does not hand the FSM (a new leader's no-op).
+func (r *Replica) CaughtUp(target uint64) bool {
+	applied := r.FSM.AppliedIndex()
+	if applied >= target {
+		return true
+	}
+	if r.Raft.AppliedIndex() < target {
+		return false
+	}
+	for i := target; i > applied; i-- {
+		var l raft.Log
+		if err := r.store.GetLog(i, &l); err != nil || l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return false
+		}
+	}
+	return true
+}
+
+// Term returns the current raft term.
+func (r *Replica) Term() uint64 { return r.Raft.CurrentTerm() }
 
 func serverID(id index.NodeID) raft.ServerID {
 	return raft.ServerID(strconv.FormatUint(uint64(id), 10))
@@ -240,6 +312,9 @@ func (r *Replica) Voters() ([]Peer, error) {
 // Close shuts raft down and closes the log store.
 func (r *Replica) Close() error {
 	err := r.Raft.Shutdown().Error()
+	r.Raft.DeregisterObserver(r.observer)
+	close(r.quit)
+	<-r.done
 	return errors.Join(err, r.transport.Close(), r.store.Close())
 }
 

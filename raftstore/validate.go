@@ -17,8 +17,9 @@ type decoded struct {
 	typ      EntryType
 	events   []Event      // EntryEvents
 	member   Member       // EntryMemberUpsert
-	node     index.NodeID // EntryMemberRemove, EntryLiveness
-	liveness Liveness     // EntryLiveness
+	node     index.NodeID // EntryMemberRemove, EntryLiveness, EntryLivenessInTerm
+	liveness Liveness     // EntryLiveness, EntryLivenessInTerm
+	term     uint64       // EntryLivenessInTerm: the term its leader decided in
 	caps     Capacities   // EntryCapacities
 }
 
@@ -50,6 +51,19 @@ func decode(dst []Event, data []byte) (decoded, error) {
 			return idLiveness{id, l}
 		})
 		e.node, e.liveness = v.id, v.l
+	case EntryLivenessInTerm:
+		type termLiveness struct {
+			term uint64
+			id   index.NodeID
+			l    Liveness
+		}
+		var v termLiveness
+		v, err = decodeEntry(data, func(r *reader) termLiveness {
+			term := r.uvarint()
+			id, l := readLiveness(r)
+			return termLiveness{term, id, l}
+		})
+		e.term, e.node, e.liveness = v.term, v.id, v.l
 	case EntryCapacities:
 		e.caps, err = decodeEntry(data, readCapacities)
 	default:
@@ -101,7 +115,7 @@ func (e *decoded) check() error {
 			return fmt.Errorf("member-upsert: node %d with raft address %q and gRPC address %q: a member needs an id > 0 and both addresses",
 				m.ID, m.RaftAddr, m.GRPCAddr)
 		}
-	case EntryMemberRemove, EntryLiveness:
+	case EntryMemberRemove, EntryLiveness, EntryLivenessInTerm:
 		if e.node == index.AnyNode {
 			return fmt.Errorf("%v: node id 0 stands for cluster-wide storage, not a member", e.typ)
 		}
@@ -165,7 +179,7 @@ func CheckForwarded(data []byte, from index.NodeID) error {
 		if e.member.ID != from {
 			return refuse("the record of node %d", e.member.ID)
 		}
-	case EntryMemberRemove, EntryLiveness, EntryCapacities:
+	case EntryMemberRemove, EntryLiveness, EntryLivenessInTerm, EntryCapacities:
 		return refuse("only the leader proposes it")
 	}
 	return nil

@@ -200,7 +200,9 @@ func (c *Client) call(ctx context.Context, op string, fn func(context.Context) e
 }
 
 // Lookup returns how many leading blocks of chain the node holds, in all and
-// per tier.
+// per tier. A cluster member's answer comes from its replica of the
+// directory, and its Freshness says how current that is: one that is not
+// Current may be stale (see LocateFresh).
 func (c *Client) Lookup(ctx context.Context, ns index.NamespaceID, chain []index.Hash) (*pb.LookupResponse, error) {
 	req := &pb.LookupRequest{Namespace: uint64(ns), Hashes: make([]uint64, len(chain))}
 	for i, h := range chain {

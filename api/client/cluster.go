@@ -55,7 +55,18 @@ func (c *Client) Sync(ctx context.Context) error {
 
 // Locate returns, for each key, every location of it the directory lists.
 func (c *Client) Locate(ctx context.Context, keys []index.Key) ([]*pb.KeyLocations, error) {
+	out, _, err := c.LocateFresh(ctx, keys)
+	return out, err
+}
+
+// LocateFresh is Locate, and also says how current the node's directory
+// was (see pb.Freshness): the least current of the answers when the keys
+// took several requests. A node that is not current (no leader, out of
+// touch with it, or catching up after a restart) may list blocks that are
+// gone and miss blocks stored since; Lookup's answer carries the same.
+func (c *Client) LocateFresh(ctx context.Context, keys []index.Key) ([]*pb.KeyLocations, *pb.Freshness, error) {
 	out := make([]*pb.KeyLocations, 0, len(keys))
+	var fresh *pb.Freshness
 	for _, r := range chunks(len(keys), 1<<16) {
 		var resp *pb.LocateResponse
 		err := c.call(ctx, "locate", func(ctx context.Context) (err error) {
@@ -63,11 +74,14 @@ func (c *Client) Locate(ctx context.Context, keys []index.Key) ([]*pb.KeyLocatio
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, resp.Keys...)
+		if f := resp.Freshness; fresh == nil || f != nil && fresh.Current && !f.Current {
+			fresh = f
+		}
 	}
-	return out, nil
+	return out, fresh, nil
 }
 
 // Cluster reads blocks wherever in a cluster they are: it asks the node it

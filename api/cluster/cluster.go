@@ -11,7 +11,10 @@
 // LAN). That staleness is safe: a block the directory still lists costs a
 // fetch that finds nothing and falls back to the next location, and a
 // block not listed yet is a miss; checksums make sure no wrong bytes are
-// ever used.
+// ever used. A replica that knows no leader, has not heard from it for an
+// election timeout, or is catching up (after a restart) may trail by much
+// more: Freshness says so, lookup answers carry it, and the node is not
+// ready (Ready) meanwhile.
 //
 // A Cluster is safe for concurrent use.
 package cluster
@@ -69,9 +72,9 @@ type Cluster struct {
 	self  raftstore.Member // set by Start
 	usage func() []raftstore.TierUsage
 	conns map[string]*grpc.ClientConn
-	seen  map[index.NodeID]time.Time // leader: last heartbeat of each node
-	leads bool                       // whether the monitor saw itself leading
+	lead  leadership                 // the monitor's observations while leading
 	caps  map[index.NodeID]time.Time // leader: last capacities proposed
+	fresh freshTracker               // what Freshness compares the replica with
 	// progress is, on the leader, the applied index each node last
 	// reported in a heartbeat: it decides when a non-voter is promoted.
 	progress map[index.NodeID]progress
@@ -109,14 +112,45 @@ func Open(cfg Config) (*Cluster, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cluster{cfg: cfg, rep: rep, log: cfg.Logger, conns: map[string]*grpc.ClientConn{},
-		seen: map[index.NodeID]time.Time{}, caps: map[index.NodeID]time.Time{}, progress: map[index.NodeID]progress{},
-		started: make(chan struct{}), ctx: ctx, cancel: cancel}
-	c.batcher, err = raftstore.NewBatcher(raftstore.BatcherConfig{Propose: c.proposeEvents, Logger: cfg.Logger})
+		caps: map[index.NodeID]time.Time{}, progress: map[index.NodeID]progress{}, started: make(chan struct{}),
+		ctx: ctx, cancel: cancel}
+	c.batcher, err = raftstore.NewBatcher(raftstore.BatcherConfig{Propose: c.proposeEvents, Logger: cfg.Logger,
+		ProposeTimeout: proposeTimeouts * c.forwardTimeout()})
 	if err != nil {
 		rep.Close()
 		return nil, err
 	}
+	c.wg.Add(2)
+	go c.followLeader()
+	go c.trackFreshness()
 	return c, nil
+}
+
+// forwardTimeout bounds one forward to the leader: a few election
+// timeouts, the time a cluster takes to replace a leader that stopped
+// answering. A forward is also cut short as soon as the leader changes.
+func (c *Cluster) forwardTimeout() time.Duration { return forwardElections * c.rep.ElectionTimeout() }
+
+const (
+	// forwardElections is forwardTimeout in election timeouts.
+	forwardElections = 3
+	// proposeTimeouts bounds a batch's proposal, forwards to successive
+	// leaders included, in forwardTimeouts.
+	proposeTimeouts = 2
+)
+
+// followLeader lets the batcher retry at once when the leader changes,
+// rather than after its backoff.
+func (c *Cluster) followLeader() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.rep.LeaderChanged():
+			c.batcher.RetryNow()
+		case <-c.ctx.Done():
+			return
+		}
+	}
 }
 
 // Publish queues one change of the node's tiers for the directory; it never
@@ -142,10 +176,17 @@ func (c *Cluster) Sync(ctx context.Context) error {
 		return err
 	}
 	idx := c.batcher.CommittedIndex()
-	// A follower applies the leader's commits a moment later. The FSM's
-	// index, not raft's: raft counts a batch applied once it is handed to
-	// the FSM's goroutine, before lookups can see it.
-	for c.rep.FSM.AppliedIndex() < idx {
+	// A follower in touch with the leader applies its commits a moment
+	// later; one that has not within forwardTimeout is cut off or far
+	// behind, and says so rather than hold the caller to its deadline.
+	// The FSM's own index, not raft's: raft counts an entry applied once
+	// it has handed it to the FSM, a moment before the FSM has applied it.
+	giveUp := time.Now().Add(c.forwardTimeout())
+	for c.rep.FSM.AppliedIndex() < idx { // idx is a command: the FSM applies it
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("cluster: sync: committed at index %d, but this replica applied only %d in %v: %w",
+				idx, c.rep.FSM.AppliedIndex(), c.forwardTimeout(), ErrCatchingUp)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cluster: sync: waiting for the replica to apply index %d: %w", idx, ctx.Err())
@@ -236,18 +277,64 @@ func (c *Cluster) proposeEvents(ctx context.Context, data []byte) error {
 
 // propose commits an entry: through raft on the leader, else forwarded to
 // the leader, one proposal at a time so that entries keep their order.
+// It follows the leader: a forward in flight when raft observes a new
+// leader (or loses the old one) is abandoned and sent to the new one, and
+// while no leader is known it waits for one, up to ctx's deadline. An
+// entry may thus be committed twice; every entry the cluster proposes
+// this way may (events, member records, capacities).
 func (c *Cluster) propose(ctx context.Context, data []byte) error {
-	if c.rep.IsLeader() {
-		return c.rep.Propose(ctx, data)
+	for {
+		changed := c.rep.LeaderChanged()
+		var err error
+		if c.rep.IsLeader() {
+			err = c.rep.Propose(ctx, data)
+		} else {
+			err = c.forward(ctx, changed, data)
+		}
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, ErrNoLeader) {
+			select { // wait for one
+			case <-changed:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %w", err, ctx.Err())
+			}
+		}
+		select {
+		case <-changed:
+			if ctx.Err() == nil {
+				continue // ask the new leader at once
+			}
+		default:
+		}
+		return err
 	}
+}
+
+// forward sends a proposal to the leader, for up to forwardTimeout, and
+// abandons it when changed is closed.
+func (c *Cluster) forward(ctx context.Context, changed <-chan struct{}, data []byte) error {
 	conn, err := c.leaderConn()
 	if err != nil {
 		return err
 	}
-	ctx = metadata.AppendToOutgoingContext(ctx, proposerKey, strconv.FormatUint(uint64(c.cfg.ID), 10))
-	resp, err := pb.NewClusterClient(conn).Propose(ctx, &pb.ProposeRequest{Entry: data})
+	fctx, cancel := context.WithTimeout(ctx, c.forwardTimeout())
+	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-done:
+		}
+	}()
+	fctx = metadata.AppendToOutgoingContext(fctx, proposerKey, strconv.FormatUint(uint64(c.cfg.ID), 10))
+	resp, err := pb.NewClusterClient(conn).Propose(fctx, &pb.ProposeRequest{Entry: data})
 	if err != nil {
-		return err
+		return fmt.Errorf("cluster: forwarding to the leader: %w", err)
 	}
 	raftstore.Committed(ctx, resp.Index)
 	return nil
@@ -262,18 +349,18 @@ func (c *Cluster) propose(ctx context.Context, data []byte) error {
 // about itself (raftstore.CheckForwarded).
 const proposerKey = "kvstrata-proposer"
 
-// errNoLeader is returned while no leader (or its address) is known.
-var errNoLeader = errors.New("cluster: no leader known yet")
+// ErrNoLeader is returned while no leader (or its address) is known.
+var ErrNoLeader = errors.New("cluster: no leader known")
 
 // leaderConn returns a connection to the leader's gRPC endpoint.
 func (c *Cluster) leaderConn() (*grpc.ClientConn, error) {
 	id := c.rep.Leader()
 	if id == 0 {
-		return nil, errNoLeader
+		return nil, ErrNoLeader
 	}
 	m, ok := c.rep.FSM.Member(id)
 	if !ok || m.GRPCAddr == "" {
-		return nil, fmt.Errorf("%w (node %d has not registered its address)", errNoLeader, id)
+		return nil, fmt.Errorf("%w (node %d has not registered its address)", ErrNoLeader, id)
 	}
 	return c.conn(m.GRPCAddr)
 }

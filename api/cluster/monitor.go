@@ -41,9 +41,12 @@ func (c *Cluster) heartbeats() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.HeartbeatInterval)
-		_, _ = pb.NewClusterClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{Id: uint32(c.cfg.ID), Tiers: usageToPB(usage),
-			AppliedIndex: c.rep.Raft.AppliedIndex()})
+		resp, err := pb.NewClusterClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{Id: uint32(c.cfg.ID), Tiers: usageToPB(usage),
+			AppliedIndex: c.rep.FSM.AppliedIndex()})
 		cancel()
+		if err == nil {
+			c.leaderCommitted(resp.CommitIndex)
+		}
 	}
 }
 
@@ -52,7 +55,9 @@ func (c *Cluster) heartbeats() {
 func (c *Cluster) heard(node index.NodeID, usage []raftstore.TierUsage) {
 	now := time.Now()
 	c.mu.Lock()
-	c.seen[node] = now
+	if c.lead.seen != nil {
+		c.lead.seen[node] = now
+	}
 	due := len(usage) > 0 && now.Sub(c.caps[node]) >= capacitiesEvery
 	if due {
 		c.caps[node] = now
@@ -65,9 +70,29 @@ func (c *Cluster) heard(node index.NodeID, usage []raftstore.TierUsage) {
 	}
 }
 
+// leadership is what the monitor has observed while this node leads: it
+// belongs to one raft term, and is started afresh in each.
+type leadership struct {
+	term uint64 // 0: not leading
+	// since is when this leader started listening, or listened again after
+	// a gap (the process was paused): nobody is silent for longer.
+	since time.Time
+	tick  time.Time                  // the monitor's last pass
+	seen  map[index.NodeID]time.Time // last heartbeat of each node
+}
+
 // monitor runs on every node and acts while it leads: it keeps this node's
 // member record current and marks members down when they fall silent for
 // LivenessTimeout, and up when they are heard again.
+//
+// A decision rests only on what this node observed while leading in the
+// current term: the observations start afresh on each new term and after
+// a gap in the monitor's passes (a paused process heard nobody), each
+// decision is proposed through this node's raft only (never forwarded),
+// while it still leads in that term, and carries the term, so that the
+// replicas apply it only if this leader appended it in that term
+// (raftstore.EntryLivenessInTerm). A deposed leader that wakes up with old
+// observations thus changes nothing.
 func (c *Cluster) monitor() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
@@ -79,40 +104,54 @@ func (c *Cluster) monitor() {
 		case <-t.C:
 		}
 		c.registerSelf()
+		term := c.rep.Term()
 		if !c.rep.IsLeader() {
 			c.mu.Lock()
-			c.leads = false
+			c.lead = leadership{}
 			c.mu.Unlock()
 			continue
 		}
 		c.promote()
-		now := time.Now()
-		c.mu.Lock()
-		if !c.leads { // a new leader gives every member a full timeout
-			c.leads = true
-			for _, m := range c.rep.FSM.Members() {
-				c.seen[m.ID] = now
-			}
-		}
-		var changes []raftstore.Member
-		var up []bool
-		for _, m := range c.rep.FSM.Members() {
-			last, ok := c.seen[m.ID]
-			if !ok {
-				c.seen[m.ID], last = now, now
-			}
-			silent := now.Sub(last) > c.cfg.LivenessTimeout
-			if alive := c.rep.FSM.Alive(m.ID); alive == silent {
-				changes, up = append(changes, m), append(up, !silent)
-			}
-		}
-		c.mu.Unlock()
+		changes, up := c.livenessChanges(term, time.Now())
 		for i, m := range changes {
-			if err := c.proposeNow(raftstore.EncodeLiveness(m.ID, up[i], now)); err == nil {
-				c.log.Info("liveness", "node", m.ID, "up", up[i])
+			if !c.rep.IsLeader() || c.rep.Term() != term {
+				break // deposed meanwhile: the next leader decides
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, c.forwardTimeout())
+			err := c.rep.Propose(ctx, raftstore.EncodeLivenessInTerm(term, m.ID, up[i], time.Now()))
+			cancel()
+			if err == nil {
+				c.log.Info("liveness", "node", m.ID, "up", up[i], "term", term)
 			}
 		}
 	}
+}
+
+// livenessChanges returns the members whose liveness the leader of term
+// should change at now, and whether each is up.
+func (c *Cluster) livenessChanges(term uint64, now time.Time) ([]raftstore.Member, []bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := &c.lead
+	if l.term != term || now.Sub(l.tick) > c.cfg.LivenessTimeout/2 {
+		// A new term, or a gap: listen afresh, giving every member a
+		// full timeout.
+		*l = leadership{term: term, since: now, seen: map[index.NodeID]time.Time{}}
+	}
+	l.tick = now
+	var changes []raftstore.Member
+	var up []bool
+	for _, m := range c.rep.FSM.Members() {
+		last := l.seen[m.ID]
+		if last.Before(l.since) {
+			last = l.since
+		}
+		silent := now.Sub(last) > c.cfg.LivenessTimeout
+		if alive := c.rep.FSM.Alive(m.ID); alive == silent {
+			changes, up = append(changes, m), append(up, !silent)
+		}
+	}
+	return changes, up
 }
 
 // registerSelf proposes this node's member record while the replica's

@@ -163,7 +163,7 @@ func (s *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 	}
 	s.c.heard(index.NodeID(req.Id), usageFromPB(req.Tiers))
 	s.c.heardApplied(index.NodeID(req.Id), req.AppliedIndex)
-	return &pb.HeartbeatResponse{}, nil
+	return &pb.HeartbeatResponse{CommitIndex: s.c.rep.Raft.CommitIndex()}, nil
 }
 
 func (s *service) Sync(ctx context.Context, _ *pb.SyncRequest) (*pb.SyncResponse, error) {
@@ -177,9 +177,12 @@ func (s *service) Locate(_ context.Context, req *pb.LocateRequest) (*pb.LocateRe
 	if len(req.Keys) > 1<<16 {
 		return nil, status.Errorf(codes.InvalidArgument, "locate: %d keys, over the 65536-key limit", len(req.Keys))
 	}
+	// Freshness is read before the directory: the answer is at least as
+	// current as it says.
+	fresh := FreshnessToPB(s.c.Freshness())
 	fsm := s.c.rep.FSM
 	dir := fsm.Directory()
-	out := &pb.LocateResponse{Keys: make([]*pb.KeyLocations, len(req.Keys))}
+	out := &pb.LocateResponse{Keys: make([]*pb.KeyLocations, len(req.Keys)), Freshness: fresh}
 	for i, k := range req.Keys {
 		kl := &pb.KeyLocations{}
 		if e, ok := dir.Get(index.Key{NS: index.NamespaceID(k.GetNamespace()), Hash: index.Hash(k.GetHash())}); ok {
@@ -211,7 +214,7 @@ func toStatus(err error) error {
 		return err
 	}
 	switch {
-	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, errNoLeader):
+	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrCatchingUp):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, raftstore.ErrUnknownMember), errors.Is(err, raftstore.ErrInvalidMember),
 		errors.Is(err, raftstore.ErrInvalidEntry):

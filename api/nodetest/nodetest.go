@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/server"
+	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/dram"
@@ -28,6 +29,9 @@ type Options struct {
 	Inline bool
 	// Below are more levels under the two arenas (an object store).
 	Below []tiers.LevelConfig
+	// Freshness, if set, is what lookups say of the directory's
+	// freshness, as a cluster member's do.
+	Freshness func() *pb.Freshness
 }
 
 // Node is a served node.
@@ -71,7 +75,10 @@ func Start(t testing.TB, opts Options) *Node {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	server.Register(g, n)
+	srv := server.Register(g, n)
+	if opts.Freshness != nil {
+		srv.SetFreshness(opts.Freshness)
+	}
 	go g.Serve(lis)
 	dl, err := tcp.New(tcp.Options{MaxBlockSize: int(limits.MaxBlockSize), MaxBlocks: limits.MaxBatchBlocks}).
 		Listen("127.0.0.1:0", n.DataHandler(nil))

@@ -31,7 +31,8 @@ var Version = "dev"
 // Server implements pb.CacheServer over a node.
 type Server struct {
 	pb.UnimplementedCacheServer
-	n *node.Node
+	n     *node.Node
+	fresh func() *pb.Freshness
 }
 
 // Register adds the Cache service for n to g.
@@ -40,6 +41,11 @@ func Register(g *grpc.Server, n *node.Node) *Server {
 	pb.RegisterCacheServer(g, s)
 	return s
 }
+
+// SetFreshness makes Lookup say how current the directory that answers it
+// is, as fn reports (a cluster member's api/cluster.Cluster.Freshness).
+// Call it before serving.
+func (s *Server) SetFreshness(fn func() *pb.Freshness) { s.fresh = fn }
 
 // Info describes the node.
 func (s *Server) Info(context.Context, *pb.InfoRequest) (*pb.NodeInfo, error) {
@@ -232,11 +238,15 @@ func (s *Server) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupRes
 	for i, h := range req.Hashes {
 		chain[i] = index.Hash(h)
 	}
+	var fresh *pb.Freshness
+	if s.fresh != nil { // before the lookup: its answer is at least this current
+		fresh = s.fresh()
+	}
 	p, err := s.n.Lookup(index.NamespaceID(req.Namespace), chain)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &pb.LookupResponse{Blocks: uint32(p.Blocks)}
+	out := &pb.LookupResponse{Blocks: uint32(p.Blocks), Freshness: fresh}
 	for _, lb := range p.ByLocation {
 		out.Tiers = append(out.Tiers, &pb.TierBlocks{NodeId: uint32(lb.Location.Node), Tier: lb.Location.Tier.String(), Blocks: uint32(lb.Blocks)})
 	}

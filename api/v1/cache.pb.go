@@ -759,9 +759,12 @@ func (x *LookupRequest) GetHashes() []uint64 {
 }
 
 type LookupResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Blocks        uint32                 `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"` // leading blocks held somewhere
-	Tiers         []*TierBlocks          `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Blocks uint32                 `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"` // leading blocks held somewhere
+	Tiers  []*TierBlocks          `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	// How current the directory that answered is; unset from a node that
+	// is not in a cluster.
+	Freshness     *Freshness `protobuf:"bytes,3,opt,name=freshness,proto3" json:"freshness,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -810,6 +813,104 @@ func (x *LookupResponse) GetTiers() []*TierBlocks {
 	return nil
 }
 
+func (x *LookupResponse) GetFreshness() *Freshness {
+	if x != nil {
+		return x.Freshness
+	}
+	return nil
+}
+
+// Freshness says how current the replica of the cluster's directory that
+// answered a lookup is. A replica that is not current may list blocks
+// that are gone and miss blocks stored since (never wrong bytes: fetches
+// check checksums); ask another node, or the leader, for a current answer.
+type Freshness struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In touch with a leader (heard from it within an election timeout, or
+	// is it) and caught up with what it knew committed a moment ago: what
+	// the node's readiness requires.
+	Current       bool   `protobuf:"varint,1,opt,name=current,proto3" json:"current,omitempty"`
+	LeaderId      uint32 `protobuf:"varint,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`                  // the leader the node knows; 0 for none
+	LastContactMs int64  `protobuf:"varint,3,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"` // since it last heard from the leader; 0 on the leader, -1 never
+	AppliedIndex  uint64 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`      // the last raft entry the replica applied
+	CommitIndex   uint64 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`         // the last raft entry it knows committed
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`                                       // why it is not current
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Freshness) Reset() {
+	*x = Freshness{}
+	mi := &file_api_v1_cache_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Freshness) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Freshness) ProtoMessage() {}
+
+func (x *Freshness) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Freshness.ProtoReflect.Descriptor instead.
+func (*Freshness) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Freshness) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+func (x *Freshness) GetLeaderId() uint32 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+func (x *Freshness) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
+	}
+	return 0
+}
+
+func (x *Freshness) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *Freshness) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *Freshness) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type TierBlocks struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        uint32                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -821,7 +922,7 @@ type TierBlocks struct {
 
 func (x *TierBlocks) Reset() {
 	*x = TierBlocks{}
-	mi := &file_api_v1_cache_proto_msgTypes[12]
+	mi := &file_api_v1_cache_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +934,7 @@ func (x *TierBlocks) String() string {
 func (*TierBlocks) ProtoMessage() {}
 
 func (x *TierBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[12]
+	mi := &file_api_v1_cache_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +947,7 @@ func (x *TierBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierBlocks.ProtoReflect.Descriptor instead.
 func (*TierBlocks) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{12}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TierBlocks) GetNodeId() uint32 {
@@ -879,7 +980,7 @@ type ExistsRequest struct {
 
 func (x *ExistsRequest) Reset() {
 	*x = ExistsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[13]
+	mi := &file_api_v1_cache_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +992,7 @@ func (x *ExistsRequest) String() string {
 func (*ExistsRequest) ProtoMessage() {}
 
 func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[13]
+	mi := &file_api_v1_cache_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1005,7 @@ func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsRequest.ProtoReflect.Descriptor instead.
 func (*ExistsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{13}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExistsRequest) GetKeys() []*BlockKey {
@@ -923,7 +1024,7 @@ type ExistsResponse struct {
 
 func (x *ExistsResponse) Reset() {
 	*x = ExistsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[14]
+	mi := &file_api_v1_cache_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1036,7 @@ func (x *ExistsResponse) String() string {
 func (*ExistsResponse) ProtoMessage() {}
 
 func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[14]
+	mi := &file_api_v1_cache_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1049,7 @@ func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsResponse.ProtoReflect.Descriptor instead.
 func (*ExistsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{14}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExistsResponse) GetExists() []bool {
@@ -984,7 +1085,7 @@ type EvictRequest struct {
 
 func (x *EvictRequest) Reset() {
 	*x = EvictRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[15]
+	mi := &file_api_v1_cache_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1097,7 @@ func (x *EvictRequest) String() string {
 func (*EvictRequest) ProtoMessage() {}
 
 func (x *EvictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[15]
+	mi := &file_api_v1_cache_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1110,7 @@ func (x *EvictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictRequest.ProtoReflect.Descriptor instead.
 func (*EvictRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{15}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EvictRequest) GetHasNamespace() bool {
@@ -1094,7 +1195,7 @@ type EvictResponse struct {
 
 func (x *EvictResponse) Reset() {
 	*x = EvictResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[16]
+	mi := &file_api_v1_cache_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1207,7 @@ func (x *EvictResponse) String() string {
 func (*EvictResponse) ProtoMessage() {}
 
 func (x *EvictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[16]
+	mi := &file_api_v1_cache_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1220,7 @@ func (x *EvictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictResponse.ProtoReflect.Descriptor instead.
 func (*EvictResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{16}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EvictResponse) GetBlocks() uint64 {
@@ -1160,7 +1261,7 @@ type EvictedBlock struct {
 
 func (x *EvictedBlock) Reset() {
 	*x = EvictedBlock{}
-	mi := &file_api_v1_cache_proto_msgTypes[17]
+	mi := &file_api_v1_cache_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1273,7 @@ func (x *EvictedBlock) String() string {
 func (*EvictedBlock) ProtoMessage() {}
 
 func (x *EvictedBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[17]
+	mi := &file_api_v1_cache_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1286,7 @@ func (x *EvictedBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictedBlock.ProtoReflect.Descriptor instead.
 func (*EvictedBlock) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{17}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EvictedBlock) GetMeta() *BlockMeta {
@@ -1210,7 +1311,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[18]
+	mi := &file_api_v1_cache_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1323,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[18]
+	mi := &file_api_v1_cache_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1336,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{18}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{19}
 }
 
 type StatsResponse struct {
@@ -1252,7 +1353,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[19]
+	mi := &file_api_v1_cache_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1365,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[19]
+	mi := &file_api_v1_cache_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1378,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{19}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatsResponse) GetNode() *NodeInfo {
@@ -1345,7 +1446,7 @@ type TierStats struct {
 
 func (x *TierStats) Reset() {
 	*x = TierStats{}
-	mi := &file_api_v1_cache_proto_msgTypes[20]
+	mi := &file_api_v1_cache_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1458,7 @@ func (x *TierStats) String() string {
 func (*TierStats) ProtoMessage() {}
 
 func (x *TierStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[20]
+	mi := &file_api_v1_cache_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1471,7 @@ func (x *TierStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStats.ProtoReflect.Descriptor instead.
 func (*TierStats) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{20}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TierStats) GetTier() string {
@@ -1491,7 +1592,7 @@ type PinRequest struct {
 
 func (x *PinRequest) Reset() {
 	*x = PinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[21]
+	mi := &file_api_v1_cache_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1604,7 @@ func (x *PinRequest) String() string {
 func (*PinRequest) ProtoMessage() {}
 
 func (x *PinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[21]
+	mi := &file_api_v1_cache_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1617,7 @@ func (x *PinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinRequest.ProtoReflect.Descriptor instead.
 func (*PinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{21}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PinRequest) GetKeys() []*BlockKey {
@@ -1543,7 +1644,7 @@ type PinResponse struct {
 
 func (x *PinResponse) Reset() {
 	*x = PinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[22]
+	mi := &file_api_v1_cache_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1656,7 @@ func (x *PinResponse) String() string {
 func (*PinResponse) ProtoMessage() {}
 
 func (x *PinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[22]
+	mi := &file_api_v1_cache_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1669,7 @@ func (x *PinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinResponse.ProtoReflect.Descriptor instead.
 func (*PinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{22}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PinResponse) GetLeaseId() uint64 {
@@ -1594,7 +1695,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[23]
+	mi := &file_api_v1_cache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1707,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[23]
+	mi := &file_api_v1_cache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1720,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{23}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseRequest) GetLeaseId() uint64 {
@@ -1637,7 +1738,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[24]
+	mi := &file_api_v1_cache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1750,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[24]
+	mi := &file_api_v1_cache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1763,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{24}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
 }
 
 type LocateObjectsRequest struct {
@@ -1674,7 +1775,7 @@ type LocateObjectsRequest struct {
 
 func (x *LocateObjectsRequest) Reset() {
 	*x = LocateObjectsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[25]
+	mi := &file_api_v1_cache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1787,7 @@ func (x *LocateObjectsRequest) String() string {
 func (*LocateObjectsRequest) ProtoMessage() {}
 
 func (x *LocateObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[25]
+	mi := &file_api_v1_cache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1800,7 @@ func (x *LocateObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateObjectsRequest.ProtoReflect.Descriptor instead.
 func (*LocateObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LocateObjectsRequest) GetKeys() []*BlockKey {
@@ -1718,7 +1819,7 @@ type LocateObjectsResponse struct {
 
 func (x *LocateObjectsResponse) Reset() {
 	*x = LocateObjectsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[26]
+	mi := &file_api_v1_cache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1831,7 @@ func (x *LocateObjectsResponse) String() string {
 func (*LocateObjectsResponse) ProtoMessage() {}
 
 func (x *LocateObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[26]
+	mi := &file_api_v1_cache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1844,7 @@ func (x *LocateObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateObjectsResponse.ProtoReflect.Descriptor instead.
 func (*LocateObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LocateObjectsResponse) GetBlocks() []*BlockPlacement {
@@ -1769,7 +1870,7 @@ type BlockPlacement struct {
 
 func (x *BlockPlacement) Reset() {
 	*x = BlockPlacement{}
-	mi := &file_api_v1_cache_proto_msgTypes[27]
+	mi := &file_api_v1_cache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1882,7 @@ func (x *BlockPlacement) String() string {
 func (*BlockPlacement) ProtoMessage() {}
 
 func (x *BlockPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[27]
+	mi := &file_api_v1_cache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1895,7 @@ func (x *BlockPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockPlacement.ProtoReflect.Descriptor instead.
 func (*BlockPlacement) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BlockPlacement) GetTier() string {
@@ -1842,7 +1943,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[28]
+	mi := &file_api_v1_cache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +1955,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[28]
+	mi := &file_api_v1_cache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +1968,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WarmRequest) GetKeys() []*BlockKey {
@@ -1901,7 +2002,7 @@ type WarmProgress struct {
 
 func (x *WarmProgress) Reset() {
 	*x = WarmProgress{}
-	mi := &file_api_v1_cache_proto_msgTypes[29]
+	mi := &file_api_v1_cache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2014,7 @@ func (x *WarmProgress) String() string {
 func (*WarmProgress) ProtoMessage() {}
 
 func (x *WarmProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[29]
+	mi := &file_api_v1_cache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2027,7 @@ func (x *WarmProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmProgress.ProtoReflect.Descriptor instead.
 func (*WarmProgress) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WarmProgress) GetDone() uint32 {
@@ -2004,7 +2105,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_v1_cache_proto_msgTypes[30]
+	mi := &file_api_v1_cache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2117,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[30]
+	mi := &file_api_v1_cache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2130,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Member) GetId() uint32 {
@@ -2121,7 +2222,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2234,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2247,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -2185,7 +2286,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2298,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2311,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
 }
 
 type MembersResponse struct {
@@ -2226,7 +2327,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2339,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2352,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -2298,7 +2399,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2411,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2424,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JoinRequest) GetMember() *Member {
@@ -2341,7 +2442,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2454,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2467,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
 }
 
 type RemoveRequest struct {
@@ -2378,7 +2479,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2491,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2504,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveRequest) GetId() uint32 {
@@ -2421,7 +2522,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2534,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2547,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
 }
 
 type ProposeRequest struct {
@@ -2458,7 +2559,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2571,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2584,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ProposeRequest) GetEntry() []byte {
@@ -2502,7 +2603,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2615,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2628,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ProposeResponse) GetIndex() uint64 {
@@ -2550,7 +2651,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2663,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2676,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -2600,14 +2701,17 @@ func (x *HeartbeatRequest) GetAppliedIndex() uint64 {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leader's commit index when it answered: a follower whose replica
+	// has not applied that far is catching up.
+	CommitIndex   uint64 `protobuf:"varint,1,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2619,7 +2723,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2632,7 +2736,14 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *HeartbeatResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
 }
 
 type SyncRequest struct {
@@ -2643,7 +2754,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2766,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2779,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
 }
 
 type SyncResponse struct {
@@ -2679,7 +2790,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +2802,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +2815,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
 }
 
 type LocateRequest struct {
@@ -2716,7 +2827,7 @@ type LocateRequest struct {
 
 func (x *LocateRequest) Reset() {
 	*x = LocateRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2839,7 @@ func (x *LocateRequest) String() string {
 func (*LocateRequest) ProtoMessage() {}
 
 func (x *LocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2852,7 @@ func (x *LocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
 func (*LocateRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *LocateRequest) GetKeys() []*BlockKey {
@@ -2753,14 +2864,15 @@ func (x *LocateRequest) GetKeys() []*BlockKey {
 
 type LocateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []*KeyLocations        `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"` // one per key, in order
+	Keys          []*KeyLocations        `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`           // one per key, in order
+	Freshness     *Freshness             `protobuf:"bytes,2,opt,name=freshness,proto3" json:"freshness,omitempty"` // how current the directory that answered is
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LocateResponse) Reset() {
 	*x = LocateResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +2884,7 @@ func (x *LocateResponse) String() string {
 func (*LocateResponse) ProtoMessage() {}
 
 func (x *LocateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,12 +2897,19 @@ func (x *LocateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateResponse.ProtoReflect.Descriptor instead.
 func (*LocateResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LocateResponse) GetKeys() []*KeyLocations {
 	if x != nil {
 		return x.Keys
+	}
+	return nil
+}
+
+func (x *LocateResponse) GetFreshness() *Freshness {
+	if x != nil {
+		return x.Freshness
 	}
 	return nil
 }
@@ -2804,7 +2923,7 @@ type KeyLocations struct {
 
 func (x *KeyLocations) Reset() {
 	*x = KeyLocations{}
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +2935,7 @@ func (x *KeyLocations) String() string {
 func (*KeyLocations) ProtoMessage() {}
 
 func (x *KeyLocations) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +2948,7 @@ func (x *KeyLocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyLocations.ProtoReflect.Descriptor instead.
 func (*KeyLocations) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *KeyLocations) GetLocations() []*TierBlocks {
@@ -2897,10 +3016,18 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\amessage\x18\a \x01(\tR\amessage\"E\n" +
 	"\rLookupRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x06R\tnamespace\x12\x16\n" +
-	"\x06hashes\x18\x02 \x03(\x06R\x06hashes\"W\n" +
+	"\x06hashes\x18\x02 \x03(\x06R\x06hashes\"\x8d\x01\n" +
 	"\x0eLookupResponse\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\rR\x06blocks\x12-\n" +
-	"\x05tiers\x18\x02 \x03(\v2\x17.kvstrata.v1.TierBlocksR\x05tiers\"Q\n" +
+	"\x05tiers\x18\x02 \x03(\v2\x17.kvstrata.v1.TierBlocksR\x05tiers\x124\n" +
+	"\tfreshness\x18\x03 \x01(\v2\x16.kvstrata.v1.FreshnessR\tfreshness\"\xca\x01\n" +
+	"\tFreshness\x12\x18\n" +
+	"\acurrent\x18\x01 \x01(\bR\acurrent\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\rR\bleaderId\x12&\n" +
+	"\x0flast_contact_ms\x18\x03 \x01(\x03R\rlastContactMs\x12#\n" +
+	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12!\n" +
+	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"Q\n" +
 	"\n" +
 	"TierBlocks\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\rR\x06nodeId\x12\x12\n" +
@@ -3034,14 +3161,16 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x10HeartbeatRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12,\n" +
 	"\x05tiers\x18\x02 \x03(\v2\x16.kvstrata.v1.TierUsageR\x05tiers\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\x13\n" +
-	"\x11HeartbeatResponse\"\r\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"6\n" +
+	"\x11HeartbeatResponse\x12!\n" +
+	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\"\r\n" +
 	"\vSyncRequest\"\x0e\n" +
 	"\fSyncResponse\":\n" +
 	"\rLocateRequest\x12)\n" +
-	"\x04keys\x18\x01 \x03(\v2\x15.kvstrata.v1.BlockKeyR\x04keys\"?\n" +
+	"\x04keys\x18\x01 \x03(\v2\x15.kvstrata.v1.BlockKeyR\x04keys\"u\n" +
 	"\x0eLocateResponse\x12-\n" +
-	"\x04keys\x18\x01 \x03(\v2\x19.kvstrata.v1.KeyLocationsR\x04keys\"E\n" +
+	"\x04keys\x18\x01 \x03(\v2\x19.kvstrata.v1.KeyLocationsR\x04keys\x124\n" +
+	"\tfreshness\x18\x02 \x01(\v2\x16.kvstrata.v1.FreshnessR\tfreshness\"E\n" +
 	"\fKeyLocations\x125\n" +
 	"\tlocations\x18\x01 \x03(\v2\x17.kvstrata.v1.TierBlocksR\tlocations2\xd5\x05\n" +
 	"\x05Cache\x127\n" +
@@ -3077,7 +3206,7 @@ func file_api_v1_cache_proto_rawDescGZIP() []byte {
 	return file_api_v1_cache_proto_rawDescData
 }
 
-var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_api_v1_cache_proto_goTypes = []any{
 	(*BlockKey)(nil),              // 0: kvstrata.v1.BlockKey
 	(*BlockMeta)(nil),             // 1: kvstrata.v1.BlockMeta
@@ -3091,42 +3220,43 @@ var file_api_v1_cache_proto_goTypes = []any{
 	(*GetResponse)(nil),           // 9: kvstrata.v1.GetResponse
 	(*LookupRequest)(nil),         // 10: kvstrata.v1.LookupRequest
 	(*LookupResponse)(nil),        // 11: kvstrata.v1.LookupResponse
-	(*TierBlocks)(nil),            // 12: kvstrata.v1.TierBlocks
-	(*ExistsRequest)(nil),         // 13: kvstrata.v1.ExistsRequest
-	(*ExistsResponse)(nil),        // 14: kvstrata.v1.ExistsResponse
-	(*EvictRequest)(nil),          // 15: kvstrata.v1.EvictRequest
-	(*EvictResponse)(nil),         // 16: kvstrata.v1.EvictResponse
-	(*EvictedBlock)(nil),          // 17: kvstrata.v1.EvictedBlock
-	(*StatsRequest)(nil),          // 18: kvstrata.v1.StatsRequest
-	(*StatsResponse)(nil),         // 19: kvstrata.v1.StatsResponse
-	(*TierStats)(nil),             // 20: kvstrata.v1.TierStats
-	(*PinRequest)(nil),            // 21: kvstrata.v1.PinRequest
-	(*PinResponse)(nil),           // 22: kvstrata.v1.PinResponse
-	(*ReleaseRequest)(nil),        // 23: kvstrata.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 24: kvstrata.v1.ReleaseResponse
-	(*LocateObjectsRequest)(nil),  // 25: kvstrata.v1.LocateObjectsRequest
-	(*LocateObjectsResponse)(nil), // 26: kvstrata.v1.LocateObjectsResponse
-	(*BlockPlacement)(nil),        // 27: kvstrata.v1.BlockPlacement
-	(*WarmRequest)(nil),           // 28: kvstrata.v1.WarmRequest
-	(*WarmProgress)(nil),          // 29: kvstrata.v1.WarmProgress
-	(*Member)(nil),                // 30: kvstrata.v1.Member
-	(*TierUsage)(nil),             // 31: kvstrata.v1.TierUsage
-	(*MembersRequest)(nil),        // 32: kvstrata.v1.MembersRequest
-	(*MembersResponse)(nil),       // 33: kvstrata.v1.MembersResponse
-	(*JoinRequest)(nil),           // 34: kvstrata.v1.JoinRequest
-	(*JoinResponse)(nil),          // 35: kvstrata.v1.JoinResponse
-	(*RemoveRequest)(nil),         // 36: kvstrata.v1.RemoveRequest
-	(*RemoveResponse)(nil),        // 37: kvstrata.v1.RemoveResponse
-	(*ProposeRequest)(nil),        // 38: kvstrata.v1.ProposeRequest
-	(*ProposeResponse)(nil),       // 39: kvstrata.v1.ProposeResponse
-	(*HeartbeatRequest)(nil),      // 40: kvstrata.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 41: kvstrata.v1.HeartbeatResponse
-	(*SyncRequest)(nil),           // 42: kvstrata.v1.SyncRequest
-	(*SyncResponse)(nil),          // 43: kvstrata.v1.SyncResponse
-	(*LocateRequest)(nil),         // 44: kvstrata.v1.LocateRequest
-	(*LocateResponse)(nil),        // 45: kvstrata.v1.LocateResponse
-	(*KeyLocations)(nil),          // 46: kvstrata.v1.KeyLocations
-	nil,                           // 47: kvstrata.v1.TierStats.DetailEntry
+	(*Freshness)(nil),             // 12: kvstrata.v1.Freshness
+	(*TierBlocks)(nil),            // 13: kvstrata.v1.TierBlocks
+	(*ExistsRequest)(nil),         // 14: kvstrata.v1.ExistsRequest
+	(*ExistsResponse)(nil),        // 15: kvstrata.v1.ExistsResponse
+	(*EvictRequest)(nil),          // 16: kvstrata.v1.EvictRequest
+	(*EvictResponse)(nil),         // 17: kvstrata.v1.EvictResponse
+	(*EvictedBlock)(nil),          // 18: kvstrata.v1.EvictedBlock
+	(*StatsRequest)(nil),          // 19: kvstrata.v1.StatsRequest
+	(*StatsResponse)(nil),         // 20: kvstrata.v1.StatsResponse
+	(*TierStats)(nil),             // 21: kvstrata.v1.TierStats
+	(*PinRequest)(nil),            // 22: kvstrata.v1.PinRequest
+	(*PinResponse)(nil),           // 23: kvstrata.v1.PinResponse
+	(*ReleaseRequest)(nil),        // 24: kvstrata.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 25: kvstrata.v1.ReleaseResponse
+	(*LocateObjectsRequest)(nil),  // 26: kvstrata.v1.LocateObjectsRequest
+	(*LocateObjectsResponse)(nil), // 27: kvstrata.v1.LocateObjectsResponse
+	(*BlockPlacement)(nil),        // 28: kvstrata.v1.BlockPlacement
+	(*WarmRequest)(nil),           // 29: kvstrata.v1.WarmRequest
+	(*WarmProgress)(nil),          // 30: kvstrata.v1.WarmProgress
+	(*Member)(nil),                // 31: kvstrata.v1.Member
+	(*TierUsage)(nil),             // 32: kvstrata.v1.TierUsage
+	(*MembersRequest)(nil),        // 33: kvstrata.v1.MembersRequest
+	(*MembersResponse)(nil),       // 34: kvstrata.v1.MembersResponse
+	(*JoinRequest)(nil),           // 35: kvstrata.v1.JoinRequest
+	(*JoinResponse)(nil),          // 36: kvstrata.v1.JoinResponse
+	(*RemoveRequest)(nil),         // 37: kvstrata.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 38: kvstrata.v1.RemoveResponse
+	(*ProposeRequest)(nil),        // 39: kvstrata.v1.ProposeRequest
+	(*ProposeResponse)(nil),       // 40: kvstrata.v1.ProposeResponse
+	(*HeartbeatRequest)(nil),      // 41: kvstrata.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 42: kvstrata.v1.HeartbeatResponse
+	(*SyncRequest)(nil),           // 43: kvstrata.v1.SyncRequest
+	(*SyncResponse)(nil),          // 44: kvstrata.v1.SyncResponse
+	(*LocateRequest)(nil),         // 45: kvstrata.v1.LocateRequest
+	(*LocateResponse)(nil),        // 46: kvstrata.v1.LocateResponse
+	(*KeyLocations)(nil),          // 47: kvstrata.v1.KeyLocations
+	nil,                           // 48: kvstrata.v1.TierStats.DetailEntry
 }
 var file_api_v1_cache_proto_depIdxs = []int32{
 	0,  // 0: kvstrata.v1.BlockMeta.key:type_name -> kvstrata.v1.BlockKey
@@ -3135,67 +3265,69 @@ var file_api_v1_cache_proto_depIdxs = []int32{
 	7,  // 3: kvstrata.v1.PutResponse.results:type_name -> kvstrata.v1.BlockResult
 	0,  // 4: kvstrata.v1.GetRequest.keys:type_name -> kvstrata.v1.BlockKey
 	1,  // 5: kvstrata.v1.GetResponse.meta:type_name -> kvstrata.v1.BlockMeta
-	12, // 6: kvstrata.v1.LookupResponse.tiers:type_name -> kvstrata.v1.TierBlocks
-	0,  // 7: kvstrata.v1.ExistsRequest.keys:type_name -> kvstrata.v1.BlockKey
-	0,  // 8: kvstrata.v1.EvictRequest.keys:type_name -> kvstrata.v1.BlockKey
-	17, // 9: kvstrata.v1.EvictResponse.listed:type_name -> kvstrata.v1.EvictedBlock
-	1,  // 10: kvstrata.v1.EvictedBlock.meta:type_name -> kvstrata.v1.BlockMeta
-	3,  // 11: kvstrata.v1.StatsResponse.node:type_name -> kvstrata.v1.NodeInfo
-	20, // 12: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
-	47, // 13: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
-	0,  // 14: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
-	0,  // 15: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
-	27, // 16: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
-	1,  // 17: kvstrata.v1.BlockPlacement.meta:type_name -> kvstrata.v1.BlockMeta
-	0,  // 18: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
-	31, // 19: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
-	30, // 20: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
-	30, // 21: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
-	31, // 22: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
-	0,  // 23: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
-	46, // 24: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
-	12, // 25: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
-	2,  // 26: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
-	4,  // 27: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
-	8,  // 28: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
-	10, // 29: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
-	13, // 30: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
-	15, // 31: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
-	18, // 32: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
-	21, // 33: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
-	23, // 34: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
-	28, // 35: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
-	25, // 36: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
-	32, // 37: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
-	34, // 38: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
-	36, // 39: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
-	38, // 40: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
-	40, // 41: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
-	42, // 42: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
-	44, // 43: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
-	3,  // 44: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
-	6,  // 45: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
-	9,  // 46: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
-	11, // 47: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
-	14, // 48: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
-	16, // 49: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
-	19, // 50: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
-	22, // 51: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
-	24, // 52: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
-	29, // 53: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
-	26, // 54: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
-	33, // 55: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
-	35, // 56: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
-	37, // 57: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
-	39, // 58: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
-	41, // 59: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
-	43, // 60: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
-	45, // 61: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
-	44, // [44:62] is the sub-list for method output_type
-	26, // [26:44] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	13, // 6: kvstrata.v1.LookupResponse.tiers:type_name -> kvstrata.v1.TierBlocks
+	12, // 7: kvstrata.v1.LookupResponse.freshness:type_name -> kvstrata.v1.Freshness
+	0,  // 8: kvstrata.v1.ExistsRequest.keys:type_name -> kvstrata.v1.BlockKey
+	0,  // 9: kvstrata.v1.EvictRequest.keys:type_name -> kvstrata.v1.BlockKey
+	18, // 10: kvstrata.v1.EvictResponse.listed:type_name -> kvstrata.v1.EvictedBlock
+	1,  // 11: kvstrata.v1.EvictedBlock.meta:type_name -> kvstrata.v1.BlockMeta
+	3,  // 12: kvstrata.v1.StatsResponse.node:type_name -> kvstrata.v1.NodeInfo
+	21, // 13: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
+	48, // 14: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
+	0,  // 15: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
+	0,  // 16: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
+	28, // 17: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
+	1,  // 18: kvstrata.v1.BlockPlacement.meta:type_name -> kvstrata.v1.BlockMeta
+	0,  // 19: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
+	32, // 20: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
+	31, // 21: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
+	31, // 22: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
+	32, // 23: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
+	0,  // 24: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
+	47, // 25: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
+	12, // 26: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
+	13, // 27: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
+	2,  // 28: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
+	4,  // 29: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
+	8,  // 30: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
+	10, // 31: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
+	14, // 32: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
+	16, // 33: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
+	19, // 34: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
+	22, // 35: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
+	24, // 36: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
+	29, // 37: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
+	26, // 38: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
+	33, // 39: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
+	35, // 40: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
+	37, // 41: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
+	39, // 42: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
+	41, // 43: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
+	43, // 44: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
+	45, // 45: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
+	3,  // 46: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
+	6,  // 47: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
+	9,  // 48: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
+	11, // 49: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
+	15, // 50: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
+	17, // 51: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
+	20, // 52: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
+	23, // 53: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
+	25, // 54: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
+	30, // 55: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
+	27, // 56: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
+	34, // 57: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
+	36, // 58: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
+	38, // 59: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
+	40, // 60: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
+	42, // 61: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
+	44, // 62: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
+	46, // 63: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
+	46, // [46:64] is the sub-list for method output_type
+	28, // [28:46] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_api_v1_cache_proto_init() }
@@ -3213,7 +3345,7 @@ func file_api_v1_cache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_v1_cache_proto_rawDesc), len(file_api_v1_cache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -21,7 +21,11 @@ func (a *app) newLookupCommand() *cobra.Command {
 hashes that it holds: the chain's blocks in order, each hash naming its
 block and everything before it. It prints the prefix length (the lookup
 stops at the first block held nowhere) and, for each tier, how many leading
-blocks that tier holds on its own.
+blocks that tier holds on its own. A node answers from its replica of the
+cluster's directory; when that is not current (no leader known, out of
+touch with it, or catching up after a restart) lookup says so with a
+"Stale:" line, as the answer may list blocks that are gone and miss new
+ones.
 
 Hashes are 16 hex digits, as kvctl prints them; --hashes-file reads one a
 line (blank lines and # comments skipped) after those on the command line.
@@ -46,6 +50,19 @@ type lookupOutput struct {
 	Hashes    int          `json:"hashes"`
 	Blocks    uint32       `json:"blocks"` // leading blocks held somewhere
 	Tiers     []tierBlocks `json:"tiers"`
+	// Freshness of the node's directory; absent from a node that does
+	// not say.
+	Freshness *freshness `json:"freshness,omitempty"`
+}
+
+// freshness is how current the directory that answered a lookup is.
+type freshness struct {
+	Current       bool   `json:"current"`
+	LeaderID      uint32 `json:"leader_id"`
+	LastContactMs int64  `json:"last_contact_ms"`
+	AppliedIndex  uint64 `json:"applied_index"`
+	CommitIndex   uint64 `json:"commit_index"`
+	Reason        string `json:"reason,omitempty"`
 }
 
 type tierBlocks struct {
@@ -111,10 +128,17 @@ func (a *app) runLookup(ctx context.Context, namespace string, args []string, ha
 	for _, t := range r.Tiers {
 		out.Tiers = append(out.Tiers, tierBlocks{Node: t.NodeId, Tier: t.Tier, Blocks: t.Blocks})
 	}
+	if f := r.Freshness; f != nil {
+		out.Freshness = &freshness{Current: f.Current, LeaderID: f.LeaderId, LastContactMs: f.LastContactMs,
+			AppliedIndex: f.AppliedIndex, CommitIndex: f.CommitIndex, Reason: f.Reason}
+	}
 	if a.output == outputJSON {
 		return writeJSON(a.stdout, out)
 	}
 	fmt.Fprintf(a.stdout, "Prefix: %s of %s held.\n", thousands(out.Blocks), count(out.Hashes, "block"))
+	if f := out.Freshness; f != nil && !f.Current {
+		fmt.Fprintf(a.stdout, "Stale: this node's directory may be out of date (%s); ask another node.\n", f.Reason)
+	}
 	if len(out.Tiers) == 0 {
 		return nil
 	}

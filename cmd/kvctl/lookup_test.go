@@ -4,7 +4,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+
+	"github.com/kvstrata/kvstrata/api/nodetest"
+	pb "github.com/kvstrata/kvstrata/api/v1"
 )
 
 func TestLookupPrintsThePrefixAndEachTiersLeadingBlocks(t *testing.T) {
@@ -34,6 +38,32 @@ func TestLookupPrintsThePrefixAndEachTiersLeadingBlocks(t *testing.T) {
 	if got.Namespace != nsA || got.Hashes != 3 || got.Blocks != 2 || len(got.Tiers) != 1 ||
 		got.Tiers[0] != (tierBlocks{Node: 1, Tier: "dram", Blocks: 2}) {
 		t.Errorf("got %+v", got)
+	}
+}
+
+func TestLookupSaysWhenTheNodesDirectoryIsStale(t *testing.T) {
+	stale := &pb.Freshness{LastContactMs: -1, AppliedIndex: 7, CommitIndex: 9, Reason: "cluster: no leader known"}
+	var fresh atomic.Pointer[pb.Freshness]
+	fresh.Store(stale)
+	srv := nodetest.Start(t, nodetest.Options{Freshness: fresh.Load})
+	code, out, stderr := run(t, "--addr", srv.Addr, "lookup", "--namespace", nsA, "0123456789abcdef")
+	want := "Prefix: 0 of 1 block held.\nStale: this node's directory may be out of date (cluster: no leader known); ask another node.\n"
+	if code != exitOK || out != want {
+		t.Fatalf("status %d, stderr %q, output:\n%s\nwant:\n%s", code, stderr, out, want)
+	}
+	code, out, stderr = run(t, "--addr", srv.Addr, "lookup", "--namespace", nsA, "-o", "json", "0123456789abcdef")
+	var got lookupOutput
+	if err := json.Unmarshal([]byte(out), &got); code != exitOK || err != nil {
+		t.Fatalf("status %d, %v, stderr %q, output:\n%s", code, err, stderr, out)
+	}
+	if f := got.Freshness; f == nil || f.Current || f.LastContactMs != -1 || f.AppliedIndex != 7 || f.CommitIndex != 9 || f.Reason != stale.Reason {
+		t.Errorf("JSON freshness %+v, want %v", f, stale)
+	}
+
+	fresh.Store(&pb.Freshness{Current: true, LeaderId: 1, AppliedIndex: 9, CommitIndex: 9}) // says nothing more
+	code, out, _ = run(t, "--addr", srv.Addr, "lookup", "--namespace", nsA, "0123456789abcdef")
+	if code != exitOK || out != "Prefix: 0 of 1 block held.\n" {
+		t.Errorf("a current answer: status %d, output %q", code, out)
 	}
 }
 

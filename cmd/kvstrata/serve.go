@@ -25,6 +25,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/resp"
 	"github.com/kvstrata/kvstrata/api/server"
+	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/raftstore"
@@ -222,9 +223,10 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 	}
 	g := grpc.NewServer(grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
 		grpc.MaxRecvMsgSize(16<<20))
-	server.Register(g, n)
+	server.Register(g, n).SetFreshness(func() *pb.Freshness { return cluster.FreshnessToPB(cl.Freshness()) })
 	cl.Register(g)
 	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until ready
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
 	go func() { fail <- fmt.Errorf("grpc: %w", g.Serve(glis)) }()
@@ -307,12 +309,7 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 				return errors.New("starting or shutting down")
 			}
 			return nil
-		}}, {Name: "cluster", Advisory: true, Fn: func() error {
-			if cl.Leader() == 0 {
-				return errors.New("no raft leader known")
-			}
-			return nil
-		}}}
+		}}, {Name: "cluster", Fn: cl.Ready}}
 		for i, kind := range h.Kinds() {
 			checks = append(checks, metrics.Check{Name: "tier " + kind.String(), Advisory: true, Fn: func() error {
 				l := h.Stats().Levels[i]
@@ -346,8 +343,9 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 		log.Warn("the directory does not list this node's blocks yet", "err", err)
 	}
 	cancelSync()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	ready.Store(true)
+	healthDone := make(chan struct{})
+	go followHealth(hs, func() bool { return ready.Load() && cl.Ready() == nil }, healthDone)
 	hst := h.Stats()
 	log.Info("kvstrata serving", "version", version(), "node", cfg.NodeID, "grpc", addrs.GRPC, "data", addrs.Data,
 		"transport", cfg.Transport, "resp", addrs.RESP, "http", addrs.HTTP, "raft", cfg.Cluster.RaftAddr,
@@ -361,6 +359,7 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 		log.Error("a server failed; shutting down", "err", runErr)
 	}
 	ready.Store(false)
+	close(healthDone)
 	hs.Shutdown()
 	deadline := time.AfterFunc(cfg.ShutdownTimeout, func() {
 		log.Warn("shutdown timeout: cutting in-flight requests")
@@ -391,6 +390,35 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) (err error
 	}
 	log.Info("stopped")
 	return runErr
+}
+
+// healthEvery is how often the gRPC health service is brought in line with
+// readiness.
+const healthEvery = 100 * time.Millisecond
+
+// followHealth sets the gRPC health service's overall status to SERVING
+// while ready says so and NOT_SERVING otherwise — the node's readiness
+// (/readyz): started, and its replica of the directory current — until
+// done is closed.
+func followHealth(hs *health.Server, ready func() bool, done <-chan struct{}) {
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	serving := false
+	for first := true; ; first = false {
+		if r := ready(); first || r != serving {
+			serving = r
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if r {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			hs.SetServingStatus("", st)
+		}
+		select {
+		case <-t.C:
+		case <-done:
+			return
+		}
+	}
 }
 
 // openCluster starts the node's raft replica of the block directory.
