@@ -174,6 +174,12 @@ type Cluster struct {
 	// LivenessTimeout is how long a node may be silent before the leader
 	// marks it down and lookups stop returning its blocks. Default 5s.
 	LivenessTimeout time.Duration
+	// SkipEntries lists raft log indices, "1234,5678", of entries of
+	// unknown types that the node applies as no-ops instead of stopping:
+	// the way out when such an entry is known not to come from a newer
+	// kvstrata (it was let into the log before proposals were validated).
+	// Every node must be given the same list. Empty by default.
+	SkipEntries string
 }
 
 // UCX tunes the UCX data plane (binaries built with the ucx tag).
@@ -355,6 +361,9 @@ func (c *Config) Validate() error {
 		if err := checkAddr(c.Cluster.Join, false); err != nil {
 			bad("cluster.join %q %v (a member's gRPC address)", c.Cluster.Join, err)
 		}
+	}
+	if _, err := ParseSkipEntries(c.Cluster.SkipEntries); err != nil {
+		bad("cluster.skip-entries: %v", err)
 	}
 	if c.Cluster.HeartbeatInterval <= 0 || c.Cluster.LivenessTimeout < 2*c.Cluster.HeartbeatInterval {
 		bad("cluster.liveness-timeout %v must be at least twice cluster.heartbeat-interval %v (> 0)", c.Cluster.LivenessTimeout, c.Cluster.HeartbeatInterval)

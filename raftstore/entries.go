@@ -16,7 +16,7 @@ import (
 // not know them: a newer version of kvstrata can add such entries (hints,
 // statistics) before every node is upgraded. Any other unknown type panics
 // the replica, because applying less than its peers would make it diverge
-// silently. An entry of a known type that does not decode never passes
+// silently, unless the operator lists its index (FSM.SkipEntries). An entry of a known type that does not decode never passes
 // ValidateEntry; one in the log anyway is a no-op on every replica.
 type EntryType byte
 

@@ -22,7 +22,9 @@ import (
 //
 // Entries are dispatched on their first byte, an EntryType. An unknown
 // type without the Ignorable bit panics: it comes from a newer build, and
-// a replica that went on without it would diverge from its peers. An entry
+// a replica that went on without it would diverge from its peers — unless
+// the operator lists its index in SkipEntries (cluster.skip-entries), for
+// an entry that is known not to come from a newer build. An entry
 // of a known type that does not decode is applied as a no-op on every
 // replica, counted (FSMStats.Invalid) and logged: ValidateEntry keeps such
 // entries out of the log, and one already there must not stop every
@@ -40,6 +42,9 @@ type FSM struct {
 	// not decode.
 	invalidEntries atomic.Uint64
 	log            *slog.Logger // nil: slog.Default()
+	// skip holds the indices of unknown entries to apply as no-ops (see
+	// SkipEntries); set before raft starts, read-only after.
+	skip map[uint64]struct{}
 
 	// pending holds the decoded events of the entries being applied;
 	// only the apply goroutine uses it.
@@ -60,11 +65,69 @@ func NewFSM() *FSM {
 	return f
 }
 
+// SkipEntries lists the raft log indices of command entries of unknown
+// types (without the Ignorable bit) that the FSM applies as no-ops instead
+// of panicking: the operator's way out when such an entry did not come
+// from a newer build but from a build that let client input into the log
+// unchecked. Each one skipped is logged at warn level and counted in
+// FSMStats.Skipped. An entry at a listed index that the FSM can apply — a
+// known type, an ignorable one, a raft configuration entry — is applied as
+// usual (and the listing is logged), so that a mistyped index cannot make
+// this replica diverge from one that is not given the list.
+//
+// Every replica holds the entry at the same index, so every node must be
+// given the same list; a node not given it panics on the entry as before.
+// Call SkipEntries before raft starts: it must not race Apply.
+func (f *FSM) SkipEntries(indices ...uint64) {
+	f.skip = nil
+	for _, i := range indices {
+		if f.skip == nil {
+			f.skip = make(map[uint64]struct{}, len(indices))
+		}
+		f.skip[i] = struct{}{}
+	}
+}
+
+// skips reports whether l is an entry listed in SkipEntries that the FSM
+// cannot apply, and counts and logs it if so.
+func (f *FSM) skips(l *raft.Log) bool {
+	if _, ok := f.skip[l.Index]; !ok {
+		return false
+	}
+	if l.Type != raft.LogCommand || len(l.Data) == 0 || knownType(EntryType(l.Data[0])) {
+		f.logger().Warn("raftstore: cluster.skip-entries lists an entry this node can apply: applied as usual, not skipped",
+			"index", l.Index, "log_type", l.Type.String(), "type", entryTypeOf(l.Data))
+		return false
+	}
+	f.skipped.Add(1)
+	f.logger().Warn("raftstore: skipped an entry of an unknown type as cluster.skip-entries lists it",
+		"index", l.Index, "type", entryTypeOf(l.Data))
+	return true
+}
+
+// knownType reports whether the FSM applies entries of type t (or may
+// ignore them), rather than panicking.
+func knownType(t EntryType) bool {
+	_, ok := entryNames[t]
+	return ok || t&Ignorable != 0
+}
+
+// entryTypeOf names the type of the entry data for a log line.
+func entryTypeOf(data []byte) string {
+	if len(data) == 0 {
+		return "empty"
+	}
+	return EntryType(data[0]).String()
+}
+
 // Apply applies one committed entry. Raft calls ApplyBatch instead; Apply
 // is there for the raft.FSM interface and for tests.
 func (f *FSM) Apply(l *raft.Log) any {
 	var out any
-	if l.Type == raft.LogCommand {
+	switch {
+	case f.skip != nil && f.skips(l):
+		out = skippedResult(l.Index)
+	case l.Type == raft.LogCommand:
 		out = f.applyEntry(l)
 	}
 	f.applied.Store(l.Index)
@@ -84,6 +147,10 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		}
 	}
 	for i, l := range logs {
+		if f.skip != nil && f.skips(l) {
+			out[i] = skippedResult(l.Index)
+			continue
+		}
 		if l.Type != raft.LogCommand {
 			continue
 		}
@@ -120,10 +187,19 @@ func (f *FSM) keepPending(p []Event) {
 	f.pending = p[:0]
 }
 
-// fatal panics: the entry at index cannot be applied, and a replica that
-// went on without it would diverge from its peers.
+// skippedResult is the Apply result of an entry skipped as SkipEntries
+// lists it.
+func skippedResult(idx uint64) error {
+	return fmt.Errorf("%w: entry %d skipped as cluster.skip-entries lists it", ErrUnknownEntry, idx)
+}
+
+// fatal panics: the entry at index is of an unknown type, and a replica
+// that went on without it would diverge from its peers. The message tells
+// the operator both ways out.
 func fatal(index uint64, err error) {
-	panic(fmt.Errorf("raftstore: apply entry %d: %w", index, err))
+	panic(fmt.Errorf("raftstore: apply entry %d: %w: if it comes from a newer kvstrata, upgrade this node; "+
+		"if this entry is not from a newer kvstrata (e.g. it was injected before proposals were validated), "+
+		"restart every node with --cluster-skip-entries %d", index, err, index))
 }
 
 // applyEntry applies the command entry l and returns its result: nil, or
@@ -178,12 +254,15 @@ func (f *FSM) applyEntry(l *raft.Log) any {
 // forever, as an unknown type does, would help no one.
 func (f *FSM) invalid(idx uint64, err error) error {
 	f.invalidEntries.Add(1)
-	log := f.log
-	if log == nil {
-		log = slog.Default()
-	}
-	log.Error("raftstore: applied an undecodable entry as a no-op", "index", idx, "err", err)
+	f.logger().Error("raftstore: applied an undecodable entry as a no-op", "index", idx, "err", err)
 	return fmt.Errorf("%w: entry %d: %w", ErrInvalidEntry, idx, err)
+}
+
+func (f *FSM) logger() *slog.Logger {
+	if f.log == nil {
+		return slog.Default()
+	}
+	return f.log
 }
 
 // change publishes the cluster state fn makes of the current one, or
@@ -250,7 +329,7 @@ func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
 // FSMStats counts what an FSM applied since it was made.
 type FSMStats struct {
 	Events  uint64 // directory events applied
-	Skipped uint64 // entries of unknown ignorable types skipped
+	Skipped uint64 // entries of unknown types skipped: ignorable ones, and those SkipEntries lists
 	Invalid uint64 // entries of known types that did not decode, applied as no-ops
 }
 

@@ -43,7 +43,8 @@ var (
 	// leader, appended in a later term, which changes nothing.
 	ErrStaleTerm = errors.New("raftstore: decided in an earlier term")
 	// ErrUnknownEntry marks the panic of a replica that is handed an
-	// entry type it does not know and may not ignore.
+	// entry type it does not know and may not ignore, and the Apply
+	// result of such an entry skipped as FSM.SkipEntries lists it.
 	ErrUnknownEntry = errors.New("raftstore: unknown entry type")
 	// ErrBadEntry marks an entry of a known type that does not decode.
 	// ValidateEntry keeps such entries out of the log; one that is in a

@@ -44,7 +44,12 @@ type ReplicaConfig struct {
 	// SnapshotThreshold is how many entries raft lets pile up before it
 	// snapshots. The default is 8192.
 	SnapshotThreshold uint64
-	Logger            *slog.Logger
+	// SkipEntries lists log indices of entries of unknown types that the
+	// FSM applies as no-ops instead of stopping the node (see
+	// FSM.SkipEntries). Every node of the cluster must be given the same
+	// list. Empty by default.
+	SkipEntries []uint64
+	Logger      *slog.Logger
 }
 
 // Replica is one node's raft: the FSM, its Pebble log, file snapshots and a
@@ -120,6 +125,7 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 	}
 	fsm := NewFSM()
 	fsm.log = cfg.Logger
+	fsm.SkipEntries(cfg.SkipEntries...)
 	hasState, err := raft.HasExistingState(logs, store, snaps)
 	if err != nil {
 		transport.Close()

@@ -58,7 +58,11 @@ type Config struct {
 	// marks it down (its locations stop counting in lookups; object-store
 	// locations stay). The default is 5s.
 	LivenessTimeout time.Duration
-	Logger          *slog.Logger
+	// SkipEntries lists raft log indices of entries of unknown types that
+	// the replica applies as no-ops instead of stopping (see
+	// raftstore.FSM.SkipEntries); every node must be given the same list.
+	SkipEntries []uint64
+	Logger      *slog.Logger
 }
 
 // Cluster is a node's membership.
@@ -106,7 +110,7 @@ func Open(cfg Config) (*Cluster, error) {
 		boot = []raftstore.Peer{{ID: cfg.ID, RaftAddr: cfg.RaftAddr}}
 	}
 	rep, err := raftstore.OpenReplica(raftstore.ReplicaConfig{ID: cfg.ID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr,
-		Bootstrap: boot, Logger: cfg.Logger})
+		Bootstrap: boot, SkipEntries: cfg.SkipEntries, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -12,6 +17,7 @@ import (
 
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/raftstore"
 )
 
 // What a client sends to the Cluster service cannot stop a node or a
@@ -116,4 +122,60 @@ func TestANodeThatJoinsBecomesAVoterAndCommits(t *testing.T) {
 	})
 	leaderOf(t, first, second)
 	commits(t, second, 2, 60, 8, first, second)
+}
+
+// TestANodeWhoseLogHoldsAnUnknownEntryComesBackWithSkipEntries puts an
+// entry of an unknown type into a stopped node's raft log, as a build that
+// did not validate proposals let {"entry":"Z2FyYmFnZQ=="} in: the node
+// stops on it, saying how to go on, and --cluster-skip-entries brings it
+// back.
+func TestANodeWhoseLogHoldsAnUnknownEntryComesBackWithSkipEntries(t *testing.T) {
+	p := startNode(t, t.TempDir())
+	p.stop()
+	idx := appendUnchecked(t, filepath.Join(p.dir, "raft", "log"), []byte("garbage"))
+
+	p.launch()
+	hint := fmt.Sprintf("restart every node with --cluster-skip-entries %d", idx)
+	select {
+	case err := <-p.exited:
+		if err == nil || !strings.Contains(p.log.String(), hint) {
+			t.Fatalf("kvstrata exited with %v, without saying %q:\n%s", err, hint, p.log)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("kvstrata still runs 30s after its start over an unknown entry:\n%s", p.log)
+	}
+
+	p.args = append(p.args, "--cluster-skip-entries", fmt.Sprint(idx))
+	p.start()
+	commits(t, p, 1, 7, 10, p)
+	if !strings.Contains(p.log.String(), "skipped an entry of an unknown type") {
+		t.Errorf("the node did not log the skipped entry:\n%s", p.log)
+	}
+	p.stop()
+	p.start() // and over the entry again
+	commits(t, p, 1, 8, 10, p)
+}
+
+// appendUnchecked appends a command entry with data to the closed raft log
+// store in dir, in the term of its last entry, as a leader that took it
+// without checking it did, and returns its index.
+func appendUnchecked(t *testing.T, dir string, data []byte) uint64 {
+	t.Helper()
+	store, err := raftstore.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	last, err := store.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev raft.Log
+	if err := store.GetLog(last, &prev); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.StoreLog(&raft.Log{Index: last + 1, Term: prev.Term, Type: raft.LogCommand, Data: data, AppendedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	return last + 1
 }

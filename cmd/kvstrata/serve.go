@@ -430,6 +430,7 @@ func openCluster(cfg config.Config, log *slog.Logger) (*cluster.Cluster, error) 
 			peers = append(peers, raftstore.Peer{ID: index.NodeID(p.ID), RaftAddr: p.RaftAddr})
 		}
 	}
+	skip, _ := config.ParseSkipEntries(cfg.Cluster.SkipEntries) // validated
 	name := cfg.Cluster.Name
 	if name == "" {
 		host, _ := os.Hostname()
@@ -438,7 +439,7 @@ func openCluster(cfg config.Config, log *slog.Logger) (*cluster.Cluster, error) 
 	return cluster.Open(cluster.Config{ID: index.NodeID(cfg.NodeID), Name: name, Dir: filepath.Join(cfg.DataDir, "raft"),
 		RaftAddr: cfg.Cluster.RaftAddr, Bootstrap: peers, Join: cfg.Cluster.Join,
 		HeartbeatInterval: cfg.Cluster.HeartbeatInterval, LivenessTimeout: cfg.Cluster.LivenessTimeout,
-		Logger: log.With("component", "cluster")})
+		SkipEntries: skip, Logger: log.With("component", "cluster")})
 }
 
 func tierSummary(s tiers.HierarchyStats) string {
