@@ -159,7 +159,9 @@ func TestManySmallPutsPackIntoFewSegments(t *testing.T) {
 
 func TestGetReadsOnlyTheBlocksBytes(t *testing.T) {
 	srv := s3test.Start(t)
-	tr := openTier(t, srv.Config("ranged"))
+	cfg := srv.Config("ranged")
+	cfg.FlushInterval = time.Hour // the blocks stay in memory until flush, however slow the puts
+	tr := openTier(t, cfg)
 	const size = 64 << 10
 	for i := range 64 {
 		must(t, tr.Put(block(1, index.Hash(i+1), size)))
@@ -213,6 +215,7 @@ func TestMultipartSegment(t *testing.T) {
 	cfg := srv.Config("multipart")
 	cfg.PartSize = s3.MinPartSize
 	cfg.SegmentSize = 12 << 20 // three parts
+	cfg.FlushInterval = time.Hour // one segment, however slow the puts
 	tr := openTier(t, cfg)
 	const size = 1 << 20
 	for i := range 12 {
