@@ -214,7 +214,7 @@ func TestMultipartSegment(t *testing.T) {
 	srv := s3test.Start(t)
 	cfg := srv.Config("multipart")
 	cfg.PartSize = s3.MinPartSize
-	cfg.SegmentSize = 12 << 20 // three parts
+	cfg.SegmentSize = 12 << 20    // three parts
 	cfg.FlushInterval = time.Hour // one segment, however slow the puts
 	tr := openTier(t, cfg)
 	const size = 1 << 20
