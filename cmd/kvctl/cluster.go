@@ -46,7 +46,7 @@ directory, and who is a voter. Nodes usually join themselves (kvstrata serve
 	}
 	joinCmd := &cobra.Command{
 		Use:   "join --id N --raft-addr HOST:PORT --grpc-addr HOST:PORT [--data-addr HOST:PORT]",
-		Short: "Add a node to the cluster as a voter",
+		Short: "Add a node to the cluster (a non-voter until it has caught up, then a voter)",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return a.runJoin(cmd.Context(), join) },
 	}
