@@ -86,12 +86,28 @@ func (t *Tier) deleteLoop() {
 // for ctx) and then applies what was queued meanwhile, so that concurrent
 // callers share one rewrite per segment.
 func (t *Tier) applyDeletes(ctx context.Context) error {
+	if err := t.lockDeletes(ctx); err != nil {
+		return err
+	}
+	defer t.unlockDeletes()
+	return t.applyDeletesHeld(ctx)
+}
+
+// lockDeletes waits until no applyDeletes is in flight, or ctx ends, and
+// keeps others from starting until unlockDeletes.
+func (t *Tier) lockDeletes(ctx context.Context) error {
 	select {
 	case t.deleteSem <- struct{}{}:
+		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("apply deletes: %w", ctx.Err())
 	}
-	defer func() { <-t.deleteSem }()
+}
+
+func (t *Tier) unlockDeletes() { <-t.deleteSem }
+
+// applyDeletesHeld is applyDeletes for a caller of lockDeletes.
+func (t *Tier) applyDeletesHeld(ctx context.Context) error {
 	t.mu.Lock()
 	batch := t.deletes
 	t.deletes = map[*segment]map[index.Key]struct{}{}

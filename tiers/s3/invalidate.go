@@ -72,9 +72,7 @@ func (t *Tier) Invalidate(key index.Key) error {
 		case seg != nil:
 			err = t.flushSegment(ctx, seg, make(chan struct{}, 1))
 		default:
-			if err = t.avail.err(); err == nil {
-				err = t.applyDeletes(ctx)
-			}
+			err = t.applyDeletesFor(ctx, key)
 		}
 		if err == nil {
 			continue // our key may have been queued again meanwhile
@@ -90,6 +88,26 @@ func (t *Tier) Invalidate(key index.Key) error {
 		}
 		return fmt.Errorf("s3: invalidate %v: the store did not take the delete: %w", key, err)
 	}
+}
+
+// applyDeletesFor applies the queued deletes unless, once no other
+// applyDeletes is in flight, none of key's is left: the one in flight
+// took them (group commit).
+func (t *Tier) applyDeletesFor(ctx context.Context, key index.Key) error {
+	if err := t.avail.err(); err != nil {
+		return err
+	}
+	if err := t.lockDeletes(ctx); err != nil {
+		return err
+	}
+	defer t.unlockDeletes()
+	t.mu.Lock()
+	done := t.unsure[key] == 0
+	t.mu.Unlock()
+	if done {
+		return nil
+	}
+	return t.applyDeletesHeld(ctx)
 }
 
 // MayResurrect reports whether an index object in the bucket may still

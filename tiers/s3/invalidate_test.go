@@ -3,6 +3,7 @@ package s3_test
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,5 +212,59 @@ func TestOverwriteIsRefusedWhileTheStoreIsDown(t *testing.T) {
 	waitFor(t, 10*time.Second, "the older copy removed from the bucket", func() bool { return !tr.MayResurrect(m.Key) })
 	if _, err := openTier(t, cfg).Stat(m.Key); !errors.Is(err, tiers.ErrNotFound) {
 		t.Fatalf("Stat of the overwritten key in the bucket once the store is back: %v, want ErrNotFound", err)
+	}
+}
+
+// BenchmarkOverwrite puts 4 KiB blocks through a hierarchy of DRAM over
+// S3, 16 goroutines per core, each key once: "stored" keys have an older
+// copy in a stored segment (the overwrite removes it from the bucket),
+// "new" keys the tier never had (the overwrite asks MayResurrect).
+// "invalidate" is the tier as it is; "delete-only" hides its Invalidator,
+// so that the hierarchy deletes the older copy as it does from any tier:
+// at once in memory, in the bucket DeleteDelay later (not timed).
+//
+//	go test -run '^$' -bench BenchmarkOverwrite -benchtime 2000x ./tiers/s3/
+func BenchmarkOverwrite(b *testing.B) {
+	srv := s3test.Start(b)
+	const size = 4 << 10
+	for _, keys := range []string{"stored", "new"} {
+		for _, mode := range []string{"invalidate", "delete-only"} {
+			b.Run(keys+"/"+mode, func(b *testing.B) {
+				tr := openTier(b, srv.Config(benchBucket("overwrite")))
+				if keys == "stored" {
+					for i := range b.N {
+						must(b, tr.Put(block(1, index.Hash(i), size)))
+					}
+					flush(b, tr)
+				}
+				var lower tiers.Tier = tr
+				if mode == "delete-only" {
+					lower = deleteOnly{tr}
+				}
+				dr, err := dram.New(dram.Config{Capacity: int64(2*b.N*size + 1<<20), MaxBlockSize: size})
+				must(b, err)
+				h, err := tiers.New(tiers.Config{Inline: true, Levels: []tiers.LevelConfig{
+					{Kind: index.TierDRAM, Tier: dr}, {Kind: index.TierS3, Tier: lower},
+				}})
+				must(b, err)
+				b.Cleanup(func() { _ = h.Close() })
+				m, v := block(1, 0, size)
+				v[0]++
+				m.Sum = tiers.Checksum(v)
+				var next atomic.Int64
+				b.SetParallelism(16)
+				b.SetBytes(size)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						m := m
+						m.Key.Hash = index.Hash(next.Add(1) - 1)
+						must(b, h.Put(m, v))
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64(tr.S3Stats().IndexRewrites)/float64(b.N), "rewrites/op")
+			})
+		}
 	}
 }
