@@ -110,13 +110,16 @@ func (t *Tier) applyDeletesFor(ctx context.Context, key index.Key) error {
 	return t.applyDeletesHeld(ctx)
 }
 
-// MayResurrect reports whether an index object in the bucket may still
-// list a copy of key that this node deleted: its removal is queued, being
-// applied, or waits for the upload of a sealed segment.
+// MayResurrect reports whether an index object in the bucket may list a
+// copy of key after a crash: one this node deleted, whose removal is
+// queued, being applied, or waits for the upload of a sealed segment, or
+// one the tier holds. The hierarchy asks it of keys it does not know the
+// tier holds, and a shared bucket may hold one the hierarchy never saw:
+// another node's, found by a rescan.
 func (t *Tier) MayResurrect(key index.Key) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.unsure[key] > 0
+	return t.blocks[key] != nil || t.unsure[key] > 0
 }
 
 // unsureLocked adds d to the count of copies of key the bucket may still

@@ -128,20 +128,49 @@ func TestOverwriteOfAnS3BlockSurvivesACrash(t *testing.T) {
 	}
 }
 
+// TestOverwriteOfAnotherNodesS3BlockSurvivesACrash: another node uploads
+// a key's block to the shared bucket after this node's hierarchy was
+// built, so the hierarchy does not know the S3 tier has it (the tier
+// found it with a rescan). An overwrite on this node still removes it
+// from the bucket before it returns.
+func TestOverwriteOfAnotherNodesS3BlockSurvivesACrash(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := crashConfig(srv, "other")
+	cfg.MissRescanInterval = 0 // a Stat of an unknown key lists the bucket
+	tr := openTier(t, cfg)
+	hier := overS3(t, tr)
+
+	other := openTier(t, cfg)
+	m, b := block(1, 1, 1000)
+	must(t, other.Put(m, b))
+	flush(t, other)
+	if _, err := tr.Stat(m.Key); err != nil {
+		t.Fatalf("this node's tier does not find the other node's block: %v", err)
+	}
+	b[2]++
+	m.Sum = tiers.Checksum(b)
+	must(t, hier.Put(m, b))
+
+	if _, err := openTier(t, crashConfig(srv, "other")).Stat(m.Key); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("after the crash the bucket has the older copy of %v: %v, want ErrNotFound", m.Key, err)
+	}
+}
+
 // TestMayResurrectUntilTheIndexIsRewritten: a deleted block of a stored
 // segment may come back until its index object is rewritten; a deleted
 // block of the open segment never reached the store, and a key the tier
-// never had has nothing to bring back.
+// never had has nothing to bring back. A block the tier holds may.
 func TestMayResurrectUntilTheIndexIsRewritten(t *testing.T) {
 	srv := s3test.Start(t)
 	tr := openTier(t, crashConfig(srv, "mayresurrect"))
-	stored, open, never := index.Key{NS: 1, Hash: 1}, index.Key{NS: 2, Hash: 1}, index.Key{NS: 3, Hash: 1}
+	stored, open, never, held := index.Key{NS: 1, Hash: 1}, index.Key{NS: 2, Hash: 1}, index.Key{NS: 3, Hash: 1}, index.Key{NS: 4, Hash: 1}
 	must(t, tr.Put(block(stored.NS, stored.Hash, 1000)))
+	must(t, tr.Put(block(held.NS, held.Hash, 1000)))
 	flush(t, tr)
 	must(t, tr.Put(block(open.NS, open.Hash, 1000)))
 	must(t, tr.Delete(stored))
 	must(t, tr.Delete(open))
-	for key, want := range map[index.Key]bool{stored: true, open: false, never: false} {
+	for key, want := range map[index.Key]bool{stored: true, open: false, never: false, held: true} {
 		if got := tr.MayResurrect(key); got != want {
 			t.Errorf("MayResurrect(%v) = %v before Flush, want %v", key, got, want)
 		}
