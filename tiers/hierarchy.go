@@ -324,8 +324,7 @@ func (h *Hierarchy) stored(e *entry, m Meta, err error) error {
 // copy, when stale says it has one, or a copy it deleted earlier but
 // could bring back after a crash. A level whose tier is an Invalidator
 // returns only once neither can be read after a crash; the others delete
-// the copy as usual (an object store's deletes are applied later: see
-// tiers/s3).
+// the copy as usual.
 func (h *Hierarchy) invalidate(i int, e *entry, key index.Key, stale bool) error {
 	inv, ok := h.levels[i].Tier.(Invalidator)
 	switch {

@@ -133,7 +133,8 @@ func FormatBytes(n int64) string {
 
 // Invalidator is implemented by persistent tiers whose Delete may not
 // survive a crash when it returns (ssd, which flushes its deletes to disk
-// in the background). Before a Put that replaces a key returns, the
+// in the background; s3, which rewrites its index objects in the
+// background). Before a Put that replaces a key returns, the
 // hierarchy has such a tier invalidate the key when it holds an older copy
 // or deleted one lately, so that a crash cannot bring an older version
 // back in place of an acknowledged newer one.
@@ -143,8 +144,10 @@ type Invalidator interface {
 	// read after a crash and reopen.
 	Invalidate(key index.Key) error
 	// MayResurrect reports whether a block of key deleted earlier might
-	// be read again after a crash. It must be cheap: it is asked on every
-	// Put of a key the tier does not hold.
+	// be read again after a crash, or (a tier other nodes write to) the
+	// tier holds one the hierarchy may not know of. It must be cheap: it
+	// is asked on every Put of a key the hierarchy does not know the tier
+	// holds.
 	MayResurrect(key index.Key) bool
 }
 

@@ -31,7 +31,10 @@ func (t *Tier) queueDeleteLocked(seg *segment, key index.Key) {
 		keys = map[index.Key]struct{}{}
 		t.deletes[seg] = keys
 	}
-	keys[key] = struct{}{}
+	if _, ok := keys[key]; !ok {
+		keys[key] = struct{}{}
+		t.unsureLocked(key, 1)
+	}
 	t.wakeDeleter()
 }
 
@@ -79,9 +82,32 @@ func (t *Tier) deleteLoop() {
 
 // applyDeletes rewrites the index object of every segment with queued
 // deletes, Concurrency at a time. Deletes that fail go back in the queue.
+// One runs at a time; a caller that finds one in flight waits for it (or
+// for ctx) and then applies what was queued meanwhile, so that concurrent
+// callers share one rewrite per segment.
 func (t *Tier) applyDeletes(ctx context.Context) error {
-	t.deleteMu.Lock()
-	defer t.deleteMu.Unlock()
+	if err := t.lockDeletes(ctx); err != nil {
+		return err
+	}
+	defer t.unlockDeletes()
+	return t.applyDeletesHeld(ctx)
+}
+
+// lockDeletes waits until no applyDeletes is in flight, or ctx ends, and
+// keeps others from starting until unlockDeletes.
+func (t *Tier) lockDeletes(ctx context.Context) error {
+	select {
+	case t.deleteSem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("apply deletes: %w", ctx.Err())
+	}
+}
+
+func (t *Tier) unlockDeletes() { <-t.deleteSem }
+
+// applyDeletesHeld is applyDeletes for a caller of lockDeletes.
+func (t *Tier) applyDeletesHeld(ctx context.Context) error {
 	t.mu.Lock()
 	batch := t.deletes
 	t.deletes = map[*segment]map[index.Key]struct{}{}
@@ -113,6 +139,9 @@ func (t *Tier) applyDeletes(ctx context.Context) error {
 		seg.rewriting = false
 		seg.version++
 		t.deleting -= int64(len(batch[seg]))
+		for key := range batch[seg] {
+			t.unsureLocked(key, -1)
+		}
 		if errs[i] != nil && seg.state == segStored {
 			for key := range batch[seg] {
 				t.queueDeleteLocked(seg, key)

@@ -55,6 +55,13 @@ type segment struct {
 	dataDone  bool          // the data object is written; only the index is left
 	failures  int           // failed uploads in a row
 	retryAt   time.Time     // the background uploader waits until then
+	// indexTried is set once an upload has taken the segment's index to
+	// write it: from then on an index object listing the blocks it took
+	// may be in the store, even after a failed attempt. dropped holds
+	// the keys of the blocks deleted since, until the segment is stored
+	// (their removal from the index is then queued) or gone.
+	indexTried bool
+	dropped    map[index.Key]struct{}
 
 	// Stored segments.
 	dataSize, indexSize int64
@@ -130,6 +137,10 @@ func (t *Tier) unlinkLocked(b *block, remote bool) {
 		if len(seg.members) == 0 {
 			delete(t.open, seg.ns)
 			seg.state = segGone
+		}
+	case segSealed:
+		if seg.indexTried {
+			t.droppedLocked(seg, b.meta.Key)
 		}
 	case segStored:
 		if remote {
@@ -217,6 +228,10 @@ func (t *Tier) dropSealedLocked(seg *segment) {
 // bytes out of the pending count.
 func (t *Tier) unsealLocked(seg *segment) {
 	t.pending -= seg.bytes
+	for key := range seg.dropped {
+		t.unsureLocked(key, -1)
+	}
+	seg.dropped = nil
 	if i := slices.Index(t.sealed, seg); i >= 0 {
 		t.sealed = slices.Delete(t.sealed, i, i+1)
 	}
@@ -232,6 +247,9 @@ func (t *Tier) forgetSegmentLocked(seg *segment) {
 		t.unlinkLocked(b, false)
 	}
 	delete(t.segs, seg.id)
+	for key := range t.deletes[seg] {
+		t.unsureLocked(key, -1)
+	}
 	delete(t.deletes, seg)
 	seg.state = segGone
 }

@@ -76,6 +76,9 @@
 // index. Flush applies the pending deletes now. A crash (or a Close that
 // times out) between a Delete and the rewrite of its index brings the
 // block back after the next Open: intact and checksummed, never corrupt.
+// Invalidate is the delete that does not return before the block is gone
+// from the bucket's indexes, for the older copy of a key just replaced in
+// a faster tier (tiers.Invalidator; see invalidate.go).
 //
 // # When the store is down
 //
@@ -152,7 +155,14 @@ type Tier struct {
 	// the bucket (Config.OpenOffline).
 	unlisted atomic.Bool
 
-	deleteMu sync.Mutex // one applyDeletes at a time
+	// unsure counts, per key, the copies the bucket's index objects may
+	// still list although the map dropped them: deletes queued or being
+	// applied, and blocks deleted from a sealed segment whose index may
+	// be in the store already (see invalidate.go).
+	unsure map[index.Key]int
+
+	deleteSem chan struct{} // one applyDeletes at a time
+
 	missMu   sync.Mutex
 	missRun  chan struct{} // the miss rescan in flight
 	missLast time.Time
@@ -186,6 +196,8 @@ func Open(ctx context.Context, cfg Config) (*Tier, error) {
 		open:        map[index.NamespaceID]*segment{},
 		segs:        map[segID]*segment{},
 		deletes:     map[*segment]map[index.Key]struct{}{},
+		unsure:      map[index.Key]int{},
+		deleteSem:   make(chan struct{}, 1),
 		getSlots:    make(chan struct{}, cfg.Concurrency),
 		uploadSlots: make(chan struct{}, cfg.Concurrency),
 		uploadWake:  make(chan struct{}, 1),

@@ -156,6 +156,7 @@ func (t *Tier) uploadSegment(ctx context.Context, seg *segment, body *segmentRea
 	}
 	t.mu.Lock()
 	x, indexed := t.indexLocked(seg)
+	seg.indexTried = true
 	t.mu.Unlock()
 	if len(indexed) == 0 {
 		return t.uploadSegment(ctx, seg, body) // all deleted meanwhile: drop it
