@@ -30,29 +30,6 @@ import (
 // figures. KVSTRATA_FAULTRUN=long runs a longer, seeded random schedule
 // (KVSTRATA_FAULTRUN_SEED repeats one).
 
-// Checks that fail on today's code because of known defects, each to be
-// switched on once its fix is merged; KVSTRATA_FAULTRUN_STRICT=1 switches
-// them all on. What they find is logged either way.
-const (
-	// strictLiveness: no replica shows a healthy node down. A leader
-	// paused past the liveness timeout, then resumed, marks healthy
-	// nodes down.
-	strictLiveness = false
-	// strictReadiness: a node that reports ready lists every block
-	// acknowledged more than faultStaleness before while its node is up.
-	// Restarted, resumed and partitioned nodes answer lookups from a
-	// stale replica while they report ready.
-	strictReadiness = false
-	// strictClientRetry: a call whose node is ready again before the
-	// call's deadline succeeds. The client does not retry refused dials,
-	// and its retries give up long before a restart is over.
-	strictClientRetry = false
-	// strictForwarding: puts on the nodes outside a fault are
-	// acknowledged again within faultAckedAgain. Followers forward to a
-	// dead leader for 10s.
-	strictForwarding = false
-)
-
 // The fault run's bounds: generous, and each with its reason.
 const (
 	// faultLiveness is the cluster's liveness timeout; pauses and
@@ -75,8 +52,6 @@ const (
 	// keeps about 120 of them in DRAM and demotes the rest to its SSD.
 	faultBlockSize = 32 << 10
 )
-
-func strict(gate bool) bool { return gate || os.Getenv("KVSTRATA_FAULTRUN_STRICT") == "1" }
 
 // faultStep is one fault of the schedule.
 type faultStep struct {
@@ -793,37 +768,25 @@ func (r *faultRun) report(rep history.Report) {
 	for _, k := range rep.Lost {
 		t.Errorf("lost: %v was acknowledged and its node was never killed, or it was in the SSD for %v before", k, faultDurable)
 	}
-	gated := func(gate bool, name string, n int, first string) {
-		if n == 0 {
-			return
-		}
-		msg := fmt.Sprintf("%s: %d, first: %s", name, n, first)
-		if strict(gate) {
-			t.Error(msg)
-		} else {
-			t.Log("known defect, not failing: " + msg)
-		}
-	}
 	for _, ops := range []struct {
-		gate bool
 		name string
 		ops  []history.Op
 	}{
-		{strictReadiness, "stale reads on ready nodes", rep.Stale},
-		{strictClientRetry, "calls failed though their node was ready before the deadline", rep.FailedInTime},
+		{"stale reads on ready nodes", rep.Stale},
+		{"calls failed though their node was ready before the deadline", rep.FailedInTime},
 	} {
 		if len(ops.ops) > 0 {
 			op := ops.ops[0]
-			gated(ops.gate, ops.name, len(ops.ops), fmt.Sprintf("%v through node %d, put on node %d, %v–%v %s",
-				op.Key, op.Node, op.Holder, op.Start.Format(time.StampMilli), op.End.Format(time.StampMilli), op.Err))
+			t.Errorf("%s: %d, first: %v through node %d, put on node %d, %v–%v %s", ops.name, len(ops.ops),
+				op.Key, op.Node, op.Holder, op.Start.Format(time.StampMilli), op.End.Format(time.StampMilli), op.Err)
 		}
 	}
 	if len(rep.HealthyDown) > 0 {
-		gated(strictLiveness, "healthy nodes marked down", len(rep.HealthyDown), rep.HealthyDown[0])
+		t.Errorf("healthy nodes marked down: %d, first: %s", len(rep.HealthyDown), rep.HealthyDown[0])
 	}
 	for _, w := range rep.Windows {
 		if w.Fault != nil && (w.AckedAgain < 0 || w.AckedAgain > faultAckedAgain) {
-			gated(strictForwarding, "puts on every other node acknowledged again "+ackedAgain(w.AckedAgain), 1, w.Fault.Name)
+			t.Errorf("%s: puts on every other node acknowledged again %s (bound %v)", w.Fault.Name, ackedAgain(w.AckedAgain), faultAckedAgain)
 		}
 	}
 }
