@@ -79,10 +79,10 @@ var (
 	// ErrFull marks a store with no room it can make (nothing evictable):
 	// "-OOM <text>", the reply Redis gives over maxmemory.
 	ErrFull = errors.New("resp: store full")
-	// ErrUnavailable marks a key the store holds but cannot read now (it
-	// is in a tier out of reach, an object store that is down):
-	// "-TRYAGAIN <text>", which a client tells from a miss (a null reply)
-	// and may retry later.
+	// ErrUnavailable marks what the store cannot do now because a tier is
+	// out of reach (an object store that is down): read a key it holds, or
+	// replace one whose older copy is there. "-TRYAGAIN <text>", which a
+	// client tells from a miss (a null reply) and may retry later.
 	ErrUnavailable = errors.New("resp: value out of reach for now")
 	// Any other error replies "-ERR <text>".
 )
