@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"slices"
 	"strconv"
@@ -57,21 +58,25 @@ func (s *service) Members(context.Context, *pb.MembersRequest) (*pb.MembersRespo
 }
 
 // digest counts a directory's keys and hashes its content, the same on
-// every replica that holds the same entries whatever their order.
+// every replica that holds the same entries whatever their order. It reads
+// the directory shard by shard under its read locks rather than through a
+// Snapshot, which would make the next write to every shard copy it: a
+// Members call must not cost the directory's writers.
 func digest(d *index.Directory) (uint64, uint64) {
 	var n, sum uint64
-	d.Snapshot().Range(func(k index.Key, e *index.Entry) bool {
-		locs := slices.Clone(e.Locations)
-		slices.SortFunc(locs, func(a, b index.Location) int {
+	var buf []byte
+	d.Range(func(k index.Key, e index.Entry) bool {
+		slices.SortFunc(e.Locations, func(a, b index.Location) int {
 			if a.Node != b.Node {
 				return int(a.Node) - int(b.Node)
 			}
 			return int(a.Tier) - int(b.Tier)
 		})
-		var buf []byte
-		buf = append(buf, k.String()...)
-		for _, l := range locs {
-			buf = append(buf, l.String()...)
+		buf = binary.LittleEndian.AppendUint64(buf[:0], uint64(k.NS))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(k.Hash))
+		for _, l := range e.Locations {
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(l.Node))
+			buf = append(buf, byte(l.Tier))
 		}
 		sum ^= xxhash.Sum64(buf)
 		n++
