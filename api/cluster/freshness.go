@@ -53,14 +53,23 @@ type freshTracker struct {
 	// The leader's commit index as its answers to this node's last two
 	// heartbeats said, the older first: a follower far behind learns
 	// from raft only the commit index of what it has received so far.
+	// leader is the node that answered them: a new leader's answers start
+	// afresh, so that a deposed leader back from a partition, or a node
+	// that followed another leader, is not current on old answers.
 	leaderTarget, leaderLast uint64
+	leader                   index.NodeID
 }
 
-// leaderCommitted records the leader's commit index from its answer to a
+// leaderCommitted records the commit index leader gave in its answer to a
 // heartbeat.
-func (c *Cluster) leaderCommitted(index uint64) {
+func (c *Cluster) leaderCommitted(leader index.NodeID, commit uint64) {
 	c.mu.Lock()
-	c.fresh.leaderTarget, c.fresh.leaderLast = c.fresh.leaderLast, index
+	if c.fresh.leader != leader {
+		c.fresh.leader, c.fresh.leaderTarget = leader, 0
+	} else {
+		c.fresh.leaderTarget = c.fresh.leaderLast
+	}
+	c.fresh.leaderLast = commit
 	c.mu.Unlock()
 }
 
@@ -76,8 +85,15 @@ func (c *Cluster) trackFreshness() {
 		case <-t.C:
 		}
 		commit := c.rep.Raft.CommitIndex()
+		// A node that leads, knows no leader or is out of touch with it
+		// forgets the leader's answers: once in touch again, it is
+		// current only after two fresh ones.
+		forget := c.rep.IsLeader() || c.rep.Leader() == 0 || time.Since(c.rep.Raft.LastContact()) > c.rep.ElectionTimeout()
 		c.mu.Lock()
 		c.fresh.target, c.fresh.last = c.fresh.last, commit
+		if forget {
+			c.fresh.leader, c.fresh.leaderTarget, c.fresh.leaderLast = 0, 0, 0
+		}
 		c.mu.Unlock()
 	}
 }
@@ -95,6 +111,9 @@ func (c *Cluster) Freshness() Freshness {
 	}
 	c.mu.Lock()
 	target, leaderTarget := c.fresh.target, c.fresh.leaderTarget
+	if c.fresh.leader != f.Leader {
+		leaderTarget = 0 // no answers from this leader yet
+	}
 	c.mu.Unlock()
 	if !leads { // a follower: at most a heartbeat or two behind the leader
 		target = max(target, leaderTarget)

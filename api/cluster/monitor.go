@@ -36,6 +36,7 @@ func (c *Cluster) heartbeats() {
 			c.heard(c.cfg.ID, usage)
 			continue
 		}
+		leader := c.rep.Leader()
 		conn, err := c.leaderConn()
 		if err != nil {
 			continue
@@ -45,7 +46,7 @@ func (c *Cluster) heartbeats() {
 			AppliedIndex: c.rep.FSM.AppliedIndex()})
 		cancel()
 		if err == nil {
-			c.leaderCommitted(resp.CommitIndex)
+			c.leaderCommitted(leader, resp.CommitIndex)
 		}
 	}
 }

@@ -70,8 +70,8 @@ type Report struct {
 	// calls that failed although their node reported ready again before
 	// the call's deadline.
 	Corrupt, Stale, FailedInTime []Op
-	// HealthyDown says when a replica showed a node down that had no
-	// fault of its own within Bounds.Liveness.
+	// HealthyDown says when a replica that reported ready showed a node
+	// down that had no fault of its own within Bounds.Liveness.
 	HealthyDown []string
 }
 
@@ -352,6 +352,9 @@ func (c *checker) healthyDown() []string {
 	var out []string
 	said := map[[2]int]bool{}
 	for _, l := range c.liveness {
+		if !c.readyThroughout(l.From, l.At, l.At) {
+			continue // a replica catching up shows the past, and says it is not current
+		}
 		for _, d := range l.Down {
 			if c.faultNear(d, l.At, l.At, c.b.Liveness) {
 				continue

@@ -151,6 +151,27 @@ func TestAHealthyNodeMarkedDownIsFlagged(t *testing.T) {
 	}
 }
 
+func TestAReplicaCatchingUpMayShowThePast(t *testing.T) {
+	t0 := time.Now()
+	h := crafted(t0)
+	// Node 3 restarts: not ready while its replica replays the log, in
+	// which node 2 was once down.
+	h.AddFault(Fault{Name: "restart node 3", Kind: Kill, Node: 3, Start: t0.Add(3 * time.Second),
+		End: t0.Add(4 * time.Second), Ready: t0.Add(9 * time.Second)})
+	for d := 3 * time.Second; d < 9*time.Second; d += 100 * time.Millisecond {
+		h.AddReadiness(Readiness{Node: 3, At: t0.Add(d + 50*time.Millisecond), Ready: false})
+	}
+	h.AddLiveness(Liveness{From: 3, At: t0.Add(7 * time.Second), Leader: 1, Down: []index.NodeID{2}})
+	if r := Check(h, bounds); len(r.HealthyDown) != 0 {
+		t.Fatalf("a replica that said it was not ready is flagged: %q", r.HealthyDown)
+	}
+	// The same sighting from a ready replica is flagged.
+	h.AddLiveness(Liveness{From: 1, At: t0.Add(7 * time.Second), Leader: 1, Down: []index.NodeID{2}})
+	if r := Check(h, bounds); len(r.HealthyDown) != 1 {
+		t.Fatalf("healthy nodes marked down: %q, want node 1's sighting", r.HealthyDown)
+	}
+}
+
 func TestACallThatFailedWhileItsNodeWasBackInTimeIsFlagged(t *testing.T) {
 	t0 := time.Now()
 	h := crafted(t0)
