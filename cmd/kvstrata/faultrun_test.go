@@ -30,6 +30,12 @@ import (
 // figures. KVSTRATA_FAULTRUN=long runs a longer, seeded random schedule
 // (KVSTRATA_FAULTRUN_SEED repeats one).
 
+// faultClient is how the run's clients are configured: a call is tried
+// again for as long as its deadline allows, so that one whose node is back
+// before its deadline succeeds (a race-built node that reloads tens of
+// thousands of SSD blocks takes longer than the default budget).
+var faultClient = client.Options{RetryBudget: faultDeadline}
+
 // The fault run's bounds: generous, and each with its reason.
 const (
 	// faultLiveness is the cluster's liveness timeout; pauses and
@@ -218,7 +224,7 @@ func (r *faultRun) client(w, i int) (*client.Client, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), faultDeadline)
 	defer cancel()
-	c, err := client.Dial(ctx, r.nodes[i].grpc, client.Options{})
+	c, err := client.Dial(ctx, r.nodes[i].grpc, faultClient)
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +344,7 @@ func (r *faultRun) read(w int, stop <-chan struct{}) {
 			continue
 		}
 		if clusters[i] == nil {
-			clusters[i] = client.NewCluster(c, client.Options{})
+			clusters[i] = client.NewCluster(c, faultClient)
 		}
 		start := time.Now()
 		op := history.Op{Kind: history.Read, Key: k.key, Node: index.NodeID(i + 1), Holder: k.holder, Start: start,
