@@ -72,16 +72,7 @@ func readError(what string, err error) error {
 // deleteKeys deletes key's record and payload in one batch. The caller
 // holds key's stripe exclusively and fixes the accounting.
 func (t *Tier) deleteKeys(key index.Key) error {
-	rk, pk := makeKey(prefixRecord, key), makeKey(prefixPayload, key)
-	b := t.db.NewBatch()
-	defer b.Close()
-	if err := b.Delete(rk[:], nil); err != nil {
-		return err
-	}
-	if err := b.Delete(pk[:], nil); err != nil {
-		return err
-	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := t.commitDelete(key, false); err != nil {
 		return err
 	}
 	t.dirty.Store(true)
