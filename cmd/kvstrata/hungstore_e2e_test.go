@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,20 @@ func TestAHungObjectStoreIsReportedAsUnreachableNotAsAMiss(t *testing.T) {
 	}
 	if got := respDo(t, p.resp, "GET", "never-set"); got != "$-1" {
 		t.Errorf("RESP GET of a key held nowhere: %s, want a null reply", got)
+	}
+	// A client that is not ours tells the two apart too.
+	if cli, err := exec.LookPath("redis-cli"); err == nil {
+		host, port, _ := net.SplitHostPort(p.resp)
+		out, _ := exec.Command(cli, "-h", host, "-p", port, "GET", "hung-key").CombinedOutput()
+		if !strings.Contains(string(out), "TRYAGAIN") {
+			t.Errorf("redis-cli GET of a key held in the hung store: %q, want TRYAGAIN", out)
+		}
+		out, _ = exec.Command(cli, "-h", host, "-p", port, "GET", "never-set").CombinedOutput()
+		if strings.TrimSpace(string(out)) != "" {
+			t.Errorf("redis-cli GET of a key held nowhere: %q, want a nil reply (an empty line)", out)
+		}
+	} else {
+		t.Log("redis-cli not installed (Debian package redis-tools): checked with our own RESP client only")
 	}
 	resp, err := http.Get("http://" + p.http + "/metrics")
 	if err != nil {
