@@ -185,7 +185,15 @@ func TestUnfinishedCommandsHoldAtMostMaxPendingBytes(t *testing.T) {
 	msets := b.String()[:b.Len()-1]
 	var wg sync.WaitGroup
 	replies := make(chan string, clients)
-	for range clients {
+	for i := range clients {
+		if i == 1 || i == 2 {
+			// The first two MSETs fit the budget whole: each is let in
+			// before the next starts, so they hold their bytes (and are
+			// cut as slow) and the later ones wait (and find it busy).
+			// Started together, all six could hold part of it and wait.
+			want := int64(i) * 3 << 19 // 1.5 MiB each
+			waitFor(t, "an MSET held whole", func() bool { return srv.Stats().PendingBytes >= want })
+		}
 		nc, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
