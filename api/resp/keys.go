@@ -2,6 +2,7 @@ package resp
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 )
@@ -150,25 +151,15 @@ func (c *conn) mset(args [][]byte) {
 	c.w.simple("OK")
 }
 
-func (c *conn) exists(args [][]byte) {
-	var n int64
-	for _, k := range args[1:] {
-		ok, err := c.s.store.Exists(c.s.ctx, string(k))
-		if err != nil {
-			c.storeError(err)
-			return
-		}
-		if ok {
-			n++
-		}
-	}
-	c.w.int(n)
-}
+func (c *conn) exists(args [][]byte) { c.count(args[1:], c.s.store.Exists) }
 
-func (c *conn) del(args [][]byte) {
+func (c *conn) del(args [][]byte) { c.count(args[1:], c.s.store.Delete) }
+
+// count replies how many of keys op reports true for, or the first error.
+func (c *conn) count(keys [][]byte, op func(context.Context, string) (bool, error)) {
 	var n int64
-	for _, k := range args[1:] {
-		ok, err := c.s.store.Delete(c.s.ctx, string(k))
+	for _, k := range keys {
+		ok, err := op(c.s.ctx, string(k))
 		if err != nil {
 			c.storeError(err)
 			return
