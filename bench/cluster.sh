@@ -23,24 +23,8 @@ cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10s} SIZE=${SIZE:-4096} CONCURRENCY=${CONCURRENCY:-2} DRAM=${DRAM:-1GiB}
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/kvstrata-cluster.XXXXXX")
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	if [ "${KEEP:-0}" = 1 ]; then echo "logs in $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'; }
-wait_ready() {
-	for _ in $(seq 300); do
-		curl -fs "http://$1/readyz" >/dev/null 2>&1 && return 0
-		sleep 0.1
-	done
-	echo "node at $1 never got ready" >&2
-	return 1
-}
+. "$(dirname "$0")/lib.sh"
+bench_workdir cluster
 
 echo "building..." >&2
 go build -o "$work/kvstrata" ./cmd/kvstrata

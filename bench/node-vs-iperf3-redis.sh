@@ -26,46 +26,9 @@ DURATION=${DURATION:-10s}
 IPERF_SECS=${IPERF_SECS:-5}
 
 cd "$(dirname "$0")/.."
-for tool in iperf3 redis-server jq; do
-	command -v "$tool" >/dev/null || { echo "$tool is not installed" >&2; exit 1; }
-done
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	if [[ ${KEEP:-0} == 1 ]]; then echo "work directory kept: $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-
-# free_port prints a loopback TCP port nothing listens on.
-free_port() {
-	local p
-	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	echo "no free port found" >&2
-	exit 1
-}
-
-# wait_for runs a command until it succeeds, for up to 10 seconds.
-wait_for() {
-	for _ in $(seq 100); do
-		if "$@" >/dev/null 2>&1; then return; fi
-		sleep 0.1
-	done
-	echo "timed out waiting for: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/lib.sh"
+need iperf3 redis-server jq
+bench_workdir node-vs-iperf3-redis
 
 echo "building kvstrata and kvctl..." >&2
 go build -o "$work/kvstrata" ./cmd/kvstrata
@@ -84,22 +47,6 @@ pids+=($!)
 wait_for "$kvctl" --addr "127.0.0.1:$grpc" --timeout 1s stats
 wait_for redis-cli -p "$redis" ping
 
-# iperf3_mbs prints one iperf3 stream's receiver rate in MB/s.
-iperf3_mbs() {
-	iperf3 -s -1 -p "$iperf" >/dev/null 2>&1 &
-	local server=$! mbits=
-	for _ in $(seq 50); do # the server needs a moment to listen
-		if mbits=$(iperf3 -c 127.0.0.1 -p "$iperf" -t "$IPERF_SECS" -f m 2>/dev/null |
-			awk '/receiver/ {print $(NF-2)}') && [[ -n $mbits ]]; then
-			break
-		fi
-		sleep 0.1
-	done
-	wait "$server" 2>/dev/null || true
-	[[ -n $mbits ]] || { echo "iperf3 gave no result" >&2; exit 1; }
-	awk -v m="$mbits" 'BEGIN { printf "%.1f", m / 8 }'
-}
-
 # bench NAME OP TARGET [FLAGS...] runs kvctl bench and appends a row
 # "NAME OP MB/S P50_MS P99_MS ERRORS" to $work/rows.
 bench() {
@@ -116,7 +63,7 @@ bench() {
 }
 
 echo "iperf3 -c 127.0.0.1 -t $IPERF_SECS (one stream)..." >&2
-limit=$(iperf3_mbs)
+limit=$(iperf3_mbs "$iperf" "$IPERF_SECS")
 : >"$work/rows"
 bench node-data-plane get "kvstrata://127.0.0.1:$grpc"
 bench node-grpc get "kvstrata://127.0.0.1:$grpc" --grpc

@@ -39,14 +39,9 @@ for tool in redis-server redis-benchmark redis-cli; do
 done
 
 redis_port=${REDIS_PORT:-16379}
-pids=()
-tmp=$(mktemp -d)
-cleanup() {
-	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh"
+bench_workdir resp-vs-redis
+tmp=$work
 
 # wait_up HOST PORT: wait until a RESP server answers PING.
 wait_up() {
@@ -86,8 +81,6 @@ rates() {
 			END { if (s == "" || g == "") exit 1; print s, g }'
 }
 
-# median of numbers on stdin.
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 echo "redis-benchmark -t set,get -n $requests -c $clients -P $pipeline -q -d SIZE   (median of $runs runs)"
 echo "redis-server $(redis-server --version | awk '{ print $3 }') on 127.0.0.1:$redis_port  vs  $kvstrata"

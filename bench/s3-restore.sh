@@ -22,17 +22,8 @@ TOKENS=${TOKENS:-100000} BLOCK_TOKENS=${BLOCK_TOKENS:-256} RUNS=${RUNS:-3} CONCU
 vgw=$(command -v versitygw || echo "$(go env GOPATH)/bin/versitygw")
 [ -x "$vgw" ] || { echo "s3-restore: versitygw not found; go install github.com/versity/versitygw/cmd/versitygw@v1.8.0" >&2; exit 1; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/kvstrata-s3-restore.XXXXXX")
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	if [ "${KEEP:-0}" = 1 ]; then echo "logs in $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+. "$(dirname "$0")/lib.sh"
+bench_workdir s3-restore
 
 echo "building..." >&2
 go build -o "$work/kvstrata" ./cmd/kvstrata

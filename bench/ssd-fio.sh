@@ -28,13 +28,11 @@ BENCHTIME=${BENCHTIME:-1024x}
 ROUNDS=${ROUNDS:-3}
 
 cd "$(dirname "$0")/.."
-command -v fio >/dev/null || { echo "ssd-fio: fio is not installed (apt-get install fio)" >&2; exit 1; }
-
+. "$(dirname "$0")/lib.sh"
+need fio
 base=${1:-${TMPDIR:-/tmp}}
 mkdir -p "$base"
-work=$(mktemp -d "$base/kvstrata-ssd-fio.XXXXXX")
-cleanup() { rm -rf "$work"; }
-trap cleanup EXIT
+bench_workdir ssd-fio "$base"
 
 go test -c -o "$work/ssd.test" ./tiers/ssd
 
@@ -48,9 +46,6 @@ fio_mbs() {
 		awk '{ m = ($2 == "G") ? 1000 : ($2 == "k") ? 0.001 : ($2 == "") ? 0.000001 : 1; printf "%.1f\n", $1 * m; found = 1 }
 			END { if (!found) exit 1 }'
 }
-
-# median of numbers on stdin.
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 : >"$work/results"
 for round in $(seq "$ROUNDS"); do
@@ -74,8 +69,8 @@ for round in $(seq "$ROUNDS"); do
 	} | tee -a "$work/results" >&2
 done
 
+xratio() { echo "$(ratio "$1" "$2")x"; }
 get() { awk -v k="$1" '$1 == k { print $2 }' "$work/results" | median; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 
 fwd=$(get fio-write-direct) fwb=$(get fio-write-buffered) frd=$(get fio-read-direct) frb=$(get fio-read-buffered)
 pw=$(get PlainFileWrite1MiB) pr=$(get PlainFileRead1MiB)
@@ -87,12 +82,12 @@ echo "disk: $(df -h "$work" | awk 'NR == 2 { print $1, $2 }')  dir: $base  fio s
 printf "%-40s %10s %12s %12s\n" "" MB/s "vs plain" "vs fio buf"
 printf "%-40s %10.0f\n" "fio seq write 1M, O_DIRECT" "$fwd"
 printf "%-40s %10.0f\n" "fio seq write 1M, buffered + fsync" "$fwb"
-printf "%-40s %10.0f %12s %12s\n" "plain file write (Go), + fsync" "$pw" "" "$(ratio "$pw" "$fwb")"
-printf "%-40s %10.0f %12s %12s   write-amp %s\n" "ssd Put, durability=flush (default)" "$pf" "$(ratio "$pf" "$pw")" "$(ratio "$pf" "$fwb")" "$(get Put1MiB/durability=flush/write-amp)"
-printf "%-40s %10.0f %12s %12s   write-amp %s\n" "ssd Put, durability=wal" "$pwal" "$(ratio "$pwal" "$pw")" "$(ratio "$pwal" "$fwb")" "$(get Put1MiB/durability=wal/write-amp)"
+printf "%-40s %10.0f %12s %12s\n" "plain file write (Go), + fsync" "$pw" "" "$(xratio "$pw" "$fwb")"
+printf "%-40s %10.0f %12s %12s   write-amp %s\n" "ssd Put, durability=flush (default)" "$pf" "$(xratio "$pf" "$pw")" "$(xratio "$pf" "$fwb")" "$(get Put1MiB/durability=flush/write-amp)"
+printf "%-40s %10.0f %12s %12s   write-amp %s\n" "ssd Put, durability=wal" "$pwal" "$(xratio "$pwal" "$pw")" "$(xratio "$pwal" "$fwb")" "$(get Put1MiB/durability=wal/write-amp)"
 printf "%-40s %10.0f\n" "fio seq read 1M, O_DIRECT" "$frd"
 printf "%-40s %10.0f\n" "fio seq read 1M, buffered, cold cache" "$frb"
 printf "%-40s %10.0f\n" "plain file read (Go), page cache" "$pr"
-printf "%-40s %10.0f %12s\n" "ssd Get, page cache, block cache missed" "$g" "$(ratio "$g" "$pr")"
-printf "%-40s %10.0f %12s %12s\n" "plain file read (Go), cold cache" "$prc" "" "$(ratio "$prc" "$frb")"
-printf "%-40s %10.0f %12s %12s\n" "ssd Get, cold cache" "$gc" "$(ratio "$gc" "$prc")" "$(ratio "$gc" "$frb")"
+printf "%-40s %10.0f %12s\n" "ssd Get, page cache, block cache missed" "$g" "$(xratio "$g" "$pr")"
+printf "%-40s %10.0f %12s %12s\n" "plain file read (Go), cold cache" "$prc" "" "$(xratio "$prc" "$frb")"
+printf "%-40s %10.0f %12s %12s\n" "ssd Get, cold cache" "$gc" "$(xratio "$gc" "$prc")" "$(xratio "$gc" "$frb")"

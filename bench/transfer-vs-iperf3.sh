@@ -21,37 +21,12 @@ BLOCK=${BLOCK:-1MiB}
 CONNS=${CONNS:-1}
 
 cd "$(dirname "$0")/.."
-command -v iperf3 >/dev/null || { echo "iperf3 is not installed" >&2; exit 1; }
-
-work=$(mktemp -d)
-server=
-cleanup() {
-	if [[ -n $server ]]; then kill "$server" 2>/dev/null || true; fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh"
+need iperf3
+bench_workdir transfer-vs-iperf3
 
 echo "building the transfer/tcp benchmark..."
 go test -c -o "$work/tcp.test" ./transfer/tcp
-
-# iperf3_mbs runs one iperf3 client against a fresh one-shot server and
-# prints the receiver's rate in MB/s.
-iperf3_mbs() {
-	iperf3 -s -1 -p "$PORT" >/dev/null 2>&1 &
-	server=$!
-	local mbits=
-	for _ in $(seq 50); do # the server needs a moment to listen
-		if mbits=$(iperf3 -c 127.0.0.1 -p "$PORT" -t "$SECS" -f m 2>/dev/null |
-			awk '/receiver/ {print $(NF-2)}') && [[ -n $mbits ]]; then
-			break
-		fi
-		sleep 0.1
-	done
-	wait "$server" 2>/dev/null || true
-	server=
-	[[ -n $mbits ]] || { echo "iperf3 gave no result" >&2; exit 1; }
-	awk -v m="$mbits" 'BEGIN { printf "%.0f", m / 8 }'
-}
 
 # go_mbs runs BenchmarkGet once and prints its MB/s.
 go_mbs() {
@@ -60,12 +35,10 @@ go_mbs() {
 		awk '/MB\/s/ { for (i = 1; i <= NF; i++) if ($(i+1) == "MB/s") print $i }'
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
-
 : >"$work/iperf3"
 : >"$work/go"
 for round in $(seq "$ROUNDS"); do
-	i=$(iperf3_mbs)
+	i=$(iperf3_mbs "$PORT" "$SECS")
 	g=$(go_mbs)
 	[[ -n $g ]] || { echo "the Go benchmark gave no result" >&2; exit 1; }
 	echo "$i" >>"$work/iperf3"

@@ -39,15 +39,11 @@ PORT=${PORT:-$((40000 + RANDOM % 10000))}
 IPERF=${IPERF:-1}
 
 cd "$(dirname "$0")/.."
-command -v ucx_perftest >/dev/null || { echo "ucx_perftest is not installed (apt-get install ucx-utils)" >&2; exit 1; }
-
-work=$(mktemp -d)
+. "$(dirname "$0")/lib.sh"
+need ucx_perftest
+bench_workdir ucx-vs-perftest
 server=
-cleanup() {
-	if [[ -n $server ]]; then kill "$server" 2>/dev/null || true; fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
+trap '[[ -z $server ]] || kill "$server" 2>/dev/null; bench_cleanup' EXIT
 
 echo "building the transfer/ucx and transfer/tcp benchmarks..."
 go test -c -tags ucx -o "$work/ucx.test" ./transfer/ucx
@@ -104,8 +100,6 @@ gobench() {
 		}'
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
 for size in $SIZES; do
 	n=$(bytes "$size")
