@@ -57,14 +57,14 @@ type Result struct {
 // is reported in a *BatchError (the others are stored); a batch refused as a
 // whole fails the call.
 func (c *Client) Put(ctx context.Context, blocks []Block) error {
-	headers := make([]transfer.Header, len(blocks))
+	headers := make([]index.Header, len(blocks))
 	for i, b := range blocks {
 		if len(b.Data) > int(c.info.MaxBlockSize) {
 			return &Error{Op: "put", Code: codes.InvalidArgument, Msg: fmt.Sprintf("block %d is %s, over the node's %s limit",
 				i, tiers.FormatBytes(int64(len(b.Data))), tiers.FormatBytes(int64(c.info.MaxBlockSize)))}
 		}
-		headers[i] = transfer.Header{Key: b.Key, Parent: b.Parent, HasParent: b.HasParent,
-			Size: uint32(len(b.Data)), Sum: tiers.Checksum(b.Data)}
+		headers[i] = index.Header{Key: b.Key, Meta: index.Meta{Parent: b.Parent, HasParent: b.HasParent,
+			Size: uint32(len(b.Data))}, Sum: index.Checksum(b.Data)}
 	}
 	errs := make([]error, len(blocks))
 	failed := false
@@ -245,12 +245,12 @@ type receiver struct {
 	err    error
 }
 
-func (r *receiver) Buffer(i int, h transfer.Header) []byte {
+func (r *receiver) Buffer(i int, h index.Header) []byte {
 	r.buf = r.buffer(i, int(h.Size))
 	return r.buf
 }
 
-func (r *receiver) Done(i int, h transfer.Header, err error) {
+func (r *receiver) Done(i int, h index.Header, err error) {
 	if r.err != nil {
 		return
 	}
@@ -315,7 +315,7 @@ func (c *Client) getGRPC(ctx context.Context, keys []index.Key, stopAtMiss bool,
 			return fmt.Errorf("block %d sent %d bytes, more than its %d", idx, len(cur.Data), want)
 		}
 		if len(cur.Data) == want && cur.Found {
-			if tiers.Checksum(cur.Data) != cur.Sum {
+			if index.Checksum(cur.Data) != cur.Sum {
 				return &Error{Op: "get", Code: codes.DataLoss, Msg: fmt.Sprintf("block %d failed its checksum", idx)}
 			}
 			if err := emit(idx, cur); err != nil {

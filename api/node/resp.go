@@ -105,11 +105,11 @@ func (s *RESPStore) checkSize(key string, value []byte) error {
 func (s *RESPStore) set(k index.Key, key string, value []byte) error {
 	var hdr [respHeader]byte
 	binary.LittleEndian.PutUint32(hdr[:], uint32(len(key)))
-	d := xxhash.New()
+	d := index.NewDigest()
 	_, _ = d.Write(hdr[:])
 	_, _ = d.WriteString(key)
 	_, _ = d.Write(value)
-	m := tiers.Meta{Key: k, Sum: d.Sum64()}
+	m := index.Header{Key: k, Sum: d.Sum64()}
 	m.Size = uint32(respHeader + len(key) + len(value))
 	r, err := s.n.Reserve(m)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
 
 	pb "github.com/kvstrata/kvstrata/api/v1"
 )
@@ -28,13 +27,13 @@ func keysFromPB(ks []*pb.BlockKey) []index.Key {
 	return out
 }
 
-func metaFromPB(m *pb.BlockMeta) tiers.Meta {
-	out := tiers.Meta{Key: keyFromPB(m.GetKey()), Sum: m.GetChecksum()}
+func metaFromPB(m *pb.BlockMeta) index.Header {
+	out := index.Header{Key: keyFromPB(m.GetKey()), Sum: m.GetChecksum()}
 	out.Parent, out.HasParent, out.Size = index.Hash(m.GetParent()), m.GetHasParent(), m.GetSize()
 	return out
 }
 
-func metaToPB(m tiers.Meta) *pb.BlockMeta {
+func metaToPB(m index.Header) *pb.BlockMeta {
 	return &pb.BlockMeta{Key: keyToPB(m.Key), Parent: uint64(m.Parent), HasParent: m.HasParent, Size: m.Size, Checksum: m.Sum}
 }
 

@@ -84,7 +84,7 @@ func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResp
 	if hdr == nil {
 		return status.Error(codes.InvalidArgument, "put: the first message must be the batch header")
 	}
-	metas := make([]tiers.Meta, len(hdr.Blocks))
+	metas := make([]index.Header, len(hdr.Blocks))
 	for i, m := range hdr.Blocks {
 		if m.GetKey() == nil {
 			return status.Errorf(codes.InvalidArgument, "put: block %d has no key", i)
@@ -114,7 +114,7 @@ func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResp
 
 // putOne reads one block's bytes into a reservation and commits it; when
 // the node refuses the block, its bytes are read and dropped.
-func (s *Server) putOne(in *chunkReader, m tiers.Meta) error {
+func (s *Server) putOne(in *chunkReader, m index.Header) error {
 	r, err := s.n.Reserve(m)
 	if err != nil {
 		if n, derr := io.CopyN(io.Discard, in, int64(m.Size)); derr != nil {
@@ -133,7 +133,7 @@ func (s *Server) putOne(in *chunkReader, m tiers.Meta) error {
 // block m, as the status that ends the call. A stream that ended early is
 // the client's mistake (InvalidArgument); any other failure (a cancelled
 // call, a second header) keeps its code.
-func streamError(m tiers.Meta, got int64, err error) error {
+func streamError(m index.Header, got int64, err error) error {
 	code, msg := Code(err), err.Error()
 	if s, ok := status.FromError(err); ok {
 		msg = s.Message()

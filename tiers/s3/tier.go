@@ -255,7 +255,7 @@ func unreachable(err error) bool {
 // Capacity, and with ErrBacklog (which matches tiers.ErrBusy) when
 // MaxPendingBytes wait for their upload, an error that also wraps the
 // store's *UnavailableError while it is down.
-func (t *Tier) Put(m tiers.Meta, value []byte) error {
+func (t *Tier) Put(m index.Header, value []byte) error {
 	if err := tiers.CheckPut(m, value, t.cfg.MaxBlockSize); err != nil {
 		return fmt.Errorf("s3: put %v: %w", m.Key, err)
 	}
@@ -313,13 +313,13 @@ func (t *Tier) Delete(key index.Key) error {
 
 // Scan calls fn for every block in the map, in memory or stored, by this
 // node or another, until fn returns false.
-func (t *Tier) Scan(fn func(tiers.Meta) bool) error {
+func (t *Tier) Scan(fn func(index.Header) bool) error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return fmt.Errorf("s3: scan: %w", tiers.ErrClosed)
 	}
-	metas := make([]tiers.Meta, 0, len(t.blocks))
+	metas := make([]index.Header, 0, len(t.blocks))
 	for _, b := range t.blocks {
 		metas = append(metas, b.meta)
 	}

@@ -35,7 +35,6 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
 )
 
 // Config tunes a Reader; zero fields take their defaults.
@@ -308,7 +307,7 @@ func (g *get) readStore(p piece) int {
 	for i := p.from; i < p.to; i++ {
 		pl := g.places[i]
 		buf := g.buffer(i, pl.Size)[:pl.Size]
-		if _, err := io.ReadFull(body, buf); err != nil || tiers.Checksum(buf) != pl.Sum {
+		if _, err := io.ReadFull(body, buf); err != nil || index.Checksum(buf) != pl.Sum {
 			return i
 		}
 		g.r.direct.Add(1)

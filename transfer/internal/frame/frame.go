@@ -64,7 +64,7 @@ func DecodeKey(b []byte) index.Key {
 
 // PutHeader encodes a block header into b[:HeaderSize]. A header without a
 // parent goes out with parent 0, whatever h.Parent holds.
-func PutHeader(b []byte, h *transfer.Header, st Status, msgLen int) {
+func PutHeader(b []byte, h *index.Header, st Status, msgLen int) {
 	PutKey(b, h.Key)
 	var parent uint64
 	var flags uint8
@@ -82,7 +82,7 @@ func PutHeader(b []byte, h *transfer.Header, st Status, msgLen int) {
 // fields are returned even when err (which wraps ErrProtocol) reports a
 // malformed flag, status or msglen, so that a server can still skip the
 // block's payload.
-func DecodeHeader(b []byte) (h transfer.Header, st Status, msgLen int, err error) {
+func DecodeHeader(b []byte) (h index.Header, st Status, msgLen int, err error) {
 	h.Key = DecodeKey(b)
 	parent := binary.LittleEndian.Uint64(b[16:])
 	h.Sum = binary.LittleEndian.Uint64(b[24:])
@@ -148,7 +148,7 @@ func CheckPut(blocks []transfer.Block, maxBlocks int) error {
 // i of a Get that asked for want: that it is want's, and that a block with
 // bytes has at most maxBlockSize of them, the client's limit. The error
 // wraps ErrProtocol: the stream cannot be trusted after it.
-func CheckGetHeader(i int, want index.Key, h transfer.Header, st Status, maxBlockSize int) error {
+func CheckGetHeader(i int, want index.Key, h index.Header, st Status, maxBlockSize int) error {
 	switch {
 	case h.Key != want:
 		return fmt.Errorf("%w: block %d is %v, want %v", ErrProtocol, i, h.Key, want)
@@ -165,7 +165,7 @@ func CheckGetHeader(i int, want index.Key, h transfer.Header, st Status, maxBloc
 // them for the server's refusal, or is "" when every header is well
 // formed, carries no status nor message, and declares at most maxBlockSize
 // bytes. The headers are returned whatever problem says.
-func DecodePutHeaders(dst []transfer.Header, raw []byte, maxBlockSize int) (hdrs []transfer.Header, payload int64, problem string) {
+func DecodePutHeaders(dst []index.Header, raw []byte, maxBlockSize int) (hdrs []index.Header, payload int64, problem string) {
 	hdrs = dst[:0]
 	var problems []string
 	for i := range len(raw) / HeaderSize {
