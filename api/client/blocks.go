@@ -127,8 +127,7 @@ func (c *Client) putGRPC(ctx context.Context, blocks []transfer.Block) ([]error,
 	}
 	hdr := &pb.PutHeader{Blocks: make([]*pb.BlockMeta, len(blocks))}
 	for i, b := range blocks {
-		hdr.Blocks[i] = &pb.BlockMeta{Key: &pb.BlockKey{Namespace: uint64(b.Key.NS), Hash: uint64(b.Key.Hash)},
-			Parent: uint64(b.Parent), HasParent: b.HasParent, Size: b.Size, Checksum: b.Sum}
+		hdr.Blocks[i] = pb.FromHeader(b.Header)
 	}
 	if err := stream.Send(&pb.PutRequest{Msg: &pb.PutRequest_Header{Header: hdr}}); err != nil {
 		return nil, closeErr(stream.CloseAndRecv())
@@ -270,7 +269,7 @@ func (r *receiver) Done(i int, h index.Header, err error) {
 func (c *Client) getGRPC(ctx context.Context, keys []index.Key, stopAtMiss bool, buffer func(i, size int) []byte, emit func(int, Result) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.api.Get(ctx, &pb.GetRequest{Keys: keysToPB(keys), StopAtMiss: stopAtMiss})
+	stream, err := c.api.Get(ctx, &pb.GetRequest{Keys: pb.FromKeys(keys), StopAtMiss: stopAtMiss})
 	if err != nil {
 		return err
 	}
@@ -305,10 +304,9 @@ func (c *Client) getGRPC(ctx context.Context, keys []index.Key, stopAtMiss bool,
 				}
 				continue
 			}
-			m := msg.GetMeta()
-			want = int(m.GetSize())
-			cur = Result{Found: true, Data: buffer(idx, want), Sum: m.GetChecksum(), Parent: index.Hash(m.GetParent()),
-				HasParent: m.GetHasParent(), Tier: msg.Tier}
+			h := pb.ToHeader(msg.GetMeta())
+			want = int(h.Size)
+			cur = Result{Found: true, Data: buffer(idx, want), Sum: h.Sum, Parent: h.Parent, HasParent: h.HasParent, Tier: msg.Tier}
 		}
 		cur.Data = append(cur.Data, msg.Data...)
 		if len(cur.Data) > want {

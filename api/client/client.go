@@ -222,7 +222,7 @@ func (c *Client) Exists(ctx context.Context, keys []index.Key) ([]bool, error) {
 	for _, batch := range chunks(len(keys), int(c.info.MaxBatchBlocks)) {
 		var resp *pb.ExistsResponse
 		err := c.call(ctx, "exists", func(ctx context.Context) (err error) {
-			resp, err = c.api.Exists(ctx, &pb.ExistsRequest{Keys: keysToPB(keys[batch[0]:batch[1]])})
+			resp, err = c.api.Exists(ctx, &pb.ExistsRequest{Keys: pb.FromKeys(keys[batch[0]:batch[1]])})
 			return err
 		})
 		if err != nil {
@@ -257,7 +257,7 @@ func (c *Client) LocateObjects(ctx context.Context, keys []index.Key) ([]Placeme
 	for _, batch := range chunks(len(keys), int(c.info.MaxBatchBlocks)) {
 		var resp *pb.LocateObjectsResponse
 		err := c.call(ctx, "locate objects", func(ctx context.Context) (err error) {
-			resp, err = c.api.LocateObjects(ctx, &pb.LocateObjectsRequest{Keys: keysToPB(keys[batch[0]:batch[1]])})
+			resp, err = c.api.LocateObjects(ctx, &pb.LocateObjectsRequest{Keys: pb.FromKeys(keys[batch[0]:batch[1]])})
 			return err
 		})
 		if err != nil {
@@ -267,9 +267,8 @@ func (c *Client) LocateObjects(ctx context.Context, keys []index.Key) ([]Placeme
 			return nil, fmt.Errorf("client: locate objects: %d answers for %d keys", len(resp.Blocks), batch[1]-batch[0])
 		}
 		for _, b := range resp.Blocks {
-			m := b.GetMeta()
-			out = append(out, Placement{Tier: b.Tier, Size: int(m.GetSize()), Sum: m.GetChecksum(),
-				Parent: index.Hash(m.GetParent()), HasParent: m.GetHasParent(),
+			h := pb.ToHeader(b.GetMeta())
+			out = append(out, Placement{Tier: b.Tier, Size: int(h.Size), Sum: h.Sum, Parent: h.Parent, HasParent: h.HasParent,
 				Bucket: b.Bucket, Object: b.Object, Offset: int64(b.Offset)})
 		}
 	}
@@ -300,7 +299,7 @@ func (c *Client) Stats(ctx context.Context) (*pb.StatsResponse, error) {
 func (c *Client) Pin(ctx context.Context, keys []index.Key, ttl time.Duration) (uint64, time.Time, error) {
 	var resp *pb.PinResponse
 	err := c.call(ctx, "pin", func(ctx context.Context) (err error) {
-		resp, err = c.api.Pin(ctx, &pb.PinRequest{Keys: keysToPB(keys), TtlMs: ttl.Milliseconds()})
+		resp, err = c.api.Pin(ctx, &pb.PinRequest{Keys: pb.FromKeys(keys), TtlMs: ttl.Milliseconds()})
 		return err
 	})
 	if err != nil {
@@ -327,14 +326,6 @@ func chunks(n, size int) [][2]int {
 	return out
 }
 
-func keysToPB(keys []index.Key) []*pb.BlockKey {
-	out := make([]*pb.BlockKey, len(keys))
-	for i, k := range keys {
-		out[i] = &pb.BlockKey{Namespace: uint64(k.NS), Hash: uint64(k.Hash)}
-	}
-	return out
-}
-
 // Warm asks the node to copy keys up from its slower tiers (an object
 // store) into tier ("" for the fastest) ahead of need, in batches the node
 // accepts; progress, if set, sees the running totals.
@@ -343,7 +334,7 @@ func (c *Client) Warm(ctx context.Context, keys []index.Key, tier string, progre
 	for _, r := range chunks(len(keys), int(c.info.MaxBatchBlocks)) {
 		var last *pb.WarmProgress
 		err := c.call(ctx, "warm", func(ctx context.Context) error {
-			stream, err := c.api.Warm(ctx, &pb.WarmRequest{Keys: keysToPB(keys[r[0]:r[1]]), Tier: tier})
+			stream, err := c.api.Warm(ctx, &pb.WarmRequest{Keys: pb.FromKeys(keys[r[0]:r[1]]), Tier: tier})
 			if err != nil {
 				return err
 			}

@@ -95,7 +95,7 @@ func TestEvictOlderThanBeyondTheEpochSelectsNothing(t *testing.T) {
 func TestPinTTLOverTheLongestLeaseIsInvalid(t *testing.T) {
 	n, api := serve(t)
 	metas := putBlocks(t, n, 1)
-	keys := []*pb.BlockKey{{Namespace: uint64(metas[0].Key.NS), Hash: uint64(metas[0].Key.Hash)}}
+	keys := []*pb.BlockKey{pb.FromKey(metas[0].Key)}
 	for _, ms := range []int64{18446744073710, math.MaxInt64, -1, math.MinInt64, 0} {
 		_, err := api.Pin(ctx(t), &pb.PinRequest{Keys: keys, TtlMs: ms})
 		wantCode(t, "pin", err, codes.InvalidArgument, "lease of")
@@ -126,9 +126,7 @@ func TestPutWithoutAHeaderIsInvalid(t *testing.T) {
 }
 
 func header(m index.Header) *pb.PutRequest {
-	return &pb.PutRequest{Msg: &pb.PutRequest_Header{Header: &pb.PutHeader{Blocks: []*pb.BlockMeta{{
-		Key:  &pb.BlockKey{Namespace: uint64(m.Key.NS), Hash: uint64(m.Key.Hash)},
-		Size: m.Size, Checksum: m.Sum}}}}}
+	return &pb.PutRequest{Msg: &pb.PutRequest_Header{Header: &pb.PutHeader{Blocks: []*pb.BlockMeta{pb.FromHeader(m)}}}}
 }
 
 // A Put whose bytes stop short of what its header announced once came back

@@ -124,7 +124,7 @@ func (s evictSelector) request(dryRun bool, listed int) *pb.EvictRequest {
 		req.HasNamespace, req.Namespace = true, uint64(*s.namespace)
 	}
 	for _, k := range s.keys {
-		req.Keys = append(req.Keys, &pb.BlockKey{Namespace: uint64(k.NS), Hash: uint64(k.Hash)})
+		req.Keys = append(req.Keys, pb.FromKey(k))
 	}
 	return req
 }
@@ -255,7 +255,7 @@ func (a *app) runEvict(ctx context.Context, f evictFlags) error {
 		out := evictOutput{DryRun: f.dryRun, Blocks: resp.Blocks, Bytes: resp.Bytes, Pinned: resp.Pinned, Listed: []evictedItem{}}
 		for _, e := range resp.Listed[:min(f.list, len(resp.Listed))] {
 			m := e.GetMeta()
-			out.Listed = append(out.Listed, evictedItem{Key: keyFromPB(m.GetKey()).String(), Tier: e.Tier, Size: m.GetSize(),
+			out.Listed = append(out.Listed, evictedItem{Key: pb.ToKey(m.GetKey()).String(), Tier: e.Tier, Size: m.GetSize(),
 				Checksum: checksumHex(m.GetChecksum())})
 		}
 		return writeJSON(a.stdout, out)
@@ -288,7 +288,7 @@ func (a *app) writeEvicted(w io.Writer, dry bool, r *pb.EvictResponse, listed in
 	rows := make([][]string, 0, len(shown))
 	for _, e := range shown {
 		m := e.GetMeta()
-		rows = append(rows, []string{keyFromPB(m.GetKey()).String(), e.Tier, formatBytes(m.GetSize())})
+		rows = append(rows, []string{pb.ToKey(m.GetKey()).String(), e.Tier, formatBytes(m.GetSize())})
 	}
 	if err := writeTable(w, []string{"KEY", "TIER", "SIZE"}, rows); err != nil {
 		return err
@@ -311,8 +311,4 @@ func (a *app) ask(question string) (bool, error) {
 		return true, nil
 	}
 	return false, nil
-}
-
-func keyFromPB(k *pb.BlockKey) index.Key {
-	return index.Key{NS: index.NamespaceID(k.GetNamespace()), Hash: index.Hash(k.GetHash())}
 }
