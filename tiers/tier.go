@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 )
 
 // Errors shared by every tier; test for them with errors.Is.
@@ -53,7 +54,7 @@ type SizeError struct {
 }
 
 func (e *SizeError) Error() string {
-	return fmt.Sprintf("tiers: block is %s, over the %s limit", FormatBytes(e.Size), FormatBytes(e.Limit))
+	return fmt.Sprintf("tiers: block is %s, over the %s limit", units.FormatBytes(e.Size), units.FormatBytes(e.Limit))
 }
 
 func (e *SizeError) Is(target error) bool { return target == ErrTooLarge }
@@ -102,20 +103,6 @@ func CheckPut(m index.Header, value []byte, limit int64) error {
 		return fmt.Errorf("%w: meta says %d bytes, value has %d", ErrInvalid, m.Size, len(value))
 	}
 	return nil
-}
-
-// FormatBytes formats n with a binary unit: "512 B", "64.0 KiB", "5.0 MiB".
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit && n > -unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit || m <= -unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // Invalidator is implemented by persistent tiers whose Delete may not

@@ -10,7 +10,7 @@ import (
 
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/transfer"
 )
 
@@ -61,7 +61,7 @@ func (c *Client) Put(ctx context.Context, blocks []Block) error {
 	for i, b := range blocks {
 		if len(b.Data) > int(c.info.MaxBlockSize) {
 			return &Error{Op: "put", Code: codes.InvalidArgument, Msg: fmt.Sprintf("block %d is %s, over the node's %s limit",
-				i, tiers.FormatBytes(int64(len(b.Data))), tiers.FormatBytes(int64(c.info.MaxBlockSize)))}
+				i, units.FormatBytes(int64(len(b.Data))), units.FormatBytes(int64(c.info.MaxBlockSize)))}
 		}
 		headers[i] = index.Header{Key: b.Key, Meta: index.Meta{Parent: b.Parent, HasParent: b.HasParent,
 			Size: uint32(len(b.Data))}, Sum: index.Checksum(b.Data)}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -198,12 +199,12 @@ func (n *Node) CheckBatch(metas []index.Header) error {
 	var total int64
 	for i, m := range metas {
 		if int64(m.Size) > n.cfg.MaxBlockSize {
-			return &LimitError{fmt.Sprintf("block %d is %s, over the %s limit", i, tiers.FormatBytes(int64(m.Size)), tiers.FormatBytes(n.cfg.MaxBlockSize))}
+			return &LimitError{fmt.Sprintf("block %d is %s, over the %s limit", i, units.FormatBytes(int64(m.Size)), units.FormatBytes(n.cfg.MaxBlockSize))}
 		}
 		total += int64(m.Size)
 	}
 	if total > n.cfg.MaxBatchBytes {
-		return &LimitError{fmt.Sprintf("batch of %s, over the %s limit", tiers.FormatBytes(total), tiers.FormatBytes(n.cfg.MaxBatchBytes))}
+		return &LimitError{fmt.Sprintf("batch of %s, over the %s limit", units.FormatBytes(total), units.FormatBytes(n.cfg.MaxBatchBytes))}
 	}
 	return nil
 }
@@ -219,7 +220,7 @@ func (n *Node) CheckKeys(count int) error {
 // checkBlock refuses one block over the node's size limit, naming it.
 func (n *Node) checkBlock(m index.Header) error {
 	if int64(m.Size) > n.cfg.MaxBlockSize {
-		return &LimitError{fmt.Sprintf("block %v is %s, over the %s limit", m.Key, tiers.FormatBytes(int64(m.Size)), tiers.FormatBytes(n.cfg.MaxBlockSize))}
+		return &LimitError{fmt.Sprintf("block %v is %s, over the %s limit", m.Key, units.FormatBytes(int64(m.Size)), units.FormatBytes(n.cfg.MaxBlockSize))}
 	}
 	return nil
 }

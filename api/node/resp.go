@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/resp"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -96,7 +97,7 @@ func (s *RESPStore) checkSize(key string, value []byte) error {
 	size := respHeader + len(key) + len(value)
 	if int64(size) > s.n.cfg.MaxBlockSize {
 		return resp.Mark(&LimitError{fmt.Sprintf("value of %s with its key is over the %s limit (limits.max-block-size)",
-			tiers.FormatBytes(int64(size)), tiers.FormatBytes(s.n.cfg.MaxBlockSize))}, resp.ErrTooLarge)
+			units.FormatBytes(int64(size)), units.FormatBytes(s.n.cfg.MaxBlockSize))}, resp.ErrTooLarge)
 	}
 	return nil
 }

@@ -8,9 +8,8 @@ import (
 	"strings"
 
 	"github.com/kvstrata/kvstrata/api/node"
-	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/internal/units"
 )
 
 // How block names are written on kvctl's command lines, as kvctl (and
@@ -133,13 +132,10 @@ func readHashes(path string) ([]index.Hash, error) {
 
 // parseSize parses a byte count with an optional unit, as kvstrata's
 // config does: 4096, 64KiB, 1.5GiB, 10GB.
-func parseSize(s string) (int64, error) {
-	n, err := config.ParseByteSize(s)
-	return int64(n), err
-}
+func parseSize(s string) (int64, error) { return units.ParseBytes(s) }
 
 // formatBytes formats n for a person: "512 B", "5.0 GiB".
-func formatBytes[T ~int64 | ~uint64 | ~int | ~uint32](n T) string { return tiers.FormatBytes(int64(n)) }
+func formatBytes[T ~int64 | ~uint64 | ~int | ~uint32](n T) string { return units.FormatBytes(int64(n)) }
 
 // thousands formats n with commas between groups of three digits.
 func thousands[T ~int64 | ~uint64 | ~int | ~uint32](n T) string {

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -134,7 +135,7 @@ func New(cfg Config) (*Tier, error) {
 	arena, err := unix.Mmap(-1, 0, int(pages*page), unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
-		return nil, fmt.Errorf("dram: map %s arena: %w", tiers.FormatBytes(pages*page), err)
+		return nil, fmt.Errorf("dram: map %s arena: %w", units.FormatBytes(pages*page), err)
 	}
 	if !cfg.NoHugePages {
 		_ = unix.Madvise(arena, unix.MADV_HUGEPAGE) // advice only; kernels without THP refuse
@@ -180,7 +181,7 @@ func (t *Tier) Reserve(m index.Header) (tiers.Reservation, error) {
 	start, ok := t.allocLocked(pages)
 	if !ok {
 		return nil, fmt.Errorf("dram: no room for %s (%s of %s used): %w",
-			tiers.FormatBytes(int64(m.Size)), tiers.FormatBytes(t.used), tiers.FormatBytes(t.capacity()), tiers.ErrFull)
+			units.FormatBytes(int64(m.Size)), units.FormatBytes(t.used), units.FormatBytes(t.capacity()), tiers.ErrFull)
 	}
 	t.used += int64(pages) * t.page
 	t.inflight++

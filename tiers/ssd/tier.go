@@ -82,6 +82,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -169,8 +170,8 @@ func Open(cfg Config) (*Tier, error) {
 	sp.sample(int64(db.Metrics().DiskSpaceUsage()))
 	if fits := sp.capacity(cfg.Capacity); fits < cfg.Capacity {
 		cfg.Logger.Warn("ssd: capacity exceeds what the file system has room for; the tier will hold less and refuse puts once the file system fills",
-			"dir", cfg.Dir, "capacity", tiers.FormatBytes(cfg.Capacity), "room", tiers.FormatBytes(fits),
-			"free", tiers.FormatBytes(sp.avail.Load()), "reserve", tiers.FormatBytes(sp.reserve))
+			"dir", cfg.Dir, "capacity", units.FormatBytes(cfg.Capacity), "room", units.FormatBytes(fits),
+			"free", units.FormatBytes(sp.avail.Load()), "reserve", units.FormatBytes(sp.reserve))
 	}
 	go t.loop()
 	return t, nil

@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/transfer"
 )
 
@@ -154,7 +155,7 @@ func CheckGetHeader(i int, want index.Key, h index.Header, st Status, maxBlockSi
 		return fmt.Errorf("%w: block %d is %v, want %v", ErrProtocol, i, h.Key, want)
 	case st == StatusOK && int64(h.Size) > int64(maxBlockSize):
 		return fmt.Errorf("%w: block %d is %s, over this client's %s limit",
-			ErrProtocol, i, formatBytes(int64(h.Size)), formatBytes(int64(maxBlockSize)))
+			ErrProtocol, i, units.FormatBytes(int64(h.Size)), units.FormatBytes(int64(maxBlockSize)))
 	}
 	return nil
 }
@@ -179,7 +180,7 @@ func DecodePutHeaders(dst []index.Header, raw []byte, maxBlockSize int) (hdrs []
 				"block %d: a put's header carries status %d and a %d-byte message, want neither", i, st, msgLen))
 		case int64(h.Size) > int64(maxBlockSize):
 			problems = append(problems, fmt.Sprintf("block %d is %s, over the %s limit",
-				i, formatBytes(int64(h.Size)), formatBytes(int64(maxBlockSize))))
+				i, units.FormatBytes(int64(h.Size)), units.FormatBytes(int64(maxBlockSize))))
 		}
 		hdrs = append(hdrs, h)
 	}
@@ -194,18 +195,4 @@ func summarize(problems []string) string {
 		return strings.Join(problems, "; ")
 	}
 	return fmt.Sprintf("%s; and %d more", strings.Join(problems[:shown], "; "), len(problems)-shown)
-}
-
-// formatBytes formats n for a person: "512 B", "64.0 KiB", "5.0 MiB".
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }

@@ -206,14 +206,3 @@ func TestDecodePutHeaders(t *testing.T) {
 		t.Errorf("four bad headers: %d headers, problem\n%q, want\n%q", len(hdrs), problem, want)
 	}
 }
-
-func TestFormatBytes(t *testing.T) {
-	for n, want := range map[int64]string{
-		0: "0 B", 512: "512 B", 1023: "1023 B", 1024: "1.0 KiB", 64 << 10: "64.0 KiB",
-		5 << 20: "5.0 MiB", 1 << 30: "1.0 GiB", 3 << 40: "3.0 TiB", 2 << 50: "2.0 PiB", 4 << 60: "4096.0 PiB",
-	} {
-		if got := formatBytes(n); got != want {
-			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
