@@ -176,7 +176,7 @@ func (f benchFlags) plan(addr string, changed func(flag string) bool) (benchPlan
 	}
 	p.ns = benchNamespace
 	if f.namespace != "" {
-		if p.ns, err = parseNamespace(f.namespace); err != nil {
+		if p.ns, err = index.ParseNamespaceID(f.namespace); err != nil {
 			bad("--namespace: %v", err)
 		}
 	}

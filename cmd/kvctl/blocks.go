@@ -58,14 +58,14 @@ func (a *app) runPut(ctx context.Context, args []string, parent string) error {
 	}
 	blocks := make([]client.Block, 0, len(args)/2)
 	for i := 0; i+1 < len(args); i += 2 {
-		k, err := parseKey(args[i])
+		k, err := index.ParseKey(args[i])
 		if err != nil {
 			probs = append(probs, err.Error())
 		}
 		blocks = append(blocks, client.Block{Key: k})
 	}
 	if parent != "" {
-		h, err := parseHash(parent)
+		h, err := index.ParseHash(parent)
 		switch {
 		case err != nil:
 			probs = append(probs, "--parent: "+err.Error())
@@ -146,7 +146,7 @@ func (a *app) runGet(ctx context.Context, args []string, dir, out string) error 
 	var probs []string
 	keys := make([]index.Key, 0, len(args))
 	for _, s := range args {
-		k, err := parseKey(s)
+		k, err := index.ParseKey(s)
 		if err != nil {
 			probs = append(probs, err.Error())
 		}

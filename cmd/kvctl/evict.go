@@ -135,7 +135,7 @@ func (f evictFlags) plan() (evictPlan, error) {
 	var p evictPlan
 	var probs []string
 	if f.namespace != "" {
-		ns, err := parseNamespace(f.namespace)
+		ns, err := index.ParseNamespaceID(f.namespace)
 		if err != nil {
 			probs = append(probs, "--namespace: "+err.Error())
 		}
@@ -148,7 +148,7 @@ func (f evictFlags) plan() (evictPlan, error) {
 		p.sel.tier = strings.ToLower(f.tier)
 	}
 	for _, s := range f.keys {
-		k, err := parseKey(s)
+		k, err := index.ParseKey(s)
 		if err != nil {
 			probs = append(probs, "--key: "+err.Error())
 		}
