@@ -45,7 +45,7 @@ or from --tier only. Blocks under a lease (pinned) are left alone.
 Selectors (at least one, or --all):
   --namespace NS       blocks of one namespace: 16 hex digits, or redis for the
                        values stored through the Redis protocol
-  --tier dram|ssd      only the copies in this tier
+  --tier dram|ssd|s3   only the copies in this tier (s3: the object store)
   --key NS/HASH        these blocks (repeatable); --keys-file FILE reads one
                        NS/HASH a line (blank lines and # comments skipped)
   --older-than D       blocks not read or written for at least D (90s, 2h)
@@ -87,7 +87,7 @@ two tiers counts once per tier.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.namespace, "namespace", "", "only blocks of this namespace: 16 hex digits, or redis")
-	fl.StringVar(&f.tier, "tier", "", "only the copies in this tier: dram or ssd")
+	fl.StringVar(&f.tier, "tier", "", "only the copies in this tier: dram, ssd or s3")
 	fl.StringArrayVar(&f.keys, "key", nil, "only this block, NS/HASH (repeatable)")
 	fl.StringVar(&f.keysFile, "keys-file", "", "only the blocks listed in FILE, one NS/HASH a line")
 	fl.DurationVar(&f.olderThan, "older-than", 0, "only blocks not accessed for this long, e.g. 30m")
@@ -143,7 +143,7 @@ func (f evictFlags) plan() (evictPlan, error) {
 	}
 	if f.tier != "" {
 		if _, err := index.ParseTierKind(strings.ToLower(f.tier)); err != nil {
-			probs = append(probs, fmt.Sprintf("--tier: unknown tier %q (want dram or ssd)", f.tier))
+			probs = append(probs, fmt.Sprintf("--tier: unknown tier %q (want dram, ssd or s3)", f.tier))
 		}
 		p.sel.tier = strings.ToLower(f.tier)
 	}
