@@ -10,10 +10,12 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,7 +42,7 @@ type Options struct {
 	MaxRetries int
 	// Backoff is the wait before the first retry, doubled for each next one
 	// up to MaxBackoff, with jitter (each wait is between half and all of
-	// it). Defaults 50ms and 1s.
+	// it). Defaults 50ms and 1s (or Backoff, if longer).
 	Backoff, MaxBackoff time.Duration
 	// NoDataPlane moves block bytes over gRPC even when the node offers a
 	// data plane.
@@ -55,7 +57,8 @@ type Options struct {
 	DialOptions []grpc.DialOption
 }
 
-func (o *Options) setDefaults() {
+// EnsureDefaults fills o's zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Second
 	}
@@ -69,11 +72,38 @@ func (o *Options) setDefaults() {
 		o.Backoff = 50 * time.Millisecond
 	}
 	if o.MaxBackoff == 0 {
-		o.MaxBackoff = time.Second
+		o.MaxBackoff = max(time.Second, o.Backoff)
 	}
 	if o.PoolSize == 0 {
 		o.PoolSize = 8
 	}
+}
+
+// ErrInvalidOptions marks Options that fail Validate.
+var ErrInvalidOptions = errors.New("kvstrata: invalid client options")
+
+// Validate reports every problem with o, naming the fields. Call it after
+// EnsureDefaults (Dial does both).
+func (o *Options) Validate() error {
+	var probs []string
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Timeout", o.Timeout}, {"RetryBudget", o.RetryBudget}, {"Backoff", o.Backoff}, {"MaxBackoff", o.MaxBackoff}} {
+		if d.v <= 0 {
+			probs = append(probs, fmt.Sprintf("%s is %v, must be positive", d.name, d.v))
+		}
+	}
+	if o.MaxBackoff < o.Backoff {
+		probs = append(probs, fmt.Sprintf("MaxBackoff %v is shorter than Backoff %v", o.MaxBackoff, o.Backoff))
+	}
+	if o.PoolSize <= 0 {
+		probs = append(probs, fmt.Sprintf("PoolSize is %d, must be positive", o.PoolSize))
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(probs, "; "))
+	}
+	return nil
 }
 
 // DefaultRetryBudget is Options.RetryBudget's default: a node restarts in
@@ -106,7 +136,10 @@ type Client struct {
 // Dial connects to the node whose gRPC address is addr and asks it for its
 // Info (data-plane address, limits).
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
-	opts.setDefaults()
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	dopts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),

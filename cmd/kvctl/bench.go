@@ -180,7 +180,9 @@ func (f benchFlags) plan(addr string, changed func(flag string) bool) (benchPlan
 			bad("--namespace: %v", err)
 		}
 	}
-	if err := p.cfg.Validate(); err != nil {
+	cfg := p.cfg // checked as loadgen.Run will take it, with its defaults
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
 		bad("%s", strings.TrimPrefix(err.Error(), "loadgen: "))
 	}
 	if len(probs) > 0 {
