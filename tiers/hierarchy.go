@@ -277,7 +277,7 @@ func (h *Hierarchy) Directory() *index.Directory { return h.dir }
 func (h *Hierarchy) Node() index.NodeID { return h.node }
 
 // Put stores a block in level 0, replacing any version of m.Key in any
-// level. m.Sum must be Checksum(value). If level 0 has no room, Put evicts
+// level. m.Sum must be index.Checksum(value). If level 0 has no room, Put evicts
 // unpinned victims itself; it fails with ErrFull only when everything in
 // level 0 is pinned or busy. When Put returns nil, no older version in a
 // level that implements Invalidator can be read after a crash.

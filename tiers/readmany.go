@@ -19,7 +19,7 @@ type ManyGetter interface {
 
 // ReadMany reads keys from the fastest level holding each, a level that is
 // a ManyGetter in one batch, and calls fn once per key (one call at a time,
-// in any order) with the block's bytes — fn may keep them — its Meta and
+// in any order) with the block's bytes — fn may keep them — its Header and
 // the kind of tier that served it, or ErrNotFound, or (as Get) an error
 // matching ErrUnavailable for a block held in a tier out of reach. Hits
 // count and promote as Get's do. It is how a long chain is restored from

@@ -70,7 +70,7 @@ type Stats struct {
 // Blocks are replaced, never merged: Put of an existing key replaces it.
 type Tier interface {
 	// Put stores value under m.Key. m.Size must be len(value), else
-	// ErrInvalid; m.Sum must be Checksum(value): tiers store it unchecked
+	// ErrInvalid; m.Sum must be index.Checksum(value): tiers store it unchecked
 	// (the bytes are hashed once, where they enter the node) and a wrong sum
 	// makes later reads fail with ErrCorrupt. Put fails with a *SizeError
 	// over the tier's block limit and with ErrFull when there is no room; on

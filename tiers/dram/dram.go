@@ -192,7 +192,7 @@ func (t *Tier) Reserve(m index.Header) (tiers.Reservation, error) {
 func (r *reservation) Bytes() []byte { return r.t.bytes(r.b) }
 
 // Commit publishes the block, replacing any block under its key. The caller
-// must have filled Bytes() and checked them against the Meta's Sum.
+// must have filled Bytes() and checked them against the Header's Sum.
 func (r *reservation) Commit() error {
 	t := r.t
 	t.mu.Lock()
@@ -297,7 +297,7 @@ func (t *Tier) Delete(key index.Key) error {
 	return nil
 }
 
-// Scan calls fn with the Meta of each block, outside the tier's lock.
+// Scan calls fn with the Header of each block, outside the tier's lock.
 func (t *Tier) Scan(fn func(index.Header) bool) error {
 	t.mu.Lock()
 	if t.closed {

@@ -11,7 +11,7 @@ import (
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-// Get appends the block's bytes to dst and returns them with its Meta; see
+// Get appends the block's bytes to dst and returns them with its Header; see
 // tiers.Tier. A block in memory is copied from there; a stored one is read
 // with one ranged GET of exactly its bytes, within RequestTimeout. Bytes
 // that fail their checksum are never returned: the block is dropped and

@@ -60,7 +60,7 @@ func benchBlocks(n int) ([][]byte, []uint64) {
 	return vals, sums
 }
 
-// benchMeta is the Meta of the i-th benchmark block: a random-looking hash,
+// benchMeta is the Header of the i-th benchmark block: a random-looking hash,
 // as real chained hashes are.
 func benchMeta(i int, sum uint64) index.Header {
 	h := uint64(i)*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019

@@ -167,7 +167,7 @@ func (t *Tier) eachRecord(from []byte, fn func(e *scanEntry) bool) (next []byte,
 // scanPage is the number of records Scan reads per iterator.
 const scanPage = 256
 
-// Scan calls fn with the Meta of each block, in key order, until fn
+// Scan calls fn with the Header of each block, in key order, until fn
 // returns false. It reads the records a page at a time and calls fn with
 // no lock held; blocks put or deleted during a Scan may or may not be
 // seen. Corrupt records it meets are dropped and skipped.
