@@ -1,11 +1,9 @@
 package config
 
 import (
-	"fmt"
-	"math"
 	"strconv"
-	"strings"
-	"unicode"
+
+	"github.com/kvstrata/kvstrata/internal/units"
 )
 
 // ByteSize is a number of bytes written with an optional unit: "4096",
@@ -13,37 +11,10 @@ import (
 // binary ones of 1024).
 type ByteSize int64
 
-var units = map[string]float64{
-	"": 1, "b": 1,
-	"k": 1 << 10, "kb": 1e3, "kib": 1 << 10,
-	"m": 1 << 20, "mb": 1e6, "mib": 1 << 20,
-	"g": 1 << 30, "gb": 1e9, "gib": 1 << 30,
-	"t": 1 << 40, "tb": 1e12, "tib": 1 << 40,
-}
-
-// ParseByteSize parses s as a ByteSize.
+// ParseByteSize parses s as a ByteSize (units.ParseBytes).
 func ParseByteSize(s string) (ByteSize, error) {
-	t := strings.TrimSpace(s)
-	// The number runs to the first rune that cannot be part of one ("1e6"
-	// is a number; no unit starts with e).
-	i := strings.IndexFunc(t, func(r rune) bool { return !unicode.IsDigit(r) && !strings.ContainsRune(".+-eE", r) })
-	num, unit := t, ""
-	if i >= 0 {
-		num, unit = strings.TrimSpace(t[:i]), strings.ToLower(strings.TrimSpace(t[i:]))
-	}
-	mult, ok := units[unit]
-	if !ok || num == "" {
-		return 0, fmt.Errorf("size %q: want a number with an optional unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s)
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("size %q: %q is not a number", s, num)
-	}
-	v := f * mult
-	if v < 0 || v > math.MaxInt64/2 {
-		return 0, fmt.Errorf("size %q is out of range", s)
-	}
-	return ByteSize(math.Round(v)), nil
+	n, err := units.ParseBytes(s)
+	return ByteSize(n), err
 }
 
 // String formats b with the largest binary unit that divides it.

@@ -88,7 +88,8 @@ type Progress struct {
 	Duration time.Duration // the phase's length when bound by time
 }
 
-func (c Config) withDefaults() Config {
+// EnsureDefaults fills c's zero fields with their defaults.
+func (c *Config) EnsureDefaults() {
 	if c.Keys == 0 {
 		c.Keys = 1024
 	}
@@ -101,12 +102,11 @@ func (c Config) withDefaults() Config {
 	if c.Requests == 0 && c.Duration == 0 {
 		c.Duration = 10 * time.Second
 	}
-	return c
 }
 
-// Validate reports every problem with c (after defaults) in one error.
-func (c Config) Validate() error {
-	c = c.withDefaults()
+// Validate reports every problem with c in one error. Call it after
+// EnsureDefaults: a zero Keys, Batch or Concurrency is a problem.
+func (c *Config) Validate() error {
 	var probs []string
 	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
 	switch c.Op {
@@ -198,7 +198,7 @@ func (r *Result) merge(o *Result) {
 // error. Run fails before any request when cfg is invalid, a target cannot
 // be opened, or the target cannot do cfg.Op.
 func Run(ctx context.Context, dial Dialer, cfg Config) (*Report, error) {
-	cfg = cfg.withDefaults()
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -239,7 +239,9 @@ func (t *slowTarget) Put(ctx context.Context, keys []uint64, values [][]byte) er
 }
 
 func TestConfigReportsEveryProblem(t *testing.T) {
-	err := Config{Op: "scan", GetRatio: 2, ValueSize: -1, Keys: 2, Batch: 3, Concurrency: -1}.Validate()
+	c := Config{Op: "scan", GetRatio: 2, ValueSize: -1, Keys: 2, Batch: 3, Concurrency: -1}
+	c.EnsureDefaults()
+	err := c.Validate()
 	if err == nil {
 		t.Fatal("a bad config passed")
 	}

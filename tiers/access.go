@@ -14,12 +14,12 @@ import (
 // View must be released; the lease bounds how long it may pin the bytes.
 func (h *Hierarchy) View(key index.Key, lease time.Duration) (View, index.TierKind, error) {
 	var v View
-	_, kind, err := h.read(key, func(t Tier) (Meta, []byte, error) {
+	_, kind, err := h.read(key, func(t Tier) (index.Header, []byte, error) {
 		if vt, ok := t.(Viewer); ok {
 			var err error
 			v, err = vt.View(key, lease)
 			if err != nil {
-				return Meta{}, nil, err
+				return index.Header{}, nil, err
 			}
 			return v.Meta(), nil, nil
 		}
@@ -36,12 +36,12 @@ func (h *Hierarchy) View(key index.Key, lease time.Duration) (View, index.TierKi
 // heapView is a View over a copy.
 type heapView struct {
 	b []byte
-	m Meta
+	m index.Header
 }
 
-func (v heapView) Bytes() []byte  { return v.b }
-func (v heapView) Meta() Meta     { return v.m }
-func (v heapView) Release() error { return nil }
+func (v heapView) Bytes() []byte      { return v.b }
+func (v heapView) Meta() index.Header { return v.m }
+func (v heapView) Release() error     { return nil }
 
 // PutReservation is room for one block in level 0, to be filled in place and
 // committed: the zero-copy form of Put. The key stays owned (other writers of
@@ -49,7 +49,7 @@ func (v heapView) Release() error { return nil }
 type PutReservation struct {
 	h    *Hierarchy
 	e    *entry
-	m    Meta
+	m    index.Header
 	res  Reservation // nil when level 0 cannot be written in place
 	buf  []byte
 	done bool
@@ -58,7 +58,7 @@ type PutReservation struct {
 // Reserve makes room for the block m describes in level 0, evicting victims
 // as Put would. The caller fills Bytes(), checks them against m.Sum, and
 // calls Commit; or Abort.
-func (h *Hierarchy) Reserve(m Meta) (*PutReservation, error) {
+func (h *Hierarchy) Reserve(m index.Header) (*PutReservation, error) {
 	e, err := h.acquire(m.Key, true)
 	if err != nil {
 		return nil, err
@@ -122,7 +122,7 @@ func (r *PutReservation) Abort() {
 
 // BlockInfo describes one block for selection (eviction, listing).
 type BlockInfo struct {
-	Meta
+	index.Header
 	Kinds      []index.TierKind // tiers holding it, fastest first
 	LastAccess time.Time
 	Pinned     bool
@@ -139,7 +139,7 @@ func (h *Hierarchy) Blocks(keep func(BlockInfo) bool) []BlockInfo {
 		if e.in == 0 {
 			continue
 		}
-		b := BlockInfo{Meta: e.meta, LastAccess: time.Unix(0, e.atime), Pinned: h.pinnedLocked(k)}
+		b := BlockInfo{Header: e.meta, LastAccess: time.Unix(0, e.atime), Pinned: h.pinnedLocked(k)}
 		for in := e.in; in != 0; in &= in - 1 {
 			b.Kinds = append(b.Kinds, h.levels[bits.TrailingZeros8(in)].Kind)
 		}

@@ -184,7 +184,7 @@ type level struct {
 
 // entry is the hierarchy's record of one key.
 type entry struct {
-	meta  Meta
+	meta  index.Header
 	in    uint8 // bit i: level i holds this version
 	busy  bool  // a writer owns the key
 	atime int64 // unix nanoseconds of the last Put or Get
@@ -196,7 +196,7 @@ type promotion struct {
 	// data, when set, holds the block's bytes as a reader just got them
 	// (read-only, shared), so the promotion need not read them again.
 	data []byte
-	meta Meta
+	meta index.Header
 }
 
 // New stacks cfg.Levels and loads what persistent levels already hold.
@@ -251,7 +251,7 @@ func New(cfg Config) (*Hierarchy, error) {
 func (h *Hierarchy) load() error {
 	now := time.Now().UnixNano()
 	for i, l := range h.levels {
-		err := l.Tier.Scan(func(m Meta) bool {
+		err := l.Tier.Scan(func(m index.Header) bool {
 			if e := h.entries[m.Key]; e != nil {
 				if e.meta.Sum != m.Sum || e.meta.Size != m.Size {
 					return true // stale copy; replaced when the key is next demoted
@@ -277,11 +277,11 @@ func (h *Hierarchy) Directory() *index.Directory { return h.dir }
 func (h *Hierarchy) Node() index.NodeID { return h.node }
 
 // Put stores a block in level 0, replacing any version of m.Key in any
-// level. m.Sum must be Checksum(value). If level 0 has no room, Put evicts
+// level. m.Sum must be index.Checksum(value). If level 0 has no room, Put evicts
 // unpinned victims itself; it fails with ErrFull only when everything in
 // level 0 is pinned or busy. When Put returns nil, no older version in a
 // level that implements Invalidator can be read after a crash.
-func (h *Hierarchy) Put(m Meta, value []byte) error {
+func (h *Hierarchy) Put(m index.Header, value []byte) error {
 	if err := CheckPut(m, value, int64(^uint32(0))); err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func (h *Hierarchy) Put(m Meta, value []byte) error {
 // a crash after the Put returns cannot bring one back; either way it
 // releases the key. It returns err, or why an older copy could not be
 // invalidated.
-func (h *Hierarchy) stored(e *entry, m Meta, err error) error {
+func (h *Hierarchy) stored(e *entry, m index.Header, err error) error {
 	if err != nil {
 		h.release(m.Key, e)
 		return err
@@ -355,10 +355,10 @@ func (h *Hierarchy) invalidate(i int, e *entry, key index.Key, stale bool) error
 // object store that is down) fails with an error matching ErrUnavailable,
 // not ErrNotFound, and the kind of that tier: it is cached, out of reach
 // for now.
-func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, Meta, index.TierKind, error) {
+func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, index.Header, index.TierKind, error) {
 	var out []byte
-	m, kind, err := h.read(key, func(t Tier) (Meta, []byte, error) {
-		var m Meta
+	m, kind, err := h.read(key, func(t Tier) (index.Header, []byte, error) {
+		var m index.Header
 		var err error
 		out, m, err = t.Get(key, dst)
 		return m, nil, err // dst is the caller's: a promotion reads again
@@ -373,12 +373,12 @@ func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, Meta, index.TierKind
 // again when a concurrent move took the copy away or the copy was corrupt.
 // fn may return the bytes it read when they may be shared read-only with a
 // promotion.
-func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, []byte, error)) (Meta, index.TierKind, error) {
+func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, error)) (index.Header, index.TierKind, error) {
 	for range 4 {
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
-			return Meta{}, 0, ErrClosed
+			return index.Header{}, 0, ErrClosed
 		}
 		e := h.entries[key]
 		if e == nil || e.in == 0 {
@@ -388,13 +388,13 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, []byte, error)) (Me
 				continue
 			}
 			if err != nil {
-				return Meta{}, h.levels[down].Kind, h.unreachable(down, key, err)
+				return index.Header{}, h.levels[down].Kind, h.unreachable(down, key, err)
 			}
 			h.mu.Lock()
 			h.misses++
 			h.gets++
 			h.mu.Unlock()
-			return Meta{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
+			return index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
 		}
 		i := bits.TrailingZeros8(e.in)
 		l := h.levels[i]
@@ -416,12 +416,12 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (Meta, []byte, error)) (Me
 		case errors.Is(err, ErrCorrupt):
 			h.lost(i, key)
 		case errors.Is(err, ErrUnavailable):
-			return Meta{}, l.Kind, h.unreachable(i, key, err)
+			return index.Header{}, l.Kind, h.unreachable(i, key, err)
 		case !errors.Is(err, ErrNotFound):
-			return Meta{}, 0, err
+			return index.Header{}, 0, err
 		}
 	}
-	return Meta{}, 0, fmt.Errorf("hierarchy: %v moved under four reads in a row: %w", key, ErrNotFound)
+	return index.Header{}, 0, fmt.Errorf("hierarchy: %v moved under four reads in a row: %w", key, ErrNotFound)
 }
 
 // unreachable counts a get of a block that level i holds but cannot read
@@ -437,19 +437,19 @@ func (h *Hierarchy) unreachable(i int, key index.Key, err error) error {
 }
 
 // Stat returns a block's Meta and the fastest kind of tier holding it.
-func (h *Hierarchy) Stat(key index.Key) (Meta, index.TierKind, error) {
+func (h *Hierarchy) Stat(key index.Key) (index.Header, index.TierKind, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e := h.entries[key]; e != nil && e.in != 0 {
 		return e.meta, h.levels[bits.TrailingZeros8(e.in)].Kind, nil
 	}
-	return Meta{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
+	return index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
 }
 
 // Find is Stat that, for a key no level is known to hold, looks in the
 // shared levels as Get does (blocks another node wrote to a shared object
 // store) and records a copy it finds there.
-func (h *Hierarchy) Find(key index.Key) (Meta, index.TierKind, error) {
+func (h *Hierarchy) Find(key index.Key) (index.Header, index.TierKind, error) {
 	m, kind, err := h.Stat(key)
 	if err == nil || !errors.Is(err, ErrNotFound) {
 		return m, kind, err
@@ -545,14 +545,14 @@ func (h *Hierarchy) release(key index.Key, e *entry) {
 }
 
 // setLocked records that level i holds version m of e's key.
-func (h *Hierarchy) setLocked(e *entry, m Meta, i int) {
+func (h *Hierarchy) setLocked(e *entry, m index.Header, i int) {
 	e.meta = m
 	e.in |= 1 << i
 	h.addedLocked(i, m)
 }
 
 // addedLocked tells level i's policy and the directory about a new copy.
-func (h *Hierarchy) addedLocked(i int, m Meta) {
+func (h *Hierarchy) addedLocked(i int, m index.Header) {
 	l := h.levels[i]
 	l.Policy.Add(policy.Entry{Key: m.Key, Parent: m.Parent, HasParent: m.HasParent, Size: int64(m.Size)})
 	h.dir.Add(m.Key, m.Meta, l.loc)

@@ -78,7 +78,7 @@ func TestPutLandsInDRAMAndGetReturnsIt(t *testing.T) {
 	h := twoLevels(t, 4, 8, nil)
 	want := put(t, h, 1)
 	got, m, kind, err := h.Get(key(1), nil)
-	if err != nil || !bytes.Equal(got, want) || kind != index.TierDRAM || m.Sum != tiers.Checksum(want) {
+	if err != nil || !bytes.Equal(got, want) || kind != index.TierDRAM || m.Sum != index.Checksum(want) {
 		t.Fatalf("Get = %v %v %v", kind, m, err)
 	}
 }
@@ -346,7 +346,7 @@ func TestConcurrentUseKeepsDirectoryTrue(t *testing.T) {
 					}
 				case op < 9:
 					got, m, _, err := h.Get(key(i), buf[:0])
-					if err == nil && (tiers.Checksum(got) != m.Sum || m.Key != key(i)) {
+					if err == nil && (index.Checksum(got) != m.Sum || m.Key != key(i)) {
 						t.Errorf("torn read of %d", i)
 					}
 					if err != nil && !errors.Is(err, tiers.ErrNotFound) {
@@ -370,7 +370,7 @@ func TestConcurrentUseKeepsDirectoryTrue(t *testing.T) {
 		kind index.TierKind
 	}{{dramTier, index.TierDRAM}, {ssdTier, index.TierSSD}} {
 		loc := index.Location{Node: 1, Tier: l.kind}
-		if err := l.tr.Scan(func(m tiers.Meta) bool {
+		if err := l.tr.Scan(func(m index.Header) bool {
 			e, ok := h.Directory().Get(m.Key)
 			if !ok || !slices.Contains(e.Locations, loc) {
 				t.Errorf("%v holds %v, the directory does not say so", l.kind, m.Key)

@@ -14,7 +14,7 @@ const moveLease = time.Minute
 
 // store puts a block into level i, evicting victims from level i while the
 // tier reports it full. The caller owns m.Key.
-func (h *Hierarchy) store(i int, m Meta, value []byte) error {
+func (h *Hierarchy) store(i int, m index.Header, value []byte) error {
 	l := h.levels[i]
 	for {
 		err := l.Tier.Put(m, value)
@@ -87,7 +87,7 @@ func (h *Hierarchy) canDemoteLocked(i int, key index.Key, e *entry) bool {
 // waited for. Levels past i+1 are tried only if they admit the key, unless
 // force is set (an operator's demotion). It returns the level that took
 // the copy, or the last error.
-func (h *Hierarchy) demoteBelow(i int, m Meta, force bool) (int, error) {
+func (h *Hierarchy) demoteBelow(i int, m index.Header, force bool) (int, error) {
 	var err error
 	for j := i + 1; j < len(h.levels); j++ {
 		if j > i+1 && !force {
@@ -107,7 +107,7 @@ func (h *Hierarchy) demoteBelow(i int, m Meta, force bool) (int, error) {
 
 // copyDown writes level i's copy of a block into the lower level to,
 // reading it in place when the tier allows.
-func (h *Hierarchy) copyDown(i, to int, m Meta) error {
+func (h *Hierarchy) copyDown(i, to int, m index.Header) error {
 	from := h.levels[i].Tier
 	if v, ok := from.(Viewer); ok {
 		view, err := v.View(m.Key, moveLease)

@@ -15,7 +15,7 @@ import (
 type ObjectRange struct {
 	Bucket, Object string
 	Offset         int64
-	Meta           Meta
+	Meta           index.Header
 }
 
 // ObjectLocator is implemented by object-store tiers whose stored blocks a
@@ -31,7 +31,7 @@ type ObjectLocator interface {
 // that has stored it, the range of the object it lies in.
 type Placement struct {
 	Kind     index.TierKind
-	Meta     Meta
+	Meta     index.Header
 	Object   ObjectRange
 	InObject bool // Object is set
 }

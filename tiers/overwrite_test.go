@@ -63,10 +63,10 @@ func crashCopy(t *testing.T, dir string) string {
 }
 
 // version is block i's bytes at version v.
-func version(i, v int) (tiers.Meta, []byte) {
+func version(i, v int) (index.Header, []byte) {
 	b := bytes.Repeat([]byte{byte(v)}, blockSize)
 	b[0], b[1] = byte(i), byte(i>>8)
-	m := tiers.Meta{Key: key(i), Sum: tiers.Checksum(b)}
+	m := index.Header{Key: key(i), Sum: index.Checksum(b)}
 	m.Size = blockSize
 	return m, b
 }

@@ -14,17 +14,17 @@ import (
 // one request). fn is called once per key, one call at a time, in any
 // order; value is the caller's to keep.
 type ManyGetter interface {
-	GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m Meta, err error)) error
+	GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, err error)) error
 }
 
 // ReadMany reads keys from the fastest level holding each, a level that is
 // a ManyGetter in one batch, and calls fn once per key (one call at a time,
-// in any order) with the block's bytes — fn may keep them — its Meta and
+// in any order) with the block's bytes — fn may keep them — its Header and
 // the kind of tier that served it, or ErrNotFound, or (as Get) an error
 // matching ErrUnavailable for a block held in a tier out of reach. Hits
 // count and promote as Get's do. It is how a long chain is restored from
 // an object store.
-func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m Meta, kind index.TierKind, err error)) error {
+func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, kind index.TierKind, err error)) error {
 	byLevel := make([][]int, len(h.levels))
 	var missing []int
 	h.mu.Lock()
@@ -45,7 +45,7 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 	for _, i := range missing { // maybe in a shared level another node filled
 		found, down, err := h.discover(keys[i])
 		if !found && err != nil {
-			fn(i, nil, Meta{}, h.levels[down].Kind, h.unreachable(down, keys[i], err))
+			fn(i, nil, index.Header{}, h.levels[down].Kind, h.unreachable(down, keys[i], err))
 			continue
 		}
 		if !found {
@@ -53,7 +53,7 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 			h.gets++
 			h.misses++
 			h.mu.Unlock()
-			fn(i, nil, Meta{}, 0, fmt.Errorf("hierarchy: %v: %w", keys[i], ErrNotFound))
+			fn(i, nil, index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", keys[i], ErrNotFound))
 			continue
 		}
 		h.mu.Lock()
@@ -79,7 +79,7 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 		for j, i := range idx {
 			sub[j] = keys[i]
 		}
-		err := mg.GetMany(ctx, sub, func(j int, v []byte, m Meta, err error) {
+		err := mg.GetMany(ctx, sub, func(j int, v []byte, m index.Header, err error) {
 			i := idx[j]
 			if err == nil {
 				h.hit(keys[i], lvl, v, m)
@@ -87,7 +87,7 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 				return
 			}
 			if errors.Is(err, ErrUnavailable) { // reading it again would wait for the store again
-				fn(i, nil, Meta{}, h.levels[lvl].Kind, h.unreachable(lvl, keys[i], err))
+				fn(i, nil, index.Header{}, h.levels[lvl].Kind, h.unreachable(lvl, keys[i], err))
 				return
 			}
 			if errors.Is(err, ErrCorrupt) {
@@ -106,7 +106,7 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 
 // hit counts a hit on level lvl for a block read outside read and
 // schedules its promotion with the bytes read.
-func (h *Hierarchy) hit(key index.Key, lvl int, v []byte, m Meta) {
+func (h *Hierarchy) hit(key index.Key, lvl int, v []byte, m index.Header) {
 	h.mu.Lock()
 	if e := h.entries[key]; e != nil {
 		h.levels[lvl].Policy.Touch(key)

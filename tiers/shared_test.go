@@ -147,7 +147,7 @@ func TestObjectStoreOutageIsUnreachableNotAMissNorAFailure(t *testing.T) {
 		t.Fatalf("misses grew by %d, want 1: only the block held nowhere", n)
 	}
 	var got []error
-	err := h.ReadMany(context.Background(), []index.Key{key(1), key(2), key(99)}, func(i int, _ []byte, _ tiers.Meta, _ index.TierKind, err error) {
+	err := h.ReadMany(context.Background(), []index.Key{key(1), key(2), key(99)}, func(i int, _ []byte, _ index.Header, _ index.TierKind, err error) {
 		got = append(got, err)
 	})
 	if err != nil || len(got) != 3 {
@@ -228,7 +228,7 @@ func TestLocateNamesTheObjectRangeOfBlocksInTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := io.ReadAll(obj); err != nil || !bytes.Equal(got, stored) || tiers.Checksum(got) != r.Meta.Sum {
+	if got, err := io.ReadAll(obj); err != nil || !bytes.Equal(got, stored) || index.Checksum(got) != r.Meta.Sum {
 		t.Fatalf("the object range does not hold the block's bytes (%v)", err)
 	}
 	// Another node sharing the bucket finds it too.

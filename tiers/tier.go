@@ -11,8 +11,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 )
 
 // Errors shared by every tier; test for them with errors.Is.
@@ -40,7 +40,7 @@ var (
 	// the tier reclaims it, later, so the caller puts the block in a lower
 	// level or drops it rather than evicting and waiting.
 	ErrNoSpace = errors.New("tiers: no space left on the tier's device")
-	// ErrInvalid marks a request that breaks the API contract (a Meta whose
+	// ErrInvalid marks a request that breaks the API contract (a Header whose
 	// size or checksum does not match the bytes, say).
 	ErrInvalid = errors.New("tiers: invalid request")
 	// ErrInvalidConfig marks a configuration that fails validation.
@@ -54,22 +54,10 @@ type SizeError struct {
 }
 
 func (e *SizeError) Error() string {
-	return fmt.Sprintf("tiers: block is %s, over the %s limit", FormatBytes(e.Size), FormatBytes(e.Limit))
+	return fmt.Sprintf("tiers: block is %s, over the %s limit", units.FormatBytes(e.Size), units.FormatBytes(e.Limit))
 }
 
 func (e *SizeError) Is(target error) bool { return target == ErrTooLarge }
-
-// Meta describes one stored block.
-type Meta struct {
-	Key index.Key
-	index.Meta
-	// Sum is xxhash64 of the block's bytes (Checksum). Tiers store it with
-	// the bytes and check it wherever the bytes could have been damaged.
-	Sum uint64
-}
-
-// Checksum is the checksum every tier stores with a block.
-func Checksum(b []byte) uint64 { return xxhash.Sum64(b) }
 
 // Stats is a tier's accounting at one instant.
 type Stats struct {
@@ -82,23 +70,23 @@ type Stats struct {
 // Blocks are replaced, never merged: Put of an existing key replaces it.
 type Tier interface {
 	// Put stores value under m.Key. m.Size must be len(value), else
-	// ErrInvalid; m.Sum must be Checksum(value): tiers store it unchecked
+	// ErrInvalid; m.Sum must be index.Checksum(value): tiers store it unchecked
 	// (the bytes are hashed once, where they enter the node) and a wrong sum
 	// makes later reads fail with ErrCorrupt. Put fails with a *SizeError
 	// over the tier's block limit and with ErrFull when there is no room; on
 	// error nothing changes. The tier copies value.
-	Put(m Meta, value []byte) error
+	Put(m index.Header, value []byte) error
 	// Get appends the block's bytes to dst and returns them with the block's
-	// Meta. It fails with ErrNotFound, or with ErrCorrupt when the stored
+	// Header. It fails with ErrNotFound, or with ErrCorrupt when the stored
 	// bytes fail their checksum (the tier then drops the block).
-	Get(key index.Key, dst []byte) ([]byte, Meta, error)
-	// Stat returns a block's Meta without reading its bytes.
-	Stat(key index.Key) (Meta, error)
+	Get(key index.Key, dst []byte) ([]byte, index.Header, error)
+	// Stat returns a block's Header without reading its bytes.
+	Stat(key index.Key) (index.Header, error)
 	// Delete removes a block; ErrNotFound if absent.
 	Delete(key index.Key) error
 	// Scan calls fn for each block until fn returns false. Blocks put or
 	// deleted during a Scan may or may not be seen; fn may call the tier.
-	Scan(fn func(Meta) bool) error
+	Scan(fn func(index.Header) bool) error
 	Stats() Stats
 	// Close releases the tier's resources; persistent tiers keep their
 	// blocks for the next open. Every other method then fails with ErrClosed.
@@ -107,7 +95,7 @@ type Tier interface {
 
 // CheckPut validates a Put's arguments against a block size limit; tiers
 // call it first.
-func CheckPut(m Meta, value []byte, limit int64) error {
+func CheckPut(m index.Header, value []byte, limit int64) error {
 	if int64(len(value)) > limit {
 		return &SizeError{Size: int64(len(value)), Limit: limit}
 	}
@@ -115,20 +103,6 @@ func CheckPut(m Meta, value []byte, limit int64) error {
 		return fmt.Errorf("%w: meta says %d bytes, value has %d", ErrInvalid, m.Size, len(value))
 	}
 	return nil
-}
-
-// FormatBytes formats n with a binary unit: "512 B", "64.0 KiB", "5.0 MiB".
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit && n > -unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit || m <= -unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // Invalidator is implemented by persistent tiers whose Delete may not
@@ -155,7 +129,7 @@ type Invalidator interface {
 type View interface {
 	// Bytes returns the block's bytes; callers must not write to them.
 	Bytes() []byte
-	Meta() Meta
+	Meta() index.Header
 	// Release unpins the block; it reports an error when the lease ran out
 	// first and the bytes may have changed meanwhile.
 	Release() error
@@ -172,7 +146,7 @@ type Viewer interface {
 type Reservation interface {
 	Bytes() []byte
 	// Commit publishes the block; the caller has checked the bytes against
-	// the Meta's Sum.
+	// the Header's Sum.
 	Commit() error
 	// Abort gives the room back; a no-op after Commit.
 	Abort()
@@ -180,5 +154,5 @@ type Reservation interface {
 
 // Reserver is implemented by tiers that can be written in place (dram).
 type Reserver interface {
-	Reserve(m Meta) (Reservation, error)
+	Reserve(m index.Header) (Reservation, error)
 }

@@ -40,15 +40,6 @@ var (
 	ErrUnavailable = errors.New("transfer: unavailable for now")
 )
 
-// Header describes one block on the wire.
-type Header struct {
-	Key       index.Key
-	Parent    index.Hash
-	HasParent bool
-	Size      uint32 // length of the bytes
-	Sum       uint64 // xxhash64 of the bytes
-}
-
 // Handler is what a server serves: a node's storage, adapted. A server calls
 // it from many connections at once, so it must be safe for concurrent use.
 type Handler interface {
@@ -56,13 +47,13 @@ type Handler interface {
 	// the storage allows) until release is called. The transport calls
 	// release exactly once when err is nil, and ignores h, data and release
 	// otherwise. A missing block is reported as ErrNotFound.
-	Open(key index.Key) (h Header, data []byte, release func(), err error)
+	Open(key index.Key) (h index.Header, data []byte, release func(), err error)
 	// Reserve returns a buffer of h.Size bytes for an incoming block; the
 	// transport fills it and calls commit(true) once the bytes match h.Sum,
 	// commit(false) otherwise, exactly once either way. An error refuses
 	// the block (and commit is not called); wrap ErrFull for a lack of
 	// room, ErrRefused for a block that breaks the Handler's limits.
-	Reserve(h Header) (buf []byte, commit func(ok bool) error, err error)
+	Reserve(h index.Header) (buf []byte, commit func(ok bool) error, err error)
 }
 
 // Prefetcher is an optional power of a Handler. Told every key of a Get
@@ -77,7 +68,7 @@ type Prefetcher interface {
 // Opener opens, one after another in request order, the blocks of one Get
 // a Prefetcher was told about; Open has Handler.Open's contract.
 type Opener interface {
-	Open(key index.Key) (h Header, data []byte, release func(), err error)
+	Open(key index.Key) (h index.Header, data []byte, release func(), err error)
 	// Close ends the Get: blocks fetched but never opened are let go.
 	Close()
 }
@@ -89,16 +80,16 @@ type Opener interface {
 // reported yet get no Done.
 type Receiver interface {
 	// Buffer returns where block i goes: len(buf) must be h.Size.
-	Buffer(i int, h Header) []byte
+	Buffer(i int, h index.Header) []byte
 	// Done reports block i: err is nil (its buffer holds verified bytes),
 	// ErrNotFound, ErrUnavailable, ErrCorrupt, or another error from the
 	// server.
-	Done(i int, h Header, err error)
+	Done(i int, h index.Header, err error)
 }
 
 // Block is one block to put.
 type Block struct {
-	Header
+	index.Header
 	Data []byte
 }
 

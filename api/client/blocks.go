@@ -10,7 +10,7 @@ import (
 
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/transfer"
 )
 
@@ -57,14 +57,14 @@ type Result struct {
 // is reported in a *BatchError (the others are stored); a batch refused as a
 // whole fails the call.
 func (c *Client) Put(ctx context.Context, blocks []Block) error {
-	headers := make([]transfer.Header, len(blocks))
+	headers := make([]index.Header, len(blocks))
 	for i, b := range blocks {
 		if len(b.Data) > int(c.info.MaxBlockSize) {
 			return &Error{Op: "put", Code: codes.InvalidArgument, Msg: fmt.Sprintf("block %d is %s, over the node's %s limit",
-				i, tiers.FormatBytes(int64(len(b.Data))), tiers.FormatBytes(int64(c.info.MaxBlockSize)))}
+				i, units.FormatBytes(int64(len(b.Data))), units.FormatBytes(int64(c.info.MaxBlockSize)))}
 		}
-		headers[i] = transfer.Header{Key: b.Key, Parent: b.Parent, HasParent: b.HasParent,
-			Size: uint32(len(b.Data)), Sum: tiers.Checksum(b.Data)}
+		headers[i] = index.Header{Key: b.Key, Meta: index.Meta{Parent: b.Parent, HasParent: b.HasParent,
+			Size: uint32(len(b.Data))}, Sum: index.Checksum(b.Data)}
 	}
 	errs := make([]error, len(blocks))
 	failed := false
@@ -127,8 +127,7 @@ func (c *Client) putGRPC(ctx context.Context, blocks []transfer.Block) ([]error,
 	}
 	hdr := &pb.PutHeader{Blocks: make([]*pb.BlockMeta, len(blocks))}
 	for i, b := range blocks {
-		hdr.Blocks[i] = &pb.BlockMeta{Key: &pb.BlockKey{Namespace: uint64(b.Key.NS), Hash: uint64(b.Key.Hash)},
-			Parent: uint64(b.Parent), HasParent: b.HasParent, Size: b.Size, Checksum: b.Sum}
+		hdr.Blocks[i] = pb.FromHeader(b.Header)
 	}
 	if err := stream.Send(&pb.PutRequest{Msg: &pb.PutRequest_Header{Header: hdr}}); err != nil {
 		return nil, closeErr(stream.CloseAndRecv())
@@ -245,12 +244,12 @@ type receiver struct {
 	err    error
 }
 
-func (r *receiver) Buffer(i int, h transfer.Header) []byte {
+func (r *receiver) Buffer(i int, h index.Header) []byte {
 	r.buf = r.buffer(i, int(h.Size))
 	return r.buf
 }
 
-func (r *receiver) Done(i int, h transfer.Header, err error) {
+func (r *receiver) Done(i int, h index.Header, err error) {
 	if r.err != nil {
 		return
 	}
@@ -270,7 +269,7 @@ func (r *receiver) Done(i int, h transfer.Header, err error) {
 func (c *Client) getGRPC(ctx context.Context, keys []index.Key, stopAtMiss bool, buffer func(i, size int) []byte, emit func(int, Result) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.api.Get(ctx, &pb.GetRequest{Keys: keysToPB(keys), StopAtMiss: stopAtMiss})
+	stream, err := c.api.Get(ctx, &pb.GetRequest{Keys: pb.FromKeys(keys), StopAtMiss: stopAtMiss})
 	if err != nil {
 		return err
 	}
@@ -305,17 +304,16 @@ func (c *Client) getGRPC(ctx context.Context, keys []index.Key, stopAtMiss bool,
 				}
 				continue
 			}
-			m := msg.GetMeta()
-			want = int(m.GetSize())
-			cur = Result{Found: true, Data: buffer(idx, want), Sum: m.GetChecksum(), Parent: index.Hash(m.GetParent()),
-				HasParent: m.GetHasParent(), Tier: msg.Tier}
+			h := pb.ToHeader(msg.GetMeta())
+			want = int(h.Size)
+			cur = Result{Found: true, Data: buffer(idx, want), Sum: h.Sum, Parent: h.Parent, HasParent: h.HasParent, Tier: msg.Tier}
 		}
 		cur.Data = append(cur.Data, msg.Data...)
 		if len(cur.Data) > want {
 			return fmt.Errorf("block %d sent %d bytes, more than its %d", idx, len(cur.Data), want)
 		}
 		if len(cur.Data) == want && cur.Found {
-			if tiers.Checksum(cur.Data) != cur.Sum {
+			if index.Checksum(cur.Data) != cur.Sum {
 				return &Error{Op: "get", Code: codes.DataLoss, Msg: fmt.Sprintf("block %d failed its checksum", idx)}
 			}
 			if err := emit(idx, cur); err != nil {

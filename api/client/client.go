@@ -10,10 +10,12 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,7 +42,7 @@ type Options struct {
 	MaxRetries int
 	// Backoff is the wait before the first retry, doubled for each next one
 	// up to MaxBackoff, with jitter (each wait is between half and all of
-	// it). Defaults 50ms and 1s.
+	// it). Defaults 50ms and 1s (or Backoff, if longer).
 	Backoff, MaxBackoff time.Duration
 	// NoDataPlane moves block bytes over gRPC even when the node offers a
 	// data plane.
@@ -55,7 +57,8 @@ type Options struct {
 	DialOptions []grpc.DialOption
 }
 
-func (o *Options) setDefaults() {
+// EnsureDefaults fills o's zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Second
 	}
@@ -69,11 +72,38 @@ func (o *Options) setDefaults() {
 		o.Backoff = 50 * time.Millisecond
 	}
 	if o.MaxBackoff == 0 {
-		o.MaxBackoff = time.Second
+		o.MaxBackoff = max(time.Second, o.Backoff)
 	}
 	if o.PoolSize == 0 {
 		o.PoolSize = 8
 	}
+}
+
+// ErrInvalidOptions marks Options that fail Validate.
+var ErrInvalidOptions = errors.New("kvstrata: invalid client options")
+
+// Validate reports every problem with o, naming the fields. Call it after
+// EnsureDefaults (Dial does both).
+func (o *Options) Validate() error {
+	var probs []string
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Timeout", o.Timeout}, {"RetryBudget", o.RetryBudget}, {"Backoff", o.Backoff}, {"MaxBackoff", o.MaxBackoff}} {
+		if d.v <= 0 {
+			probs = append(probs, fmt.Sprintf("%s is %v, must be positive", d.name, d.v))
+		}
+	}
+	if o.MaxBackoff < o.Backoff {
+		probs = append(probs, fmt.Sprintf("MaxBackoff %v is shorter than Backoff %v", o.MaxBackoff, o.Backoff))
+	}
+	if o.PoolSize <= 0 {
+		probs = append(probs, fmt.Sprintf("PoolSize is %d, must be positive", o.PoolSize))
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(probs, "; "))
+	}
+	return nil
 }
 
 // DefaultRetryBudget is Options.RetryBudget's default: a node restarts in
@@ -106,7 +136,10 @@ type Client struct {
 // Dial connects to the node whose gRPC address is addr and asks it for its
 // Info (data-plane address, limits).
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
-	opts.setDefaults()
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	dopts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
@@ -222,7 +255,7 @@ func (c *Client) Exists(ctx context.Context, keys []index.Key) ([]bool, error) {
 	for _, batch := range chunks(len(keys), int(c.info.MaxBatchBlocks)) {
 		var resp *pb.ExistsResponse
 		err := c.call(ctx, "exists", func(ctx context.Context) (err error) {
-			resp, err = c.api.Exists(ctx, &pb.ExistsRequest{Keys: keysToPB(keys[batch[0]:batch[1]])})
+			resp, err = c.api.Exists(ctx, &pb.ExistsRequest{Keys: pb.FromKeys(keys[batch[0]:batch[1]])})
 			return err
 		})
 		if err != nil {
@@ -257,7 +290,7 @@ func (c *Client) LocateObjects(ctx context.Context, keys []index.Key) ([]Placeme
 	for _, batch := range chunks(len(keys), int(c.info.MaxBatchBlocks)) {
 		var resp *pb.LocateObjectsResponse
 		err := c.call(ctx, "locate objects", func(ctx context.Context) (err error) {
-			resp, err = c.api.LocateObjects(ctx, &pb.LocateObjectsRequest{Keys: keysToPB(keys[batch[0]:batch[1]])})
+			resp, err = c.api.LocateObjects(ctx, &pb.LocateObjectsRequest{Keys: pb.FromKeys(keys[batch[0]:batch[1]])})
 			return err
 		})
 		if err != nil {
@@ -267,9 +300,8 @@ func (c *Client) LocateObjects(ctx context.Context, keys []index.Key) ([]Placeme
 			return nil, fmt.Errorf("client: locate objects: %d answers for %d keys", len(resp.Blocks), batch[1]-batch[0])
 		}
 		for _, b := range resp.Blocks {
-			m := b.GetMeta()
-			out = append(out, Placement{Tier: b.Tier, Size: int(m.GetSize()), Sum: m.GetChecksum(),
-				Parent: index.Hash(m.GetParent()), HasParent: m.GetHasParent(),
+			h := pb.ToHeader(b.GetMeta())
+			out = append(out, Placement{Tier: b.Tier, Size: int(h.Size), Sum: h.Sum, Parent: h.Parent, HasParent: h.HasParent,
 				Bucket: b.Bucket, Object: b.Object, Offset: int64(b.Offset)})
 		}
 	}
@@ -300,7 +332,7 @@ func (c *Client) Stats(ctx context.Context) (*pb.StatsResponse, error) {
 func (c *Client) Pin(ctx context.Context, keys []index.Key, ttl time.Duration) (uint64, time.Time, error) {
 	var resp *pb.PinResponse
 	err := c.call(ctx, "pin", func(ctx context.Context) (err error) {
-		resp, err = c.api.Pin(ctx, &pb.PinRequest{Keys: keysToPB(keys), TtlMs: ttl.Milliseconds()})
+		resp, err = c.api.Pin(ctx, &pb.PinRequest{Keys: pb.FromKeys(keys), TtlMs: ttl.Milliseconds()})
 		return err
 	})
 	if err != nil {
@@ -327,14 +359,6 @@ func chunks(n, size int) [][2]int {
 	return out
 }
 
-func keysToPB(keys []index.Key) []*pb.BlockKey {
-	out := make([]*pb.BlockKey, len(keys))
-	for i, k := range keys {
-		out[i] = &pb.BlockKey{Namespace: uint64(k.NS), Hash: uint64(k.Hash)}
-	}
-	return out
-}
-
 // Warm asks the node to copy keys up from its slower tiers (an object
 // store) into tier ("" for the fastest) ahead of need, in batches the node
 // accepts; progress, if set, sees the running totals.
@@ -343,7 +367,7 @@ func (c *Client) Warm(ctx context.Context, keys []index.Key, tier string, progre
 	for _, r := range chunks(len(keys), int(c.info.MaxBatchBlocks)) {
 		var last *pb.WarmProgress
 		err := c.call(ctx, "warm", func(ctx context.Context) error {
-			stream, err := c.api.Warm(ctx, &pb.WarmRequest{Keys: keysToPB(keys[r[0]:r[1]]), Tier: tier})
+			stream, err := c.api.Warm(ctx, &pb.WarmRequest{Keys: pb.FromKeys(keys[r[0]:r[1]]), Tier: tier})
 			if err != nil {
 				return err
 			}

@@ -70,7 +70,7 @@ func (c *Client) LocateFresh(ctx context.Context, keys []index.Key) ([]*pb.KeyLo
 	for _, r := range chunks(len(keys), 1<<16) {
 		var resp *pb.LocateResponse
 		err := c.call(ctx, "locate", func(ctx context.Context) (err error) {
-			resp, err = c.cluster.Locate(ctx, &pb.LocateRequest{Keys: keysToPB(keys[r[0]:r[1]])})
+			resp, err = c.cluster.Locate(ctx, &pb.LocateRequest{Keys: pb.FromKeys(keys[r[0]:r[1]])})
 			return err
 		})
 		if err != nil {

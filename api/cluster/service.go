@@ -190,7 +190,7 @@ func (s *service) Locate(_ context.Context, req *pb.LocateRequest) (*pb.LocateRe
 	out := &pb.LocateResponse{Keys: make([]*pb.KeyLocations, len(req.Keys)), Freshness: fresh}
 	for i, k := range req.Keys {
 		kl := &pb.KeyLocations{}
-		if e, ok := dir.Get(index.Key{NS: index.NamespaceID(k.GetNamespace()), Hash: index.Hash(k.GetHash())}); ok {
+		if e, ok := dir.Get(pb.ToKey(k)); ok {
 			for _, l := range e.Locations {
 				if fsm.Alive(l.Node) {
 					kl.Locations = append(kl.Locations, &pb.TierBlocks{NodeId: uint32(l.Node), Tier: l.Tier.String(), Blocks: 1})

@@ -31,24 +31,22 @@ type dataHandler struct {
 	observe DataObserver
 }
 
-func (d *dataHandler) Open(key index.Key) (transfer.Header, []byte, func(), error) {
+func (d *dataHandler) Open(key index.Key) (index.Header, []byte, func(), error) {
 	start := time.Now()
 	v, _, err := d.n.View(key)
 	if err != nil {
-		return transfer.Header{}, nil, nil, dataError(err)
+		return index.Header{}, nil, nil, dataError(err)
 	}
 	m, b := v.Meta(), v.Bytes()
-	return header(m), b, func() {
+	return m, b, func() {
 		_ = v.Release()
 		d.observe("out", len(b), start)
 	}, nil
 }
 
-func (d *dataHandler) Reserve(h transfer.Header) ([]byte, func(bool) error, error) {
+func (d *dataHandler) Reserve(h index.Header) ([]byte, func(bool) error, error) {
 	start := time.Now()
-	m := tiers.Meta{Key: h.Key, Sum: h.Sum}
-	m.Parent, m.HasParent, m.Size = h.Parent, h.HasParent, h.Size
-	r, err := d.n.Reserve(m)
+	r, err := d.n.Reserve(h)
 	if err != nil {
 		return nil, nil, dataError(err)
 	}
@@ -63,10 +61,6 @@ func (d *dataHandler) Reserve(h transfer.Header) ([]byte, func(bool) error, erro
 		d.observe("in", int(h.Size), start)
 		return nil
 	}, nil
-}
-
-func header(m tiers.Meta) transfer.Header {
-	return transfer.Header{Key: m.Key, Parent: m.Parent, HasParent: m.HasParent, Size: m.Size, Sum: m.Sum}
 }
 
 // dataError tags the node's errors with the data plane's sentinels.

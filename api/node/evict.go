@@ -37,7 +37,7 @@ func (s Selector) Empty() bool {
 
 // Evicted is one copy an eviction removed (or would remove, dry).
 type Evicted struct {
-	Meta tiers.Meta
+	Meta index.Header
 	Tier index.TierKind
 }
 
@@ -121,7 +121,7 @@ func (n *Node) Evict(s Selector) (EvictResult, error) {
 		for _, k := range kinds {
 			res.Blocks++
 			res.Bytes += int64(b.Size)
-			res.Removed = append(res.Removed, Evicted{Meta: b.Meta, Tier: k})
+			res.Removed = append(res.Removed, Evicted{Meta: b.Header, Tier: k})
 		}
 	}
 	return res, nil

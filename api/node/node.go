@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -191,19 +192,19 @@ func (n *Node) Info() Info {
 
 // CheckBatch refuses a batch of blocks over the node's limits, naming the
 // first offending block.
-func (n *Node) CheckBatch(metas []tiers.Meta) error {
+func (n *Node) CheckBatch(metas []index.Header) error {
 	if len(metas) > n.cfg.MaxBatchBlocks {
 		return &LimitError{fmt.Sprintf("batch of %d blocks, over the %d-block limit", len(metas), n.cfg.MaxBatchBlocks)}
 	}
 	var total int64
 	for i, m := range metas {
 		if int64(m.Size) > n.cfg.MaxBlockSize {
-			return &LimitError{fmt.Sprintf("block %d is %s, over the %s limit", i, tiers.FormatBytes(int64(m.Size)), tiers.FormatBytes(n.cfg.MaxBlockSize))}
+			return &LimitError{fmt.Sprintf("block %d is %s, over the %s limit", i, units.FormatBytes(int64(m.Size)), units.FormatBytes(n.cfg.MaxBlockSize))}
 		}
 		total += int64(m.Size)
 	}
 	if total > n.cfg.MaxBatchBytes {
-		return &LimitError{fmt.Sprintf("batch of %s, over the %s limit", tiers.FormatBytes(total), tiers.FormatBytes(n.cfg.MaxBatchBytes))}
+		return &LimitError{fmt.Sprintf("batch of %s, over the %s limit", units.FormatBytes(total), units.FormatBytes(n.cfg.MaxBatchBytes))}
 	}
 	return nil
 }
@@ -217,22 +218,22 @@ func (n *Node) CheckKeys(count int) error {
 }
 
 // checkBlock refuses one block over the node's size limit, naming it.
-func (n *Node) checkBlock(m tiers.Meta) error {
+func (n *Node) checkBlock(m index.Header) error {
 	if int64(m.Size) > n.cfg.MaxBlockSize {
-		return &LimitError{fmt.Sprintf("block %v is %s, over the %s limit", m.Key, tiers.FormatBytes(int64(m.Size)), tiers.FormatBytes(n.cfg.MaxBlockSize))}
+		return &LimitError{fmt.Sprintf("block %v is %s, over the %s limit", m.Key, units.FormatBytes(int64(m.Size)), units.FormatBytes(n.cfg.MaxBlockSize))}
 	}
 	return nil
 }
 
 // Put stores one block after checking its size and checksum.
-func (n *Node) Put(m tiers.Meta, value []byte) error {
+func (n *Node) Put(m index.Header, value []byte) error {
 	if err := n.checkBlock(m); err != nil {
 		return err
 	}
 	if int(m.Size) != len(value) {
 		return fmt.Errorf("%w: block %v: meta says %d bytes, %d came", tiers.ErrInvalid, m.Key, m.Size, len(value))
 	}
-	if sum := tiers.Checksum(value); sum != m.Sum {
+	if sum := index.Checksum(value); sum != m.Sum {
 		return fmt.Errorf("block %v: bytes hash to %016x, sent with %016x: %w", m.Key, sum, m.Sum, ErrChecksum)
 	}
 	return n.h.Put(m, value)
@@ -240,7 +241,7 @@ func (n *Node) Put(m tiers.Meta, value []byte) error {
 
 // Reserve makes room for a block in the fastest tier; the caller fills it
 // and calls Commit (see CommitChecked) or Abort.
-func (n *Node) Reserve(m tiers.Meta) (*tiers.PutReservation, error) {
+func (n *Node) Reserve(m index.Header) (*tiers.PutReservation, error) {
 	if err := n.checkBlock(m); err != nil {
 		return nil, err
 	}
@@ -248,8 +249,8 @@ func (n *Node) Reserve(m tiers.Meta) (*tiers.PutReservation, error) {
 }
 
 // CommitChecked commits r if its bytes match sum, else aborts it.
-func CommitChecked(r *tiers.PutReservation, m tiers.Meta) error {
-	if sum := tiers.Checksum(r.Bytes()); sum != m.Sum {
+func CommitChecked(r *tiers.PutReservation, m index.Header) error {
+	if sum := index.Checksum(r.Bytes()); sum != m.Sum {
 		r.Abort()
 		return fmt.Errorf("block %v: bytes hash to %016x, sent with %016x: %w", m.Key, sum, m.Sum, ErrChecksum)
 	}
@@ -257,7 +258,7 @@ func CommitChecked(r *tiers.PutReservation, m tiers.Meta) error {
 }
 
 // Get appends a block's bytes to dst.
-func (n *Node) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, index.TierKind, error) {
+func (n *Node) Get(key index.Key, dst []byte) ([]byte, index.Header, index.TierKind, error) {
 	return n.h.Get(key, dst)
 }
 

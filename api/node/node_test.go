@@ -40,7 +40,7 @@ func newNode(t *testing.T) *Node {
 	return n
 }
 
-func block(ns index.NamespaceID, h index.Hash, size int) (tiers.Meta, []byte) {
+func block(ns index.NamespaceID, h index.Hash, size int) (index.Header, []byte) {
 	m, b := tiertest.Block(h, size)
 	m.Key.NS = ns
 	return m, b
@@ -60,7 +60,7 @@ func TestPutChecksTheChecksum(t *testing.T) {
 
 func TestLimitsRefuseWholeBatchesWithTheReason(t *testing.T) {
 	n := newNode(t)
-	var metas []tiers.Meta
+	var metas []index.Header
 	for i := range 4 {
 		m, _ := block(1, index.Hash(i), 1000)
 		metas = append(metas, m)
@@ -70,11 +70,11 @@ func TestLimitsRefuseWholeBatchesWithTheReason(t *testing.T) {
 	if !errors.Is(err, ErrLimit) || err.Error() != "block 3 is 5.0 MiB, over the 64.0 KiB limit" {
 		t.Fatalf("got %v", err)
 	}
-	metas = make([]tiers.Meta, 9)
+	metas = make([]index.Header, 9)
 	if err := n.CheckBatch(metas); err == nil || !strings.Contains(err.Error(), "batch of 9 blocks, over the 8-block limit") {
 		t.Fatalf("got %v", err)
 	}
-	metas = make([]tiers.Meta, 5)
+	metas = make([]index.Header, 5)
 	for i := range metas {
 		metas[i].Size = 64 << 10
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/transfer"
 )
 
@@ -60,7 +59,7 @@ type prefetch struct {
 type slot struct {
 	done  chan struct{}
 	data  []byte
-	meta  tiers.Meta
+	meta  index.Header
 	err   error
 	start time.Time
 }
@@ -98,7 +97,7 @@ func (p *prefetch) read(idx []int) {
 		keys[j] = p.keys[i]
 	}
 	delivered := make([]bool, len(idx))
-	err := p.d.n.h.ReadMany(p.ctx, keys, func(j int, v []byte, m tiers.Meta, _ index.TierKind, err error) {
+	err := p.d.n.h.ReadMany(p.ctx, keys, func(j int, v []byte, m index.Header, _ index.TierKind, err error) {
 		p.mu.Lock()
 		s := &p.slots[idx[j]]
 		s.data, s.meta, s.err = v, m, err
@@ -122,12 +121,12 @@ func (p *prefetch) read(idx []int) {
 }
 
 // Open hands out the next block of the Get, waiting for its read.
-func (p *prefetch) Open(key index.Key) (transfer.Header, []byte, func(), error) {
+func (p *prefetch) Open(key index.Key) (index.Header, []byte, func(), error) {
 	p.mu.Lock()
 	i := p.next
 	if i >= len(p.keys) || p.keys[i] != key {
 		p.mu.Unlock()
-		return transfer.Header{}, nil, nil, fmt.Errorf("node: prefetched get opened %v out of order", key)
+		return index.Header{}, nil, nil, fmt.Errorf("node: prefetched get opened %v out of order", key)
 	}
 	p.next++
 	p.startLocked()
@@ -142,9 +141,9 @@ func (p *prefetch) Open(key index.Key) (transfer.Header, []byte, func(), error) 
 	s.data = nil // the transport owns it now
 	p.mu.Unlock()
 	if err != nil {
-		return transfer.Header{}, nil, nil, dataError(err)
+		return index.Header{}, nil, nil, dataError(err)
 	}
-	return header(m), data, func() { p.d.observe("out", len(data), s.start) }, nil
+	return m, data, func() { p.d.observe("out", len(data), s.start) }, nil
 }
 
 // Close ends the Get: reads ahead still in flight are cancelled.

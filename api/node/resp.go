@@ -7,16 +7,11 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/kvstrata/kvstrata/api/resp"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
-
-// RESPNamespace holds the values stored through the Redis protocol: key k is
-// block {RESPNamespace, xxhash64(k)}.
-var RESPNamespace = index.NamespaceID(xxhash.Sum64String("kvstrata-resp-v1"))
 
 // respHeader is the length prefix of the key stored in front of each value:
 // a read checks the key, so two keys whose hashes collide read as missing,
@@ -35,13 +30,9 @@ var (
 // RESPStore returns the node as a resp.Store.
 func (n *Node) RESPStore() *RESPStore { return &RESPStore{n: n} }
 
-func respKey(key string) index.Key {
-	return index.Key{NS: RESPNamespace, Hash: index.Hash(xxhash.Sum64String(key))}
-}
-
 // View returns the value in place (no copy from DRAM).
 func (s *RESPStore) View(_ context.Context, key string) ([]byte, func(), error) {
-	v, _, err := s.n.View(respKey(key))
+	v, _, err := s.n.View(index.RESPKey(key))
 	if err != nil {
 		return nil, nil, respError(err)
 	}
@@ -70,7 +61,7 @@ func (s *RESPStore) Set(_ context.Context, key string, value []byte) error {
 	if err := s.checkSize(key, value); err != nil {
 		return err
 	}
-	k := respKey(key)
+	k := index.RESPKey(key)
 	defer s.lock(k)()
 	return s.set(k, key, value)
 }
@@ -84,7 +75,7 @@ func (s *RESPStore) SetIf(ctx context.Context, key string, value []byte, exists 
 	if err := s.checkSize(key, value); err != nil {
 		return false, err
 	}
-	k := respKey(key)
+	k := index.RESPKey(key)
 	defer s.lock(k)()
 	if has, err := s.Exists(ctx, key); err != nil || has != exists {
 		return false, err
@@ -96,7 +87,7 @@ func (s *RESPStore) checkSize(key string, value []byte) error {
 	size := respHeader + len(key) + len(value)
 	if int64(size) > s.n.cfg.MaxBlockSize {
 		return resp.Mark(&LimitError{fmt.Sprintf("value of %s with its key is over the %s limit (limits.max-block-size)",
-			tiers.FormatBytes(int64(size)), tiers.FormatBytes(s.n.cfg.MaxBlockSize))}, resp.ErrTooLarge)
+			units.FormatBytes(int64(size)), units.FormatBytes(s.n.cfg.MaxBlockSize))}, resp.ErrTooLarge)
 	}
 	return nil
 }
@@ -105,11 +96,11 @@ func (s *RESPStore) checkSize(key string, value []byte) error {
 func (s *RESPStore) set(k index.Key, key string, value []byte) error {
 	var hdr [respHeader]byte
 	binary.LittleEndian.PutUint32(hdr[:], uint32(len(key)))
-	d := xxhash.New()
+	d := index.NewDigest()
 	_, _ = d.Write(hdr[:])
 	_, _ = d.WriteString(key)
 	_, _ = d.Write(value)
-	m := tiers.Meta{Key: k, Sum: d.Sum64()}
+	m := index.Header{Key: k, Sum: d.Sum64()}
 	m.Size = uint32(respHeader + len(key) + len(value))
 	r, err := s.n.Reserve(m)
 	if err != nil {
@@ -126,7 +117,7 @@ func (s *RESPStore) set(k index.Key, key string, value []byte) error {
 // hash (a collision, about 1 in 10^19 per pair of keys, would read as
 // present); GET checks the stored key.
 func (s *RESPStore) Exists(_ context.Context, key string) (bool, error) {
-	_, _, err := s.n.h.Find(respKey(key))
+	_, _, err := s.n.h.Find(index.RESPKey(key))
 	if errors.Is(err, tiers.ErrNotFound) {
 		return false, nil
 	}
@@ -135,7 +126,7 @@ func (s *RESPStore) Exists(_ context.Context, key string) (bool, error) {
 
 // Delete removes key from every tier.
 func (s *RESPStore) Delete(_ context.Context, key string) (bool, error) {
-	k := respKey(key)
+	k := index.RESPKey(key)
 	defer s.lock(k)()
 	err := s.n.h.Delete(k)
 	if errors.Is(err, tiers.ErrNotFound) {
@@ -147,7 +138,7 @@ func (s *RESPStore) Delete(_ context.Context, key string) (bool, error) {
 // Len counts the keys stored through the Redis protocol. It walks the
 // node's block table, so it costs time in the number of blocks.
 func (s *RESPStore) Len(context.Context) (int64, error) {
-	return int64(len(s.n.h.Blocks(func(b tiers.BlockInfo) bool { return b.Key.NS == RESPNamespace }))), nil
+	return int64(len(s.n.h.Blocks(func(b tiers.BlockInfo) bool { return b.Key.NS == index.RESPNamespace }))), nil
 }
 
 // Info adds the tiers to INFO.

@@ -3,40 +3,10 @@ package server
 import (
 	"math"
 	"time"
-
-	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
-
-	pb "github.com/kvstrata/kvstrata/api/v1"
 )
 
-// The conversions between protobuf messages and the node's types.
-
-func keyFromPB(k *pb.BlockKey) index.Key {
-	return index.Key{NS: index.NamespaceID(k.GetNamespace()), Hash: index.Hash(k.GetHash())}
-}
-
-func keyToPB(k index.Key) *pb.BlockKey {
-	return &pb.BlockKey{Namespace: uint64(k.NS), Hash: uint64(k.Hash)}
-}
-
-func keysFromPB(ks []*pb.BlockKey) []index.Key {
-	out := make([]index.Key, len(ks))
-	for i, k := range ks {
-		out[i] = keyFromPB(k)
-	}
-	return out
-}
-
-func metaFromPB(m *pb.BlockMeta) tiers.Meta {
-	out := tiers.Meta{Key: keyFromPB(m.GetKey()), Sum: m.GetChecksum()}
-	out.Parent, out.HasParent, out.Size = index.Hash(m.GetParent()), m.GetHasParent(), m.GetSize()
-	return out
-}
-
-func metaToPB(m tiers.Meta) *pb.BlockMeta {
-	return &pb.BlockMeta{Key: keyToPB(m.Key), Parent: uint64(m.Parent), HasParent: m.HasParent, Size: m.Size, Checksum: m.Sum}
-}
+// The conversions of index types live in api/v1 (convert.go); this file
+// holds the server's own.
 
 // millis converts a count of milliseconds from a request to a Duration,
 // saturating at the longest (about 292 years) or shortest Duration instead

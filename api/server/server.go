@@ -84,12 +84,12 @@ func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResp
 	if hdr == nil {
 		return status.Error(codes.InvalidArgument, "put: the first message must be the batch header")
 	}
-	metas := make([]tiers.Meta, len(hdr.Blocks))
+	metas := make([]index.Header, len(hdr.Blocks))
 	for i, m := range hdr.Blocks {
 		if m.GetKey() == nil {
 			return status.Errorf(codes.InvalidArgument, "put: block %d has no key", i)
 		}
-		metas[i] = metaFromPB(m)
+		metas[i] = pb.ToHeader(m)
 	}
 	if err := s.n.CheckBatch(metas); err != nil {
 		return toStatus(err)
@@ -114,7 +114,7 @@ func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResp
 
 // putOne reads one block's bytes into a reservation and commits it; when
 // the node refuses the block, its bytes are read and dropped.
-func (s *Server) putOne(in *chunkReader, m tiers.Meta) error {
+func (s *Server) putOne(in *chunkReader, m index.Header) error {
 	r, err := s.n.Reserve(m)
 	if err != nil {
 		if n, derr := io.CopyN(io.Discard, in, int64(m.Size)); derr != nil {
@@ -133,7 +133,7 @@ func (s *Server) putOne(in *chunkReader, m tiers.Meta) error {
 // block m, as the status that ends the call. A stream that ended early is
 // the client's mistake (InvalidArgument); any other failure (a cancelled
 // call, a second header) keeps its code.
-func streamError(m tiers.Meta, got int64, err error) error {
+func streamError(m index.Header, got int64, err error) error {
 	code, msg := Code(err), err.Error()
 	if s, ok := status.FromError(err); ok {
 		msg = s.Message()
@@ -194,7 +194,7 @@ func (s *Server) Get(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.Ge
 		if err := stream.Context().Err(); err != nil {
 			return toStatus(err)
 		}
-		found, err := s.sendBlock(stream, uint32(i), keyFromPB(k))
+		found, err := s.sendBlock(stream, uint32(i), pb.ToKey(k))
 		if err != nil {
 			return toStatus(err)
 		}
@@ -219,7 +219,7 @@ func (s *Server) sendBlock(stream grpc.ServerStreamingServer[pb.GetResponse], i 
 	defer v.Release()
 	b := v.Bytes()
 	first := min(len(b), ChunkSize)
-	if err := stream.Send(&pb.GetResponse{Index: i, Found: true, Meta: metaToPB(v.Meta()), Tier: kind.String(), Data: b[:first]}); err != nil {
+	if err := stream.Send(&pb.GetResponse{Index: i, Found: true, Meta: pb.FromHeader(v.Meta()), Tier: kind.String(), Data: b[:first]}); err != nil {
 		return true, err
 	}
 	for b = b[first:]; len(b) > 0; {
@@ -255,7 +255,7 @@ func (s *Server) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupRes
 
 // Exists reports which keys the node holds.
 func (s *Server) Exists(_ context.Context, req *pb.ExistsRequest) (*pb.ExistsResponse, error) {
-	ex, err := s.n.Exists(keysFromPB(req.Keys))
+	ex, err := s.n.Exists(pb.ToKeys(req.Keys))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -265,7 +265,7 @@ func (s *Server) Exists(_ context.Context, req *pb.ExistsRequest) (*pb.ExistsRes
 // LocateObjects says where each key is held and, for blocks whose fastest
 // copy is in the object store, which object range holds them.
 func (s *Server) LocateObjects(ctx context.Context, req *pb.LocateObjectsRequest) (*pb.LocateObjectsResponse, error) {
-	ps, err := s.n.Locate(ctx, keysFromPB(req.Keys))
+	ps, err := s.n.Locate(ctx, pb.ToKeys(req.Keys))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -273,7 +273,7 @@ func (s *Server) LocateObjects(ctx context.Context, req *pb.LocateObjectsRequest
 	for i, p := range ps {
 		b := &pb.BlockPlacement{}
 		if p.Kind != 0 {
-			b.Tier, b.Meta = p.Kind.String(), metaToPB(p.Meta)
+			b.Tier, b.Meta = p.Kind.String(), pb.FromHeader(p.Meta)
 		}
 		if p.InObject {
 			b.Bucket, b.Object, b.Offset = p.Object.Bucket, p.Object.Object, uint64(p.Object.Offset)
@@ -286,7 +286,7 @@ func (s *Server) LocateObjects(ctx context.Context, req *pb.LocateObjectsRequest
 // Evict removes the blocks a selector picks.
 func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictResponse, error) {
 	sel := node.Selector{
-		Keys: keysFromPB(req.Keys), OlderThan: millis(req.OlderThanMs),
+		Keys: pb.ToKeys(req.Keys), OlderThan: millis(req.OlderThanMs),
 		Bytes: int64(min(req.Bytes, math.MaxInt64)), All: req.All, DryRun: req.DryRun, Demote: req.Demote,
 	}
 	if req.HasNamespace {
@@ -310,7 +310,7 @@ func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictRespon
 		listed = 100
 	}
 	for _, e := range res.Removed[:min(listed, len(res.Removed))] {
-		out.Listed = append(out.Listed, &pb.EvictedBlock{Meta: metaToPB(e.Meta), Tier: e.Tier.String()})
+		out.Listed = append(out.Listed, &pb.EvictedBlock{Meta: pb.FromHeader(e.Meta), Tier: e.Tier.String()})
 	}
 	return out, nil
 }
@@ -353,7 +353,7 @@ func (s *Server) Warm(req *pb.WarmRequest, stream grpc.ServerStreamingServer[pb.
 	}
 	var last time.Time
 	var sendErr error
-	p, err := s.n.Warm(stream.Context(), keysFromPB(req.Keys), kind, 0, func(p node.WarmProgress) {
+	p, err := s.n.Warm(stream.Context(), pb.ToKeys(req.Keys), kind, 0, func(p node.WarmProgress) {
 		if time.Since(last) >= 100*time.Millisecond && sendErr == nil {
 			last = time.Now()
 			sendErr = stream.Send(warmToPB(p))
@@ -381,7 +381,7 @@ func warmToPB(p node.WarmProgress) *pb.WarmProgress {
 func (s *Server) Pin(_ context.Context, req *pb.PinRequest) (*pb.PinResponse, error) {
 	// A TTL too long for a Duration saturates, and the node refuses it as
 	// longer than its longest lease.
-	id, exp, err := s.n.Pin(keysFromPB(req.Keys), millis(req.TtlMs))
+	id, exp, err := s.n.Pin(pb.ToKeys(req.Keys), millis(req.TtlMs))
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/kvstrata/kvstrata/api/nodetest"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
@@ -38,9 +37,9 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func putBlocks(t *testing.T, n *nodetest.Node, count int) []tiers.Meta {
+func putBlocks(t *testing.T, n *nodetest.Node, count int) []index.Header {
 	t.Helper()
-	var out []tiers.Meta
+	var out []index.Header
 	for i := range count {
 		m, b := tiertest.Block(index.Hash(i+1), 4096)
 		if err := n.Put(m, b); err != nil {
@@ -96,7 +95,7 @@ func TestEvictOlderThanBeyondTheEpochSelectsNothing(t *testing.T) {
 func TestPinTTLOverTheLongestLeaseIsInvalid(t *testing.T) {
 	n, api := serve(t)
 	metas := putBlocks(t, n, 1)
-	keys := []*pb.BlockKey{{Namespace: uint64(metas[0].Key.NS), Hash: uint64(metas[0].Key.Hash)}}
+	keys := []*pb.BlockKey{pb.FromKey(metas[0].Key)}
 	for _, ms := range []int64{18446744073710, math.MaxInt64, -1, math.MinInt64, 0} {
 		_, err := api.Pin(ctx(t), &pb.PinRequest{Keys: keys, TtlMs: ms})
 		wantCode(t, "pin", err, codes.InvalidArgument, "lease of")
@@ -126,10 +125,8 @@ func TestPutWithoutAHeaderIsInvalid(t *testing.T) {
 	wantCode(t, "put of bytes first", err, codes.InvalidArgument, "must be the batch header")
 }
 
-func header(m tiers.Meta) *pb.PutRequest {
-	return &pb.PutRequest{Msg: &pb.PutRequest_Header{Header: &pb.PutHeader{Blocks: []*pb.BlockMeta{{
-		Key:  &pb.BlockKey{Namespace: uint64(m.Key.NS), Hash: uint64(m.Key.Hash)},
-		Size: m.Size, Checksum: m.Sum}}}}}
+func header(m index.Header) *pb.PutRequest {
+	return &pb.PutRequest{Msg: &pb.PutRequest_Header{Header: &pb.PutHeader{Blocks: []*pb.BlockMeta{pb.FromHeader(m)}}}}
 }
 
 // A Put whose bytes stop short of what its header announced once came back

@@ -176,11 +176,13 @@ func (f benchFlags) plan(addr string, changed func(flag string) bool) (benchPlan
 	}
 	p.ns = benchNamespace
 	if f.namespace != "" {
-		if p.ns, err = parseNamespace(f.namespace); err != nil {
+		if p.ns, err = index.ParseNamespaceID(f.namespace); err != nil {
 			bad("--namespace: %v", err)
 		}
 	}
-	if err := p.cfg.Validate(); err != nil {
+	cfg := p.cfg // checked as loadgen.Run will take it, with its defaults
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
 		bad("%s", strings.TrimPrefix(err.Error(), "loadgen: "))
 	}
 	if len(probs) > 0 {

@@ -13,7 +13,6 @@ import (
 	"github.com/kvstrata/kvstrata/api/resp"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/loadgen"
-	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
@@ -112,7 +111,7 @@ func (t *rawTarget) key(k uint64) index.Key {
 func (t *rawTarget) Put(ctx context.Context, keys []uint64, values [][]byte) error {
 	blocks := make([]transfer.Block, len(keys))
 	for i, k := range keys {
-		blocks[i] = transfer.Block{Header: transfer.Header{Key: t.key(k), Size: uint32(len(values[i])), Sum: tiers.Checksum(values[i])},
+		blocks[i] = transfer.Block{Header: index.Header{Key: t.key(k), Meta: index.Meta{Size: uint32(len(values[i]))}, Sum: index.Checksum(values[i])},
 			Data: values[i]}
 	}
 	errs, err := t.conn.Put(ctx, blocks)
@@ -142,14 +141,14 @@ type rawReceiver struct {
 	err error
 }
 
-func (r *rawReceiver) Buffer(_ int, h transfer.Header) []byte {
+func (r *rawReceiver) Buffer(_ int, h index.Header) []byte {
 	if cap(r.t.buf) < int(h.Size) {
 		r.t.buf = make([]byte, h.Size)
 	}
 	return r.t.buf[:h.Size]
 }
 
-func (r *rawReceiver) Done(i int, h transfer.Header, err error) {
+func (r *rawReceiver) Done(i int, h index.Header, err error) {
 	switch {
 	case r.err != nil:
 	case err == nil:

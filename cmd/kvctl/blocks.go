@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/kvstrata/kvstrata/api/client"
@@ -59,14 +58,14 @@ func (a *app) runPut(ctx context.Context, args []string, parent string) error {
 	}
 	blocks := make([]client.Block, 0, len(args)/2)
 	for i := 0; i+1 < len(args); i += 2 {
-		k, err := parseKey(args[i])
+		k, err := index.ParseKey(args[i])
 		if err != nil {
 			probs = append(probs, err.Error())
 		}
 		blocks = append(blocks, client.Block{Key: k})
 	}
 	if parent != "" {
-		h, err := parseHash(parent)
+		h, err := index.ParseHash(parent)
 		switch {
 		case err != nil:
 			probs = append(probs, "--parent: "+err.Error())
@@ -98,7 +97,7 @@ func (a *app) runPut(ctx context.Context, args []string, parent string) error {
 	rows := make([]blockRow, len(blocks))
 	var failed []string
 	for i, b := range blocks {
-		rows[i] = blockRow{Key: b.Key.String(), Found: true, Size: len(b.Data), Checksum: checksumHex(xxhash.Sum64(b.Data))}
+		rows[i] = blockRow{Key: b.Key.String(), Found: true, Size: len(b.Data), Checksum: checksumHex(index.Checksum(b.Data))}
 		if be != nil && be.Errs[i] != nil {
 			rows[i].Found, rows[i].Error = false, be.Errs[i].Error()
 			failed = append(failed, rows[i].Key+": "+rows[i].Error)
@@ -147,7 +146,7 @@ func (a *app) runGet(ctx context.Context, args []string, dir, out string) error 
 	var probs []string
 	keys := make([]index.Key, 0, len(args))
 	for _, s := range args {
-		k, err := parseKey(s)
+		k, err := index.ParseKey(s)
 		if err != nil {
 			probs = append(probs, err.Error())
 		}
@@ -194,7 +193,7 @@ func (a *app) runGet(ctx context.Context, args []string, dir, out string) error 
 			missing = append(missing, row.Key)
 			return nil
 		}
-		row.Size, row.Checksum, row.Tier = len(r.Data), checksumHex(xxhash.Sum64(r.Data)), r.Tier
+		row.Size, row.Checksum, row.Tier = len(r.Data), checksumHex(index.Checksum(r.Data)), r.Tier
 		switch {
 		case toStdout:
 			row.File = "-"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/kvstrata/kvstrata/index"
 )
 
 // randomFile writes size random bytes to dir/name and returns its path and
@@ -35,7 +35,7 @@ func TestPutAndGetRoundTripFilesWithChecksums(t *testing.T) {
 	f1, d1 := randomFile(t, dir, "a.bin", 1<<20)
 	f2, d2 := randomFile(t, dir, "b.bin", 12345)
 	k1, k2 := nsA+"/0000000000000001", nsA+"/0000000000000002"
-	sum1, sum2 := fmt.Sprintf("%016x", xxhash.Sum64(d1)), fmt.Sprintf("%016x", xxhash.Sum64(d2))
+	sum1, sum2 := fmt.Sprintf("%016x", index.Checksum(d1)), fmt.Sprintf("%016x", index.Checksum(d2))
 
 	code, out, stderr := run(t, "--addr", addr, "put", k1, f1, k2, f2)
 	want := fmt.Sprintf("KEY  SIZE  CHECKSUM\n%s 1048576 %s\n%s 12345 %s\n", k1, sum1, k2, sum2)

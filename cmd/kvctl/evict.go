@@ -45,7 +45,7 @@ or from --tier only. Blocks under a lease (pinned) are left alone.
 Selectors (at least one, or --all):
   --namespace NS       blocks of one namespace: 16 hex digits, or redis for the
                        values stored through the Redis protocol
-  --tier dram|ssd      only the copies in this tier
+  --tier dram|ssd|s3   only the copies in this tier (s3: the object store)
   --key NS/HASH        these blocks (repeatable); --keys-file FILE reads one
                        NS/HASH a line (blank lines and # comments skipped)
   --older-than D       blocks not read or written for at least D (90s, 2h)
@@ -87,7 +87,7 @@ two tiers counts once per tier.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.namespace, "namespace", "", "only blocks of this namespace: 16 hex digits, or redis")
-	fl.StringVar(&f.tier, "tier", "", "only the copies in this tier: dram or ssd")
+	fl.StringVar(&f.tier, "tier", "", "only the copies in this tier: dram, ssd or s3")
 	fl.StringArrayVar(&f.keys, "key", nil, "only this block, NS/HASH (repeatable)")
 	fl.StringVar(&f.keysFile, "keys-file", "", "only the blocks listed in FILE, one NS/HASH a line")
 	fl.DurationVar(&f.olderThan, "older-than", 0, "only blocks not accessed for this long, e.g. 30m")
@@ -124,7 +124,7 @@ func (s evictSelector) request(dryRun bool, listed int) *pb.EvictRequest {
 		req.HasNamespace, req.Namespace = true, uint64(*s.namespace)
 	}
 	for _, k := range s.keys {
-		req.Keys = append(req.Keys, &pb.BlockKey{Namespace: uint64(k.NS), Hash: uint64(k.Hash)})
+		req.Keys = append(req.Keys, pb.FromKey(k))
 	}
 	return req
 }
@@ -135,7 +135,7 @@ func (f evictFlags) plan() (evictPlan, error) {
 	var p evictPlan
 	var probs []string
 	if f.namespace != "" {
-		ns, err := parseNamespace(f.namespace)
+		ns, err := index.ParseNamespaceID(f.namespace)
 		if err != nil {
 			probs = append(probs, "--namespace: "+err.Error())
 		}
@@ -143,12 +143,12 @@ func (f evictFlags) plan() (evictPlan, error) {
 	}
 	if f.tier != "" {
 		if _, err := index.ParseTierKind(strings.ToLower(f.tier)); err != nil {
-			probs = append(probs, fmt.Sprintf("--tier: unknown tier %q (want dram or ssd)", f.tier))
+			probs = append(probs, fmt.Sprintf("--tier: unknown tier %q (want dram, ssd or s3)", f.tier))
 		}
 		p.sel.tier = strings.ToLower(f.tier)
 	}
 	for _, s := range f.keys {
-		k, err := parseKey(s)
+		k, err := index.ParseKey(s)
 		if err != nil {
 			probs = append(probs, "--key: "+err.Error())
 		}
@@ -255,7 +255,7 @@ func (a *app) runEvict(ctx context.Context, f evictFlags) error {
 		out := evictOutput{DryRun: f.dryRun, Blocks: resp.Blocks, Bytes: resp.Bytes, Pinned: resp.Pinned, Listed: []evictedItem{}}
 		for _, e := range resp.Listed[:min(f.list, len(resp.Listed))] {
 			m := e.GetMeta()
-			out.Listed = append(out.Listed, evictedItem{Key: keyFromPB(m.GetKey()).String(), Tier: e.Tier, Size: m.GetSize(),
+			out.Listed = append(out.Listed, evictedItem{Key: pb.ToKey(m.GetKey()).String(), Tier: e.Tier, Size: m.GetSize(),
 				Checksum: checksumHex(m.GetChecksum())})
 		}
 		return writeJSON(a.stdout, out)
@@ -288,7 +288,7 @@ func (a *app) writeEvicted(w io.Writer, dry bool, r *pb.EvictResponse, listed in
 	rows := make([][]string, 0, len(shown))
 	for _, e := range shown {
 		m := e.GetMeta()
-		rows = append(rows, []string{keyFromPB(m.GetKey()).String(), e.Tier, formatBytes(m.GetSize())})
+		rows = append(rows, []string{pb.ToKey(m.GetKey()).String(), e.Tier, formatBytes(m.GetSize())})
 	}
 	if err := writeTable(w, []string{"KEY", "TIER", "SIZE"}, rows); err != nil {
 		return err
@@ -311,8 +311,4 @@ func (a *app) ask(question string) (bool, error) {
 		return true, nil
 	}
 	return false, nil
-}
-
-func keyFromPB(k *pb.BlockKey) index.Key {
-	return index.Key{NS: index.NamespaceID(k.GetNamespace()), Hash: index.Hash(k.GetHash())}
 }

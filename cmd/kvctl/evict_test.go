@@ -181,7 +181,7 @@ func TestEvictAllEmptiesTheNode(t *testing.T) {
 
 func TestEvictRedisNamespaceByName(t *testing.T) {
 	addr, n := startNode(t)
-	resp := putBlocks(t, addr, node.RESPNamespace, 100, 1)
+	resp := putBlocks(t, addr, index.RESPNamespace, 100, 1)
 	other := putBlocks(t, addr, 0xaa, 100, 1)
 	code, out, stderr := run(t, "--addr", addr, "evict", "--namespace", "redis", "--yes")
 	if code != exitOK || !strings.HasPrefix(out, "Evicted 1 block (100 B).") {

@@ -7,67 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvstrata/kvstrata/api/node"
-	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/internal/units"
 )
-
-// How block names are written on kvctl's command lines, as kvctl (and
-// index.Key.String) prints them: a namespace and a hash are 16 hex digits
-// each, a key is NS/HASH.
-
-// redisNamespaceName names the namespace of the values stored through the
-// Redis protocol.
-const redisNamespaceName = "redis"
-
-// parseHex64 parses 16 hex digits.
-func parseHex64(what, s string) (uint64, error) {
-	if len(s) != 16 {
-		return 0, fmt.Errorf("%s %q is not 16 hex digits", what, s)
-	}
-	v, err := strconv.ParseUint(s, 16, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s %q is not 16 hex digits", what, s)
-	}
-	return v, nil
-}
-
-// parseNamespace parses a namespace id, or "redis" for the namespace of
-// the node's Redis-protocol values.
-func parseNamespace(s string) (index.NamespaceID, error) {
-	if strings.EqualFold(s, redisNamespaceName) {
-		return node.RESPNamespace, nil
-	}
-	v, err := parseHex64("namespace", s)
-	if err != nil {
-		return 0, fmt.Errorf("%w (or %s for the Redis-protocol values)", err, redisNamespaceName)
-	}
-	return index.NamespaceID(v), nil
-}
-
-// parseHash parses a block hash.
-func parseHash(s string) (index.Hash, error) {
-	v, err := parseHex64("hash", s)
-	return index.Hash(v), err
-}
-
-// parseKey parses NS/HASH.
-func parseKey(s string) (index.Key, error) {
-	ns, h, ok := strings.Cut(s, "/")
-	if !ok {
-		return index.Key{}, fmt.Errorf("key %q is not NS/HASH (16 hex digits each, as in 00000000000000ab/0123456789abcdef)", s)
-	}
-	nsID, err := parseNamespace(ns)
-	if err != nil {
-		return index.Key{}, fmt.Errorf("key %q: %w", s, err)
-	}
-	hash, err := parseHash(h)
-	if err != nil {
-		return index.Key{}, fmt.Errorf("key %q: %w", s, err)
-	}
-	return index.Key{NS: nsID, Hash: hash}, nil
-}
 
 // fileLine is one line of a list file, with its number for messages.
 type fileLine struct {
@@ -105,7 +47,7 @@ func readKeys(path string) ([]index.Key, error) {
 	}
 	keys := make([]index.Key, 0, len(lines))
 	for _, l := range lines {
-		k, err := parseKey(l.text)
+		k, err := index.ParseKey(l.text)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, l.n, err)
 		}
@@ -122,7 +64,7 @@ func readHashes(path string) ([]index.Hash, error) {
 	}
 	hashes := make([]index.Hash, 0, len(lines))
 	for _, l := range lines {
-		h, err := parseHash(l.text)
+		h, err := index.ParseHash(l.text)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, l.n, err)
 		}
@@ -133,13 +75,10 @@ func readHashes(path string) ([]index.Hash, error) {
 
 // parseSize parses a byte count with an optional unit, as kvstrata's
 // config does: 4096, 64KiB, 1.5GiB, 10GB.
-func parseSize(s string) (int64, error) {
-	n, err := config.ParseByteSize(s)
-	return int64(n), err
-}
+func parseSize(s string) (int64, error) { return units.ParseBytes(s) }
 
 // formatBytes formats n for a person: "512 B", "5.0 GiB".
-func formatBytes[T ~int64 | ~uint64 | ~int | ~uint32](n T) string { return tiers.FormatBytes(int64(n)) }
+func formatBytes[T ~int64 | ~uint64 | ~int | ~uint32](n T) string { return units.FormatBytes(int64(n)) }
 
 // thousands formats n with commas between groups of three digits.
 func thousands[T ~int64 | ~uint64 | ~int | ~uint32](n T) string {

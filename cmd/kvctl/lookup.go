@@ -79,14 +79,14 @@ func readChain(cmd, namespace string, args []string, hashesFile string) (index.N
 	var ns index.NamespaceID
 	if namespace == "" {
 		probs = append(probs, "--namespace is required")
-	} else if v, err := parseNamespace(namespace); err != nil {
+	} else if v, err := index.ParseNamespaceID(namespace); err != nil {
 		probs = append(probs, "--namespace: "+err.Error())
 	} else {
 		ns = v
 	}
 	chain := make([]index.Hash, 0, len(args))
 	for _, s := range args {
-		h, err := parseHash(s)
+		h, err := index.ParseHash(s)
 		if err != nil {
 			probs = append(probs, err.Error())
 		}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers/sim"
-	"github.com/kvstrata/kvstrata/trace"
 )
 
 // simFlags are the flags of kvctl sim, as typed.
@@ -205,30 +204,12 @@ func (a *app) runSim(ctx context.Context, path string, f simFlags) error {
 	if err != nil {
 		return err
 	}
-	reqs, err := trace.ReadFile(path)
+	w, err := sim.ReadWorkload(path, p.blockTokens)
 	if err != nil {
 		return err
 	}
-	w, err := sim.NewWorkload(reqs, p.blockTokens)
-	if err != nil {
-		return err
-	}
-	var specs []sim.Spec
-	for _, pol := range p.policies {
-		for _, c := range p.capacities {
-			if len(p.ssdCapacities) == 0 {
-				specs = append(specs, sim.SingleTier{Policy: pol, CapacityTokens: c})
-				continue
-			}
-			for _, ssd := range p.ssdCapacities {
-				if pol == "belady" { // the bound for the pair: one tier of both
-					specs = append(specs, sim.SingleTier{Policy: pol, CapacityTokens: c + ssd})
-				} else {
-					specs = append(specs, sim.MultiTier{Policy: pol, DRAMTokens: c, SSDTokens: ssd, AdmitMinSeen: p.admitMinSeen})
-				}
-			}
-		}
-	}
+	grid := sim.Grid{Policies: p.policies, Tokens: p.capacities, SSDTokens: p.ssdCapacities, AdmitMinSeen: p.admitMinSeen}
+	specs := grid.Specs()
 
 	opts := &sim.Options{Parallel: p.parallel}
 	var bar *progressbar.ProgressBar
@@ -263,7 +244,7 @@ func (a *app) runSim(ctx context.Context, path string, f simFlags) error {
 	if multi {
 		header = []string{"POLICY", "DRAM_TOKENS", "SSD_TOKENS", "CAPACITY_BLOCKS", "TOKEN_HIT_RATE", "BLOCK_HIT_RATE", "DRAM_BLOCK_HITS", "SSD_BLOCK_HITS"}
 	}
-	withGap := slices.Contains(p.policies, "belady")
+	withGap := grid.HasBelady()
 	if withGap {
 		header = append(header, "TOKEN_GAP_TO_BELADY", "BLOCK_GAP_TO_BELADY")
 	}
@@ -305,21 +286,16 @@ type simTierShare struct {
 // simRows turns results into output rows, with the gap to Belady at the
 // same total capacity when Belady is among them.
 func simRows(results []sim.Result, blockTokens int) []simRow {
-	belady := map[int64]sim.Result{}
-	for _, r := range results {
-		if s, ok := r.Spec.(sim.SingleTier); ok && s.Policy == "belady" {
-			belady[s.CapacityTokens] = r
-		}
-	}
+	bounds := sim.BeladyBounds(results)
 	rows := make([]simRow, len(results))
 	for i, r := range results {
 		var policy string
-		var capacity, total int64
+		var capacity int64
 		switch s := r.Spec.(type) {
 		case sim.SingleTier:
-			policy, capacity, total = s.Policy, s.CapacityTokens, s.CapacityTokens
+			policy, capacity = s.Policy, s.CapacityTokens
 		case sim.MultiTier:
-			policy, capacity, total = s.Policy, s.DRAMTokens, s.DRAMTokens+s.SSDTokens
+			policy, capacity = s.Policy, s.DRAMTokens
 			rows[i].SSDCapacityTokens, rows[i].AdmitMinSeen = s.SSDTokens, max(s.AdmitMinSeen, 1)
 			for _, t := range r.Tiers {
 				rows[i].Tiers = append(rows[i].Tiers, simTierShare{Tier: t.Tier, HitBlocks: t.HitBlocks,
@@ -345,7 +321,7 @@ func simRows(results []sim.Result, blockTokens int) []simRow {
 			Evicted:           r.Evicted,
 			Rejected:          r.Rejected,
 		}
-		if b, ok := belady[total]; ok {
+		if b := bounds[i]; b != nil {
 			tg, bg := b.TokenHitRate()-r.TokenHitRate(), b.BlockHitRate()-r.BlockHitRate()
 			rows[i].TokenGapToBelady, rows[i].BlockGapToBelady = &tg, &bg
 		}

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
@@ -99,8 +97,8 @@ func dataAnswers(addr string, i int) error {
 		return err
 	}
 	defer c.Close()
-	b := transfer.Block{Header: transfer.Header{Key: index.Key{NS: 7, Hash: index.Hash(i + 1)}}, Data: blockData(i, 1<<20)}
-	b.Size, b.Sum = uint32(len(b.Data)), xxhash.Sum64(b.Data)
+	b := transfer.Block{Header: index.Header{Key: index.Key{NS: 7, Hash: index.Hash(i + 1)}}, Data: blockData(i, 1<<20)}
+	b.Size, b.Sum = uint32(len(b.Data)), index.Checksum(b.Data)
 	errs, err := c.Put(ctx, []transfer.Block{b})
 	if err != nil {
 		return err

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/api/client"
-	"github.com/kvstrata/kvstrata/api/node"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers/s3/s3test"
@@ -58,7 +57,7 @@ func TestAHungObjectStoreIsReportedAsUnreachableNotAsAMiss(t *testing.T) {
 		t.Fatalf("SET: %s", got)
 	}
 	ctx := context.Background()
-	for _, ns := range []index.NamespaceID{9, node.RESPNamespace} {
+	for _, ns := range []index.NamespaceID{9, index.RESPNamespace} {
 		for _, tier := range []string{"dram", "ssd"} {
 			if _, err := c.Evict(ctx, &pb.EvictRequest{HasNamespace: true, Namespace: uint64(ns), Tier: tier, Demote: true}); err != nil {
 				t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/raftstore"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/dram"
@@ -445,7 +446,7 @@ func openCluster(cfg config.Config, log *slog.Logger) (*cluster.Cluster, error) 
 func tierSummary(s tiers.HierarchyStats) string {
 	var parts []string
 	for _, l := range s.Levels {
-		parts = append(parts, fmt.Sprintf("%s %s/%s (%s)", l.Kind, tiers.FormatBytes(l.Used), tiers.FormatBytes(l.Capacity), l.Policy))
+		parts = append(parts, fmt.Sprintf("%s %s/%s (%s)", l.Kind, units.FormatBytes(l.Used), units.FormatBytes(l.Capacity), l.Policy))
 	}
 	return strings.Join(parts, ", ")
 }

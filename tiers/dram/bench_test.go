@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
 )
 
 // workingSet is larger than any CPU cache, so every benchmark below moves
@@ -23,8 +22,8 @@ func sizeName(n int) string {
 	return fmt.Sprintf("%dKiB", n>>10)
 }
 
-func benchMeta(i int, value []byte) tiers.Meta {
-	m := tiers.Meta{Key: index.Key{NS: 1, Hash: index.Hash(i)}, Sum: 1}
+func benchMeta(i int, value []byte) index.Header {
+	m := index.Header{Key: index.Key{NS: 1, Hash: index.Hash(i)}, Sum: 1}
 	m.Size = uint32(len(value))
 	return m
 }

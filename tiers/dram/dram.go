@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -109,7 +110,7 @@ type Tier struct {
 
 // block is the heap record of one block; its bytes are in the arena.
 type block struct {
-	meta         tiers.Meta
+	meta         index.Header
 	start, pages uint32
 	readers      int   // copies in progress: never reclaimed under them
 	views        int   // unreleased views
@@ -134,7 +135,7 @@ func New(cfg Config) (*Tier, error) {
 	arena, err := unix.Mmap(-1, 0, int(pages*page), unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
-		return nil, fmt.Errorf("dram: map %s arena: %w", tiers.FormatBytes(pages*page), err)
+		return nil, fmt.Errorf("dram: map %s arena: %w", units.FormatBytes(pages*page), err)
 	}
 	if !cfg.NoHugePages {
 		_ = unix.Madvise(arena, unix.MADV_HUGEPAGE) // advice only; kernels without THP refuse
@@ -167,7 +168,7 @@ type reservation struct {
 // Reserve allocates room for the block m describes (m.Size bytes). It fails
 // with a *tiers.SizeError over the block limit and with tiers.ErrFull when no
 // run of free pages is large enough.
-func (t *Tier) Reserve(m tiers.Meta) (tiers.Reservation, error) {
+func (t *Tier) Reserve(m index.Header) (tiers.Reservation, error) {
 	if int64(m.Size) > t.cfg.MaxBlockSize {
 		return nil, &tiers.SizeError{Size: int64(m.Size), Limit: t.cfg.MaxBlockSize}
 	}
@@ -180,7 +181,7 @@ func (t *Tier) Reserve(m tiers.Meta) (tiers.Reservation, error) {
 	start, ok := t.allocLocked(pages)
 	if !ok {
 		return nil, fmt.Errorf("dram: no room for %s (%s of %s used): %w",
-			tiers.FormatBytes(int64(m.Size)), tiers.FormatBytes(t.used), tiers.FormatBytes(t.capacity()), tiers.ErrFull)
+			units.FormatBytes(int64(m.Size)), units.FormatBytes(t.used), units.FormatBytes(t.capacity()), tiers.ErrFull)
 	}
 	t.used += int64(pages) * t.page
 	t.inflight++
@@ -191,7 +192,7 @@ func (t *Tier) Reserve(m tiers.Meta) (tiers.Reservation, error) {
 func (r *reservation) Bytes() []byte { return r.t.bytes(r.b) }
 
 // Commit publishes the block, replacing any block under its key. The caller
-// must have filled Bytes() and checked them against the Meta's Sum.
+// must have filled Bytes() and checked them against the Header's Sum.
 func (r *reservation) Commit() error {
 	t := r.t
 	t.mu.Lock()
@@ -228,7 +229,7 @@ func (r *reservation) Abort() {
 }
 
 // Put copies value into the arena under m.Key.
-func (t *Tier) Put(m tiers.Meta, value []byte) error {
+func (t *Tier) Put(m index.Header, value []byte) error {
 	if err := tiers.CheckPut(m, value, t.cfg.MaxBlockSize); err != nil {
 		return err
 	}
@@ -243,16 +244,16 @@ func (t *Tier) Put(m tiers.Meta, value []byte) error {
 // Get appends the block's bytes to dst. Memory is trusted: the checksum is
 // not recomputed here but travels with the block (Meta.Sum) to whoever
 // checks it next.
-func (t *Tier) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
+func (t *Tier) Get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return dst, tiers.Meta{}, tiers.ErrClosed
+		return dst, index.Header{}, tiers.ErrClosed
 	}
 	b := t.blocks[key]
 	if b == nil {
 		t.mu.Unlock()
-		return dst, tiers.Meta{}, fmt.Errorf("dram: %v: %w", key, tiers.ErrNotFound)
+		return dst, index.Header{}, fmt.Errorf("dram: %v: %w", key, tiers.ErrNotFound)
 	}
 	b.readers++
 	t.inflight++
@@ -269,16 +270,16 @@ func (t *Tier) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
 }
 
 // Stat returns a block's Meta.
-func (t *Tier) Stat(key index.Key) (tiers.Meta, error) {
+func (t *Tier) Stat(key index.Key) (index.Header, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return tiers.Meta{}, tiers.ErrClosed
+		return index.Header{}, tiers.ErrClosed
 	}
 	if b := t.blocks[key]; b != nil {
 		return b.meta, nil
 	}
-	return tiers.Meta{}, fmt.Errorf("dram: %v: %w", key, tiers.ErrNotFound)
+	return index.Header{}, fmt.Errorf("dram: %v: %w", key, tiers.ErrNotFound)
 }
 
 // Delete removes a block; its pages are reused once no view holds them.
@@ -296,14 +297,14 @@ func (t *Tier) Delete(key index.Key) error {
 	return nil
 }
 
-// Scan calls fn with the Meta of each block, outside the tier's lock.
-func (t *Tier) Scan(fn func(tiers.Meta) bool) error {
+// Scan calls fn with the Header of each block, outside the tier's lock.
+func (t *Tier) Scan(fn func(index.Header) bool) error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return tiers.ErrClosed
 	}
-	metas := make([]tiers.Meta, 0, len(t.blocks))
+	metas := make([]index.Header, 0, len(t.blocks))
 	for _, b := range t.blocks {
 		metas = append(metas, b.meta)
 	}
@@ -371,7 +372,7 @@ type view struct {
 func (v *view) Bytes() []byte { return v.t.bytes(v.b) }
 
 // Meta returns the viewed block's Meta.
-func (v *view) Meta() tiers.Meta { return v.b.meta }
+func (v *view) Meta() index.Header { return v.b.meta }
 
 // Release unpins the block. It returns ErrLeaseExpired when the lease ran out
 // first and the pages may have been reused meanwhile.

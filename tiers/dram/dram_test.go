@@ -55,7 +55,7 @@ func TestBlockBytesLiveOutsideTheGoHeap(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for i := range blocks {
-		m := tiers.Meta{Key: index.Key{NS: 1, Hash: index.Hash(i)}, Sum: tiers.Checksum(value)}
+		m := index.Header{Key: index.Key{NS: 1, Hash: index.Hash(i)}, Sum: index.Checksum(value)}
 		m.Size = size
 		if err := tr.Put(m, value); err != nil {
 			t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/s3"
 	"github.com/kvstrata/kvstrata/tiers/s3/s3test"
 )
@@ -52,13 +51,13 @@ func benchBlocks() ([][]byte, []uint64) {
 		for j := range vals[i] {
 			vals[i][j] = byte(r.Uint32())
 		}
-		sums[i] = tiers.Checksum(vals[i])
+		sums[i] = index.Checksum(vals[i])
 	}
 	return vals, sums
 }
 
-func benchMeta(i int, sum uint64) tiers.Meta {
-	m := tiers.Meta{Key: index.Key{NS: 7, Hash: index.Hash(i + 1)}, Sum: sum}
+func benchMeta(i int, sum uint64) index.Header {
+	m := index.Header{Key: index.Key{NS: 7, Hash: index.Hash(i + 1)}, Sum: sum}
 	m.Size = benchBlock
 	return m
 }
@@ -192,7 +191,7 @@ func BenchmarkGetMany(b *testing.B) {
 			b.SetBytes(blocks * benchBlock)
 			b.ResetTimer()
 			for range b.N {
-				must(b, tr.GetMany(ctx, keys, func(i int, v []byte, m tiers.Meta, err error) {
+				must(b, tr.GetMany(ctx, keys, func(i int, v []byte, m index.Header, err error) {
 					if err != nil || len(v) != benchBlock {
 						b.Errorf("block %d: %d bytes, %v", i, len(v), err)
 					}

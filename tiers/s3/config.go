@@ -11,6 +11,7 @@ import (
 
 	"github.com/minio/minio-go/v7/pkg/s3utils"
 
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -259,11 +260,11 @@ func (c *Config) Validate() error {
 	case c.MaxBlockSize <= 0:
 		bad("MaxBlockSize is %d, want > 0", c.MaxBlockSize)
 	case c.MaxBlockSize > MaxBlockLimit:
-		bad("MaxBlockSize is %s, over the %s limit", fmtBytes(c.MaxBlockSize), fmtBytes(MaxBlockLimit))
+		bad("MaxBlockSize is %s, over the %s limit", units.FormatBytes(c.MaxBlockSize), units.FormatBytes(MaxBlockLimit))
 	case c.Capacity > 0 && c.MaxBlockSize > c.Capacity:
-		bad("MaxBlockSize (%s) is over Capacity (%s)", fmtBytes(c.MaxBlockSize), fmtBytes(c.Capacity))
+		bad("MaxBlockSize (%s) is over Capacity (%s)", units.FormatBytes(c.MaxBlockSize), units.FormatBytes(c.Capacity))
 	case c.MaxPendingBytes > 0 && c.MaxBlockSize > c.MaxPendingBytes:
-		bad("MaxBlockSize (%s) is over MaxPendingBytes (%s)", fmtBytes(c.MaxBlockSize), fmtBytes(c.MaxPendingBytes))
+		bad("MaxBlockSize (%s) is over MaxPendingBytes (%s)", units.FormatBytes(c.MaxBlockSize), units.FormatBytes(c.MaxPendingBytes))
 	}
 	if c.SegmentSize <= 0 || c.SegmentSize > MaxSegmentSize {
 		bad("SegmentSize is %d, want 1 to %d bytes", c.SegmentSize, int64(MaxSegmentSize))
@@ -348,5 +349,3 @@ func checkPrefix(p string) error {
 	}
 	return nil
 }
-
-func fmtBytes(n int64) string { return tiers.FormatBytes(n) }

@@ -81,7 +81,7 @@ func TestOverwriteOfAnS3BlockSurvivesACrash(t *testing.T) {
 			for h := index.Hash(1); h <= 4; h++ {
 				m, b := block(reput, h, 1000)
 				b[1]++ // a newer version, in the open segment
-				m.Sum = tiers.Checksum(b)
+				m.Sum = index.Checksum(b)
 				must(t, tr.Put(m, b))
 				must(t, tr.Delete(index.Key{NS: evicted, Hash: h}))
 			}
@@ -95,7 +95,7 @@ func TestOverwriteOfAnS3BlockSurvivesACrash(t *testing.T) {
 				for _, ns := range []index.NamespaceID{stored, reput, evicted} {
 					m, b := block(ns, h, 1000)
 					b[2]++ // the acknowledged version, in DRAM only
-					m.Sum = tiers.Checksum(b)
+					m.Sum = index.Checksum(b)
 					must(t, hier.Put(m, b))
 				}
 			}
@@ -148,7 +148,7 @@ func TestOverwriteOfAnotherNodesS3BlockSurvivesACrash(t *testing.T) {
 		t.Fatalf("this node's tier does not find the other node's block: %v", err)
 	}
 	b[2]++
-	m.Sum = tiers.Checksum(b)
+	m.Sum = index.Checksum(b)
 	must(t, hier.Put(m, b))
 
 	if _, err := openTier(t, crashConfig(srv, "other")).Stat(m.Key); !errors.Is(err, tiers.ErrNotFound) {
@@ -226,7 +226,7 @@ func TestOverwriteIsRefusedWhileTheStoreIsDown(t *testing.T) {
 
 	srv.Pause()
 	b[2]++
-	m.Sum = tiers.Checksum(b)
+	m.Sum = index.Checksum(b)
 	start := time.Now()
 	err := hier.Put(m, b)
 	if took := time.Since(start); !errors.Is(err, tiers.ErrUnavailable) || took > cfg.RequestTimeout+time.Second {
@@ -279,7 +279,7 @@ func BenchmarkOverwrite(b *testing.B) {
 				b.Cleanup(func() { _ = h.Close() })
 				m, v := block(1, 0, size)
 				v[0]++
-				m.Sum = tiers.Checksum(v)
+				m.Sum = index.Checksum(v)
 				var next atomic.Int64
 				b.SetParallelism(16)
 				b.SetBytes(size)

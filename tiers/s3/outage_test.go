@@ -76,7 +76,7 @@ func TestStoreDownThenBack(t *testing.T) {
 	}
 
 	// Puts are buffered up to MaxPendingBytes, and served from memory.
-	var buffered []tiers.Meta
+	var buffered []index.Header
 	for i := range 4 {
 		m, b := block(2, index.Hash(i+1), 256<<10)
 		must(t, tr.Put(m, b))
@@ -90,7 +90,7 @@ func TestStoreDownThenBack(t *testing.T) {
 	}
 	got, _, err := tr.Get(buffered[0].Key, nil)
 	must(t, err)
-	if tiers.Checksum(got) != buffered[0].Sum {
+	if index.Checksum(got) != buffered[0].Sum {
 		t.Fatal("a buffered block read from memory differs")
 	}
 	if err := tr.Flush(context.Background()); !errors.Is(err, tiers.ErrUnavailable) {
@@ -113,7 +113,7 @@ func TestStoreDownThenBack(t *testing.T) {
 	for _, m := range buffered {
 		got, gm, err := other.Get(m.Key, nil)
 		must(t, err)
-		if gm != m || tiers.Checksum(got) != m.Sum {
+		if gm != m || index.Checksum(got) != m.Sum {
 			t.Fatalf("buffered block %v read back differently by another node", m.Key)
 		}
 	}
@@ -275,7 +275,7 @@ func TestHungStoreIsMarkedUnavailableWithinTheProbeTimeout(t *testing.T) {
 	cfg.ProbeInterval = time.Hour // no recovery probe meanwhile: only the reads notice
 	writer := openTier(t, cfg)
 	const readers = 4
-	var metas []tiers.Meta
+	var metas []index.Header
 	for i := range readers {
 		m, b := block(1, index.Hash(i+1), 1000)
 		must(t, writer.Put(m, b))

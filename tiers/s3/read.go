@@ -11,18 +11,18 @@ import (
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-// Get appends the block's bytes to dst and returns them with its Meta; see
+// Get appends the block's bytes to dst and returns them with its Header; see
 // tiers.Tier. A block in memory is copied from there; a stored one is read
 // with one ranged GET of exactly its bytes, within RequestTimeout. Bytes
 // that fail their checksum are never returned: the block is dropped and
 // Get fails with tiers.ErrCorrupt. While the store is unavailable, Get of
 // a stored block fails at once with tiers.ErrUnavailable.
-func (t *Tier) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
+func (t *Tier) Get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 	ctx, cancel := t.requestContext(context.Background())
 	defer cancel()
 	v, m, err := t.get(ctx, key, dst)
 	if err != nil {
-		return nil, tiers.Meta{}, fmt.Errorf("s3: get %v: %w", key, err)
+		return nil, index.Header{}, fmt.Errorf("s3: get %v: %w", key, err)
 	}
 	return v, m, nil
 }
@@ -30,7 +30,7 @@ func (t *Tier) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
 // Stat returns a block's Meta from the map, without reading its bytes.
 // While the store is unavailable, Stat of a stored block fails at once
 // with tiers.ErrUnavailable, as Get of it would.
-func (t *Tier) Stat(key index.Key) (tiers.Meta, error) {
+func (t *Tier) Stat(key index.Key) (index.Header, error) {
 	ctx, cancel := t.requestContext(context.Background())
 	defer cancel()
 	b, err := t.lookup(ctx, key)
@@ -38,7 +38,7 @@ func (t *Tier) Stat(key index.Key) (tiers.Meta, error) {
 		err = t.avail.err()
 	}
 	if err != nil {
-		return tiers.Meta{}, fmt.Errorf("s3: stat %v: %w", key, err)
+		return index.Header{}, fmt.Errorf("s3: stat %v: %w", key, err)
 	}
 	return b.meta, nil
 }
@@ -54,14 +54,14 @@ func (t *Tier) Stat(key index.Key) (tiers.Meta, error) {
 // share memory with other blocks of its read, never with later calls).
 // When ctx ends, the keys not yet read get ctx's error. GetMany returns
 // ctx.Err(), or tiers.ErrClosed.
-func (t *Tier) GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m tiers.Meta, err error)) error {
+func (t *Tier) GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, err error)) error {
 	if t.isClosed() {
 		return fmt.Errorf("s3: get many: %w", tiers.ErrClosed)
 	}
 	runs := t.runs(ctx, keys)
 	var next atomic.Int64
 	var fnMu sync.Mutex
-	emit := func(i int, v []byte, m tiers.Meta, err error) {
+	emit := func(i int, v []byte, m index.Header, err error) {
 		if err != nil {
 			err = fmt.Errorf("s3: get %v: %w", keys[i], err)
 		}
@@ -121,15 +121,15 @@ func (t *Tier) runs(ctx context.Context, keys []index.Key) []run {
 }
 
 // readRun reads one run with one request and hands out each block.
-func (t *Tier) readRun(ctx context.Context, keys []index.Key, r run, emit func(int, []byte, tiers.Meta, error)) {
+func (t *Tier) readRun(ctx context.Context, keys []index.Key, r run, emit func(int, []byte, index.Header, error)) {
 	if err := ctx.Err(); err != nil {
 		for i := range r.n {
-			emit(r.first+i, nil, tiers.Meta{}, err)
+			emit(r.first+i, nil, index.Header{}, err)
 		}
 		return
 	}
 	if r.err != nil {
-		emit(r.first, nil, tiers.Meta{}, r.err)
+		emit(r.first, nil, index.Header{}, r.err)
 		return
 	}
 	if r.n == 1 {
@@ -156,8 +156,8 @@ func (t *Tier) readRun(ctx context.Context, keys []index.Key, r run, emit func(i
 	}
 	for i, f := range r.found {
 		v := buf[f.off-first.off : f.off-first.off+int64(f.meta.Size) : f.off-first.off+int64(f.meta.Size)]
-		if sum := tiers.Checksum(v); sum != f.meta.Sum {
-			emit(r.first+i, nil, tiers.Meta{}, t.dropCorrupt(f, corruptf("checksum %016x, want %016x", sum, f.meta.Sum)))
+		if sum := index.Checksum(v); sum != f.meta.Sum {
+			emit(r.first+i, nil, index.Header{}, t.dropCorrupt(f, corruptf("checksum %016x, want %016x", sum, f.meta.Sum)))
 			continue
 		}
 		emit(r.first+i, v, f.meta, nil)
@@ -212,7 +212,7 @@ func (t *Tier) isClosed() bool {
 // found is what lookup returns: a block's Meta and where its bytes are.
 type found struct {
 	b        *block
-	meta     tiers.Meta
+	meta     index.Header
 	inMemory bool
 	data     []byte   // when inMemory
 	seg      *segment // when stored
@@ -250,11 +250,11 @@ func (t *Tier) lookup(ctx context.Context, key index.Key) (found, error) {
 
 // get looks key up and reads its bytes. A block whose segment turns out
 // to be gone is looked up once more: a newer copy may have replaced it.
-func (t *Tier) get(ctx context.Context, key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
+func (t *Tier) get(ctx context.Context, key index.Key, dst []byte) ([]byte, index.Header, error) {
 	for try := 0; ; try++ {
 		f, err := t.lookup(ctx, key)
 		if err != nil {
-			return nil, tiers.Meta{}, err
+			return nil, index.Header{}, err
 		}
 		v, err := t.read(ctx, f, dst)
 		switch {
@@ -263,9 +263,9 @@ func (t *Tier) get(ctx context.Context, key index.Key, dst []byte) ([]byte, tier
 		case errors.Is(err, errMissing) && try == 0:
 			continue
 		case errors.Is(err, errMissing):
-			return nil, tiers.Meta{}, fmt.Errorf("%w: %w", tiers.ErrNotFound, err)
+			return nil, index.Header{}, fmt.Errorf("%w: %w", tiers.ErrNotFound, err)
 		}
-		return nil, tiers.Meta{}, err
+		return nil, index.Header{}, err
 	}
 }
 
@@ -295,7 +295,7 @@ func (t *Tier) read(ctx context.Context, f found, dst []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if sum := tiers.Checksum(v[len(dst):]); sum != f.meta.Sum {
+	if sum := index.Checksum(v[len(dst):]); sum != f.meta.Sum {
 		return nil, t.dropCorrupt(f, corruptf("checksum %016x, want %016x", sum, f.meta.Sum))
 	}
 	return v, nil

@@ -66,7 +66,7 @@ func flush(t testing.TB, tr *s3.Tier) {
 }
 
 // block is tiertest.Block in namespace ns.
-func block(ns index.NamespaceID, h index.Hash, n int) (tiers.Meta, []byte) {
+func block(ns index.NamespaceID, h index.Hash, n int) (index.Header, []byte) {
 	m, b := tiertest.Block(h, n)
 	m.Key.NS = ns
 	return m, b
@@ -244,7 +244,7 @@ func TestTwoNodesShareABucket(t *testing.T) {
 	cfg.RescanInterval = time.Hour // only misses rescan
 	b := openTier(t, cfg)
 
-	var metas []tiers.Meta
+	var metas []index.Header
 	for i := range 10 {
 		m, v := block(1, index.Hash(i+1), 10000)
 		must(t, a.Put(m, v))
@@ -264,11 +264,11 @@ func TestTwoNodesShareABucket(t *testing.T) {
 		}
 	}
 	must(t, err)
-	if tiers.Checksum(got) != metas[3].Sum {
+	if index.Checksum(got) != metas[3].Sum {
 		t.Fatal("node b read different bytes")
 	}
 	n := 0
-	must(t, b.Scan(func(tiers.Meta) bool { n++; return true }))
+	must(t, b.Scan(func(index.Header) bool { n++; return true }))
 	if s := b.Stats(); n != 10 || s.Blocks != 10 || s.Used != 10*(10000+s3.BlockOverhead) {
 		t.Fatalf("node b scans %d blocks, Stats %+v; want node a's 10", n, s)
 	}
@@ -344,9 +344,9 @@ func TestOpenReadsOnlyIndexes(t *testing.T) {
 		keys[i] = index.Key{NS: 1, Hash: index.Hash(i + 1)}
 	}
 	seen := map[int]bool{}
-	must(t, tr.GetMany(context.Background(), keys, func(i int, v []byte, m tiers.Meta, err error) {
+	must(t, tr.GetMany(context.Background(), keys, func(i int, v []byte, m index.Header, err error) {
 		must(t, err)
-		if seen[i] || m.Key != keys[i] || tiers.Checksum(v) != m.Sum {
+		if seen[i] || m.Key != keys[i] || index.Checksum(v) != m.Sum {
 			t.Errorf("GetMany: key %d: seen %v, meta %+v", i, seen[i], m)
 		}
 		seen[i] = true

@@ -29,7 +29,7 @@ import (
 //	32     4    block size in bytes
 //	36     1    flags: bit 0 set when the block has a parent; others zero
 //	37     3    reserved, zero
-//	40     8    block checksum, tiers.Meta.Sum (xxhash64 of the bytes)
+//	40     8    block checksum, index.Header.Sum (xxhash64 of the bytes)
 //
 //	trailer, 8 bytes: xxhash64 of everything before it
 //
@@ -52,7 +52,7 @@ const (
 
 // indexEntry is one block of a segment.
 type indexEntry struct {
-	Meta   tiers.Meta
+	Meta   index.Header
 	Offset int64
 }
 

@@ -23,7 +23,7 @@ func sampleIndex(n int) *segIndex {
 	x := &segIndex{ID: segID{Time: 1_700_000_000_000_000_000, Writer: r.Uint64()}}
 	var off int64
 	for i := range n {
-		var m tiers.Meta
+		var m index.Header
 		m.Key = index.Key{NS: index.NamespaceID(r.Uint64()), Hash: index.Hash(r.Uint64())}
 		m.Size = uint32(r.IntN(1 << 20))
 		if i == 1 {

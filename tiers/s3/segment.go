@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
 )
 
 // maxSegmentBlocks bounds the blocks of one segment, and so the size of an
@@ -73,7 +72,7 @@ type segment struct {
 
 // block is one live or recently deleted block.
 type block struct {
-	meta tiers.Meta
+	meta index.Header
 	seg  *segment
 	off  int64  // in the data object; set when the segment is sealed
 	data []byte // the bytes, until the segment is stored

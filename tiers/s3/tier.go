@@ -118,6 +118,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -255,7 +256,7 @@ func unreachable(err error) bool {
 // Capacity, and with ErrBacklog (which matches tiers.ErrBusy) when
 // MaxPendingBytes wait for their upload, an error that also wraps the
 // store's *UnavailableError while it is down.
-func (t *Tier) Put(m tiers.Meta, value []byte) error {
+func (t *Tier) Put(m index.Header, value []byte) error {
 	if err := tiers.CheckPut(m, value, t.cfg.MaxBlockSize); err != nil {
 		return fmt.Errorf("s3: put %v: %w", m.Key, err)
 	}
@@ -277,11 +278,11 @@ func (t *Tier) Put(m tiers.Meta, value []byte) error {
 	}
 	if used := t.used - oldCost + cost(m.Size); used > t.capacity() {
 		return fmt.Errorf("s3: put %v: %w: %s more would take it to %s of %s", m.Key, tiers.ErrFull,
-			fmtBytes(cost(m.Size)), fmtBytes(used), fmtBytes(t.capacity()))
+			units.FormatBytes(cost(m.Size)), units.FormatBytes(used), units.FormatBytes(t.capacity()))
 	}
 	if pending := t.pending - oldPending + int64(m.Size); pending > t.cfg.MaxPendingBytes {
 		err := fmt.Errorf("s3: put %v: %w (%w): %s wait for their upload, limit %s", m.Key, tiers.ErrBusy, ErrBacklog,
-			fmtBytes(t.pending), fmtBytes(t.cfg.MaxPendingBytes))
+			units.FormatBytes(t.pending), units.FormatBytes(t.cfg.MaxPendingBytes))
 		if down := t.avail.err(); down != nil {
 			err = fmt.Errorf("%w; %w", err, down)
 		}
@@ -313,13 +314,13 @@ func (t *Tier) Delete(key index.Key) error {
 
 // Scan calls fn for every block in the map, in memory or stored, by this
 // node or another, until fn returns false.
-func (t *Tier) Scan(fn func(tiers.Meta) bool) error {
+func (t *Tier) Scan(fn func(index.Header) bool) error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return fmt.Errorf("s3: scan: %w", tiers.ErrClosed)
 	}
-	metas := make([]tiers.Meta, 0, len(t.blocks))
+	metas := make([]index.Header, 0, len(t.blocks))
 	for _, b := range t.blocks {
 		metas = append(metas, b.meta)
 	}
@@ -380,5 +381,5 @@ func (t *Tier) Close() error {
 	if blocks == 0 {
 		return fmt.Errorf("s3: close: some deletes were not applied and may come back: %w", err)
 	}
-	return fmt.Errorf("s3: close: %d blocks (%s) were not uploaded and are lost: %w", blocks, fmtBytes(pending), err)
+	return fmt.Errorf("s3: close: %d blocks (%s) were not uploaded and are lost: %w", blocks, units.FormatBytes(pending), err)
 }

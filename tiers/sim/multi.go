@@ -84,7 +84,7 @@ func (s MultiTier) newCache(w *Workload) (cache, error) {
 // blocks.
 var (
 	unit    = []byte{0}
-	unitSum = tiers.Checksum(unit)
+	unitSum = index.Checksum(unit)
 )
 
 type multiTier struct {
@@ -123,7 +123,7 @@ func (c *multiTier) store(keys []index.Key, first int) {
 		if _, _, _, err := c.h.Get(k, nil); err == nil {
 			continue
 		}
-		m := tiers.Meta{Key: k, Sum: unitSum}
+		m := index.Header{Key: k, Sum: unitSum}
 		m.Size = 1
 		if i > 0 {
 			m.Parent, m.HasParent = keys[i-1].Hash, true
@@ -173,15 +173,15 @@ func (t TierResult) BlockHitRate(r Result) float64 { return ratio(t.HitBlocks, r
 type ghost struct {
 	mu       sync.Mutex
 	capacity int64
-	blocks   map[index.Key]tiers.Meta
+	blocks   map[index.Key]index.Header
 	used     int64
 }
 
 func newGhost(capacity int64) *ghost {
-	return &ghost{capacity: capacity, blocks: map[index.Key]tiers.Meta{}}
+	return &ghost{capacity: capacity, blocks: map[index.Key]index.Header{}}
 }
 
-func (g *ghost) Put(m tiers.Meta, value []byte) error {
+func (g *ghost) Put(m index.Header, value []byte) error {
 	if err := tiers.CheckPut(m, value, g.capacity); err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func (g *ghost) Put(m tiers.Meta, value []byte) error {
 	return nil
 }
 
-func (g *ghost) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
+func (g *ghost) Get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 	m, err := g.Stat(key)
 	if err != nil {
 		return dst, m, err
@@ -204,7 +204,7 @@ func (g *ghost) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
 	return append(dst, slices.Repeat(unit, int(m.Size))...), m, nil
 }
 
-func (g *ghost) Stat(key index.Key) (tiers.Meta, error) {
+func (g *ghost) Stat(key index.Key) (index.Header, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	m, ok := g.blocks[key]
@@ -226,7 +226,7 @@ func (g *ghost) Delete(key index.Key) error {
 	return nil
 }
 
-func (g *ghost) Scan(fn func(tiers.Meta) bool) error { return nil } // starts empty
+func (g *ghost) Scan(fn func(index.Header) bool) error { return nil } // starts empty
 
 func (g *ghost) Stats() tiers.Stats {
 	g.mu.Lock()

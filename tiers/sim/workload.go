@@ -92,3 +92,13 @@ func (w *Workload) nextUses() *policy.SequenceOracle {
 	w.oracleOnce.Do(func() { w.oracle = policy.NewSequenceOracle(w.keys) })
 	return w.oracle.Clone()
 }
+
+// ReadWorkload reads a Mooncake JSONL trace file (trace.ReadFile) and
+// prepares it for replay with blocks of blockTokens tokens (NewWorkload).
+func ReadWorkload(path string, blockTokens int) (*Workload, error) {
+	reqs, err := trace.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return NewWorkload(reqs, blockTokens)
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -28,7 +29,7 @@ func (a *accounting) reserve(bytes, blocks int64) error {
 	defer a.mu.Unlock()
 	if bytes > 0 && a.used+bytes > a.capacity {
 		return fmt.Errorf("%w: %s of %s used, the block needs %s more", tiers.ErrFull,
-			tiers.FormatBytes(a.used), tiers.FormatBytes(a.capacity), tiers.FormatBytes(bytes))
+			units.FormatBytes(a.used), units.FormatBytes(a.capacity), units.FormatBytes(bytes))
 	}
 	a.used += bytes
 	a.blocks += blocks

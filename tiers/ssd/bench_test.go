@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
 )
 
 // The benchmarks put and get 1 MiB blocks next to plain sequential file
@@ -56,17 +55,17 @@ func benchBlocks(n int) ([][]byte, []uint64) {
 				vals[i][j+k] = byte(v >> (8 * k))
 			}
 		}
-		sums[i] = tiers.Checksum(vals[i])
+		sums[i] = index.Checksum(vals[i])
 	}
 	return vals, sums
 }
 
-// benchMeta is the Meta of the i-th benchmark block: a random-looking hash,
+// benchMeta is the Header of the i-th benchmark block: a random-looking hash,
 // as real chained hashes are.
-func benchMeta(i int, sum uint64) tiers.Meta {
+func benchMeta(i int, sum uint64) index.Header {
 	h := uint64(i)*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019
 	h ^= h >> 31
-	m := tiers.Meta{Key: index.Key{NS: 7, Hash: index.Hash(h)}, Sum: sum}
+	m := index.Header{Key: index.Key{NS: 7, Hash: index.Hash(h)}, Sum: sum}
 	m.Size = benchBlock
 	return m
 }

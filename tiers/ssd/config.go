@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -173,10 +174,10 @@ func (c *Config) Validate() error {
 		bad("MaxBlockSize is %d, want > 0", c.MaxBlockSize)
 	case c.MaxBlockSize > MaxBlockLimit:
 		bad("MaxBlockSize is %s, over the %s limit",
-			tiers.FormatBytes(c.MaxBlockSize), tiers.FormatBytes(MaxBlockLimit))
+			units.FormatBytes(c.MaxBlockSize), units.FormatBytes(MaxBlockLimit))
 	case c.Capacity > 0 && c.MaxBlockSize > c.Capacity:
 		bad("MaxBlockSize (%s) is over Capacity (%s)",
-			tiers.FormatBytes(c.MaxBlockSize), tiers.FormatBytes(c.Capacity))
+			units.FormatBytes(c.MaxBlockSize), units.FormatBytes(c.Capacity))
 	}
 	if c.Durability != DurabilityFlush && c.Durability != DurabilityWAL {
 		bad("Durability is %v, want DurabilityFlush or DurabilityWAL", c.Durability)

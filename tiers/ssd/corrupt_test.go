@@ -37,9 +37,9 @@ func getRaw(t *testing.T, tr *Tier, key []byte) []byte {
 }
 
 // putBlocks puts blocks 1..n of 5000 bytes and returns their metas.
-func putBlocks(t *testing.T, tr *Tier, n int) []tiers.Meta {
+func putBlocks(t *testing.T, tr *Tier, n int) []index.Header {
 	t.Helper()
-	var ms []tiers.Meta
+	var ms []index.Header
 	for i := 1; i <= n; i++ {
 		m, b := tiertest.Block(index.Hash(i), 5000)
 		must(t, tr.Put(m, b))
@@ -49,7 +49,7 @@ func putBlocks(t *testing.T, tr *Tier, n int) []tiers.Meta {
 }
 
 // checkDropped checks that m's block is gone and the others remain.
-func checkDropped(t *testing.T, tr *Tier, m tiers.Meta, others []tiers.Meta) {
+func checkDropped(t *testing.T, tr *Tier, m index.Header, others []index.Header) {
 	t.Helper()
 	if _, _, err := tr.Get(m.Key, nil); !errors.Is(err, tiers.ErrNotFound) {
 		t.Fatalf("Get of a dropped block: %v, want ErrNotFound", err)
@@ -62,7 +62,7 @@ func checkDropped(t *testing.T, tr *Tier, m tiers.Meta, others []tiers.Meta) {
 			continue
 		}
 		got, gm, err := tr.Get(o.Key, nil)
-		if err != nil || gm != o || tiers.Checksum(got) != o.Sum {
+		if err != nil || gm != o || index.Checksum(got) != o.Sum {
 			t.Fatalf("block %v next to the damaged one: %+v, %v", o.Key, gm, err)
 		}
 	}
@@ -94,7 +94,7 @@ func TestCorruptPayloadIsDroppedAndNeverReturned(t *testing.T) {
 			if !errors.Is(err, tiers.ErrCorrupt) {
 				t.Fatalf("Get: %v, want ErrCorrupt", err)
 			}
-			if got != nil || gm != (tiers.Meta{}) {
+			if got != nil || gm != (index.Header{}) {
 				t.Fatalf("Get returned %d bytes and %+v with its error", len(got), gm)
 			}
 			checkDropped(t, tr, m, ms)
@@ -105,30 +105,30 @@ func TestCorruptPayloadIsDroppedAndNeverReturned(t *testing.T) {
 func TestCorruptRecordIsDropped(t *testing.T) {
 	flip := func(v []byte) []byte { v[10] ^= 1; return v }
 	for name, c := range map[string]struct {
-		damage func(tr *Tier, m tiers.Meta) []byte // the record's new value
-		find   func(tr *Tier, m tiers.Meta) error  // how the tier meets it
+		damage func(tr *Tier, m index.Header) []byte // the record's new value
+		find   func(tr *Tier, m index.Header) error  // how the tier meets it
 	}{
 		"FlippedBitSeenByStat": {
-			damage: func(tr *Tier, m tiers.Meta) []byte { return flip(recordOf(t, tr, m)) },
-			find:   func(tr *Tier, m tiers.Meta) error { _, err := tr.Stat(m.Key); return err },
+			damage: func(tr *Tier, m index.Header) []byte { return flip(recordOf(t, tr, m)) },
+			find:   func(tr *Tier, m index.Header) error { _, err := tr.Stat(m.Key); return err },
 		},
 		"TruncatedSeenByGet": {
-			damage: func(tr *Tier, m tiers.Meta) []byte { return recordOf(t, tr, m)[:recordSize-1] },
-			find:   func(tr *Tier, m tiers.Meta) error { _, _, err := tr.Get(m.Key, nil); return err },
+			damage: func(tr *Tier, m index.Header) []byte { return recordOf(t, tr, m)[:recordSize-1] },
+			find:   func(tr *Tier, m index.Header) error { _, _, err := tr.Get(m.Key, nil); return err },
 		},
 		"OtherKeysRecordSeenByGet": {
-			damage: func(tr *Tier, m tiers.Meta) []byte {
+			damage: func(tr *Tier, m index.Header) []byte {
 				other := m
 				other.Key.Hash++
 				return recordOf(t, tr, other)
 			},
-			find: func(tr *Tier, m tiers.Meta) error { _, _, err := tr.Get(m.Key, nil); return err },
+			find: func(tr *Tier, m index.Header) error { _, _, err := tr.Get(m.Key, nil); return err },
 		},
 		"FlippedBitSeenByScan": {
-			damage: func(tr *Tier, m tiers.Meta) []byte { return flip(recordOf(t, tr, m)) },
-			find: func(tr *Tier, m tiers.Meta) error {
+			damage: func(tr *Tier, m index.Header) []byte { return flip(recordOf(t, tr, m)) },
+			find: func(tr *Tier, m index.Header) error {
 				n := 0
-				must(t, tr.Scan(func(tiers.Meta) bool { n++; return true }))
+				must(t, tr.Scan(func(index.Header) bool { n++; return true }))
 				if n != 2 {
 					t.Fatalf("Scan saw %d blocks, want the 2 intact ones", n)
 				}
@@ -136,8 +136,8 @@ func TestCorruptRecordIsDropped(t *testing.T) {
 			},
 		},
 		"FlippedBitSeenByOpen": {
-			damage: func(tr *Tier, m tiers.Meta) []byte { return flip(recordOf(t, tr, m)) },
-			find:   func(tr *Tier, m tiers.Meta) error { return tiers.ErrCorrupt },
+			damage: func(tr *Tier, m index.Header) []byte { return flip(recordOf(t, tr, m)) },
+			find:   func(tr *Tier, m index.Header) error { return tiers.ErrCorrupt },
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -163,7 +163,7 @@ func TestCorruptRecordIsDropped(t *testing.T) {
 func TestPutAndDeleteOverCorruptRecord(t *testing.T) {
 	tr := openTest(t, Config{Capacity: 1 << 20})
 	ms := putBlocks(t, tr, 3)
-	garble := func(m tiers.Meta) {
+	garble := func(m index.Header) {
 		rk := makeKey(prefixRecord, m.Key)
 		setRaw(t, tr, rk[:], bytes.Repeat([]byte{0xee}, recordSize))
 	}
@@ -188,7 +188,7 @@ func TestPutAndDeleteOverCorruptRecord(t *testing.T) {
 
 // recordOf returns the stored record of m's key, or a valid record for m
 // when none is stored.
-func recordOf(t *testing.T, tr *Tier, m tiers.Meta) []byte {
+func recordOf(t *testing.T, tr *Tier, m index.Header) []byte {
 	rk := makeKey(prefixRecord, m.Key)
 	if hasRaw(t, tr, rk[:]) {
 		return getRaw(t, tr, rk[:])

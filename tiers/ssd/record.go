@@ -63,7 +63,7 @@ func prefixBounds(prefix byte) (lower, upper []byte) {
 //	6      8    key namespace
 //	14     8    key hash
 //	22     8    parent hash; zero without a parent
-//	30     8    block checksum, tiers.Meta.Sum (xxhash64 of the bytes)
+//	30     8    block checksum, index.Header.Sum (xxhash64 of the bytes)
 //	38     4    record checksum: low 32 bits of xxhash64 of bytes 0–37
 //
 // The record repeats its key so that a record read under the wrong key is
@@ -81,7 +81,7 @@ const (
 const RecordOverhead = 128
 
 // encodeRecord appends m's metadata record to dst.
-func encodeRecord(dst []byte, m tiers.Meta) []byte {
+func encodeRecord(dst []byte, m index.Header) []byte {
 	var b [recordSize]byte
 	b[0] = recordVersion
 	if m.HasParent {
@@ -100,20 +100,20 @@ func encodeRecord(dst []byte, m tiers.Meta) []byte {
 
 // decodeRecord decodes a metadata record. Every malformed record fails
 // with an error that wraps tiers.ErrCorrupt.
-func decodeRecord(b []byte) (tiers.Meta, error) {
+func decodeRecord(b []byte) (index.Header, error) {
 	if len(b) != recordSize {
-		return tiers.Meta{}, fmt.Errorf("%w: record is %d bytes, want %d", tiers.ErrCorrupt, len(b), recordSize)
+		return index.Header{}, fmt.Errorf("%w: record is %d bytes, want %d", tiers.ErrCorrupt, len(b), recordSize)
 	}
 	if got, want := binary.BigEndian.Uint32(b[38:42]), uint32(xxhash.Sum64(b[:38])); got != want {
-		return tiers.Meta{}, fmt.Errorf("%w: record checksum %08x, want %08x", tiers.ErrCorrupt, got, want)
+		return index.Header{}, fmt.Errorf("%w: record checksum %08x, want %08x", tiers.ErrCorrupt, got, want)
 	}
 	if b[0] != recordVersion {
-		return tiers.Meta{}, fmt.Errorf("%w: record version %d, want %d", tiers.ErrCorrupt, b[0], recordVersion)
+		return index.Header{}, fmt.Errorf("%w: record version %d, want %d", tiers.ErrCorrupt, b[0], recordVersion)
 	}
 	if b[1]&^flagHasParent != 0 {
-		return tiers.Meta{}, fmt.Errorf("%w: unknown record flags %#02x", tiers.ErrCorrupt, b[1])
+		return index.Header{}, fmt.Errorf("%w: unknown record flags %#02x", tiers.ErrCorrupt, b[1])
 	}
-	var m tiers.Meta
+	var m index.Header
 	m.HasParent = b[1]&flagHasParent != 0
 	m.Size = binary.BigEndian.Uint32(b[2:6])
 	m.Key.NS = index.NamespaceID(binary.BigEndian.Uint64(b[6:14]))
@@ -121,20 +121,20 @@ func decodeRecord(b []byte) (tiers.Meta, error) {
 	m.Parent = index.Hash(binary.BigEndian.Uint64(b[22:30]))
 	m.Sum = binary.BigEndian.Uint64(b[30:38])
 	if !m.HasParent && m.Parent != 0 {
-		return tiers.Meta{}, fmt.Errorf("%w: record has a parent hash but no parent flag", tiers.ErrCorrupt)
+		return index.Header{}, fmt.Errorf("%w: record has a parent hash but no parent flag", tiers.ErrCorrupt)
 	}
 	return m, nil
 }
 
 // decodeRecordFor decodes the record stored under key and checks that it
 // names key.
-func decodeRecordFor(key index.Key, b []byte) (tiers.Meta, error) {
+func decodeRecordFor(key index.Key, b []byte) (index.Header, error) {
 	m, err := decodeRecord(b)
 	if err != nil {
-		return tiers.Meta{}, err
+		return index.Header{}, err
 	}
 	if m.Key != key {
-		return tiers.Meta{}, fmt.Errorf("%w: record stored under %v names %v", tiers.ErrCorrupt, key, m.Key)
+		return index.Header{}, fmt.Errorf("%w: record stored under %v names %v", tiers.ErrCorrupt, key, m.Key)
 	}
 	return m, nil
 }

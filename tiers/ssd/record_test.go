@@ -12,8 +12,8 @@ import (
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-func sampleMeta() tiers.Meta {
-	m := tiers.Meta{Key: index.Key{NS: 0x0102030405060708, Hash: 0x1112131415161718}, Sum: 0x2122232425262728}
+func sampleMeta() index.Header {
+	m := index.Header{Key: index.Key{NS: 0x0102030405060708, Hash: 0x1112131415161718}, Sum: 0x2122232425262728}
 	m.Parent, m.HasParent, m.Size = 0x3132333435363738, true, 1<<20
 	return m
 }
@@ -21,9 +21,9 @@ func sampleMeta() tiers.Meta {
 func TestRecordRoundTrip(t *testing.T) {
 	root := sampleMeta()
 	root.Parent, root.HasParent = 0, false
-	edge := tiers.Meta{Key: index.Key{NS: math.MaxUint64, Hash: math.MaxUint64}, Sum: math.MaxUint64}
+	edge := index.Header{Key: index.Key{NS: math.MaxUint64, Hash: math.MaxUint64}, Sum: math.MaxUint64}
 	edge.Parent, edge.HasParent, edge.Size = math.MaxUint64, true, math.MaxUint32
-	for _, m := range []tiers.Meta{sampleMeta(), root, edge, {}} {
+	for _, m := range []index.Header{sampleMeta(), root, edge, {}} {
 		b := encodeRecord([]byte("prefix"), m)
 		if !bytes.HasPrefix(b, []byte("prefix")) || len(b) != len("prefix")+recordSize {
 			t.Fatalf("encodeRecord did not append %d bytes: %x", recordSize, b)
@@ -88,7 +88,7 @@ func TestDecodeRecordRejectsMalformed(t *testing.T) {
 			if !errors.Is(err, tiers.ErrCorrupt) {
 				t.Fatalf("decodeRecord(%x) = %+v, %v; want ErrCorrupt", b, m, err)
 			}
-			if m != (tiers.Meta{}) {
+			if m != (index.Header{}) {
 				t.Fatalf("decodeRecord returned %+v with its error", m)
 			}
 		})
@@ -150,7 +150,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	root.Parent, root.HasParent = 0, false
 	f.Add(good)
 	f.Add(encodeRecord(nil, root))
-	f.Add(encodeRecord(nil, tiers.Meta{}))
+	f.Add(encodeRecord(nil, index.Header{}))
 	for _, n := range []int{0, 1, 2, 6, 21, 38, recordSize - 1} {
 		f.Add(good[:n])
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -133,8 +134,8 @@ func (s *space) check(need int64) error {
 		err = fmt.Errorf("%w: ssd: file system of %s full: %v", tiers.ErrNoSpace, s.dir, s.failure)
 	case ok && room < need:
 		err = fmt.Errorf("%w: ssd: file system of %s full: %s free, %s kept in reserve, %s not yet flushed; the block needs %s",
-			tiers.ErrNoSpace, s.dir, tiers.FormatBytes(avail), tiers.FormatBytes(s.reserve),
-			tiers.FormatBytes(s.unflushed.Load()), tiers.FormatBytes(need))
+			tiers.ErrNoSpace, s.dir, units.FormatBytes(avail), units.FormatBytes(s.reserve),
+			units.FormatBytes(s.unflushed.Load()), units.FormatBytes(need))
 	}
 	s.setFullLocked(s.failure != nil || ok && room < enough, err)
 	return err
@@ -160,7 +161,7 @@ func (s *space) setFullLocked(full bool, why error) {
 	if full {
 		if why == nil {
 			why = fmt.Errorf("%w: ssd: file system of %s has no room for a block of %s beside its %s reserve",
-				tiers.ErrNoSpace, s.dir, tiers.FormatBytes(s.maxBlock), tiers.FormatBytes(s.reserve))
+				tiers.ErrNoSpace, s.dir, units.FormatBytes(s.maxBlock), units.FormatBytes(s.reserve))
 		}
 		s.why = why
 		s.log.Warn("ssd: file system full: refusing puts until space returns", "dir", s.dir, "reason", why)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
@@ -186,7 +187,7 @@ func TestCapacityOverTheFileSystemStopsAtTheReserve(t *testing.T) {
 		t.Fatalf("no warning at open about a capacity over the file system's room; log:\n%s", log.String())
 	}
 	if c := tr.Stats().Capacity; c >= 48*mib {
-		t.Errorf("Stats().Capacity = %s on a 48 MiB file system", tiers.FormatBytes(c))
+		t.Errorf("Stats().Capacity = %s on a 48 MiB file system", units.FormatBytes(c))
 	}
 
 	var keys []index.Key
@@ -212,7 +213,7 @@ func TestCapacityOverTheFileSystemStopsAtTheReserve(t *testing.T) {
 		t.Error("Degraded() = nil while puts are refused for space")
 	}
 	if u := disk.used(); u > 48*mib {
-		t.Errorf("the store takes %s on a 48 MiB disk", tiers.FormatBytes(u))
+		t.Errorf("the store takes %s on a 48 MiB disk", units.FormatBytes(u))
 	}
 	t.Logf("%d blocks fit; refused: %v; degraded: %v", len(keys), refused, tr.Degraded())
 	for _, k := range keys {

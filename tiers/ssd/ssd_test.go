@@ -193,11 +193,11 @@ func TestConcurrentAccountingIsExact(t *testing.T) {
 func checkAccounting(t *testing.T, tr *Tier) {
 	t.Helper()
 	var want tiers.Stats
-	must(t, tr.Scan(func(m tiers.Meta) bool {
+	must(t, tr.Scan(func(m index.Header) bool {
 		want.Used += cost(m.Size)
 		want.Blocks++
 		got, gm, err := tr.Get(m.Key, nil)
-		if err != nil || gm != m || tiers.Checksum(got) != m.Sum {
+		if err != nil || gm != m || index.Checksum(got) != m.Sum {
 			t.Errorf("block %v: meta %+v, err %v", m.Key, gm, err)
 		}
 		return true
@@ -218,7 +218,7 @@ func TestClosedTierRefusesEverything(t *testing.T) {
 		"Put":    tr.Put(m, b),
 		"Stat":   func() error { _, err := tr.Stat(m.Key); return err }(),
 		"Delete": tr.Delete(m.Key),
-		"Scan":   tr.Scan(func(tiers.Meta) bool { return true }),
+		"Scan":   tr.Scan(func(index.Header) bool { return true }),
 		"Flush":  tr.Flush(),
 	} {
 		if !errors.Is(err, tiers.ErrClosed) {
@@ -317,7 +317,7 @@ func TestBlockOverHalfAMemtable(t *testing.T) {
 	for _, d := range []Durability{DurabilityFlush, DurabilityWAL} {
 		t.Run(d.String(), func(t *testing.T) {
 			tr := openTest(t, Config{Capacity: 64 << 20, MaxBlockSize: 3 << 20, MemTableSize: 4 << 20, Durability: d})
-			var ms []tiers.Meta
+			var ms []index.Header
 			for i := range 3 {
 				m, b := tiertest.Block(index.Hash(i), 3<<20-i)
 				must(t, tr.Put(m, b))
@@ -325,7 +325,7 @@ func TestBlockOverHalfAMemtable(t *testing.T) {
 			}
 			tr = reopen(t, tr)
 			for _, m := range ms {
-				if got, gm, err := tr.Get(m.Key, nil); err != nil || gm != m || tiers.Checksum(got) != m.Sum {
+				if got, gm, err := tr.Get(m.Key, nil); err != nil || gm != m || index.Checksum(got) != m.Sum {
 					t.Fatalf("block %v after reopen: %+v, %v", m.Key, gm, err)
 				}
 			}

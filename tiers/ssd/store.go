@@ -20,16 +20,16 @@ import (
 // record reads and checks key's metadata record. It fails with
 // tiers.ErrNotFound when there is none and with an error wrapping
 // tiers.ErrCorrupt when the record fails its checks.
-func (t *Tier) record(key index.Key) (tiers.Meta, error) {
+func (t *Tier) record(key index.Key) (index.Header, error) {
 	rk := makeKey(prefixRecord, key)
 	v, closer, err := t.db.Get(rk[:])
 	if err != nil {
-		return tiers.Meta{}, readError("record", err)
+		return index.Header{}, readError("record", err)
 	}
 	defer closer.Close()
 	m, err := decodeRecordFor(key, v)
 	if err != nil {
-		return tiers.Meta{}, fmt.Errorf("record: %w", err)
+		return index.Header{}, fmt.Errorf("record: %w", err)
 	}
 	return m, nil
 }
@@ -38,7 +38,7 @@ func (t *Tier) record(key index.Key) (tiers.Meta, error) {
 // against m's size and checksum. A missing or damaged payload fails with
 // an error wrapping tiers.ErrCorrupt. The bytes are valid until the
 // closer is closed.
-func (t *Tier) payload(m tiers.Meta) ([]byte, io.Closer, error) {
+func (t *Tier) payload(m index.Header) ([]byte, io.Closer, error) {
 	pk := makeKey(prefixPayload, m.Key)
 	v, closer, err := t.db.Get(pk[:])
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -51,7 +51,7 @@ func (t *Tier) payload(m tiers.Meta) ([]byte, io.Closer, error) {
 		_ = closer.Close()
 		return nil, nil, fmt.Errorf("payload: %w: %d bytes, record says %d", tiers.ErrCorrupt, len(v), m.Size)
 	}
-	if sum := tiers.Checksum(v); sum != m.Sum {
+	if sum := index.Checksum(v); sum != m.Sum {
 		_ = closer.Close()
 		return nil, nil, fmt.Errorf("payload: %w: checksum %016x, record says %016x", tiers.ErrCorrupt, sum, m.Sum)
 	}
@@ -121,7 +121,7 @@ type scanEntry struct {
 	raw    []byte // the record's Pebble key, valid during the callback
 	key    index.Key
 	badKey bool // raw is no record key; key is zero
-	meta   tiers.Meta
+	meta   index.Header
 	err    error // wraps tiers.ErrCorrupt
 }
 
@@ -167,11 +167,11 @@ func (t *Tier) eachRecord(from []byte, fn func(e *scanEntry) bool) (next []byte,
 // scanPage is the number of records Scan reads per iterator.
 const scanPage = 256
 
-// Scan calls fn with the Meta of each block, in key order, until fn
+// Scan calls fn with the Header of each block, in key order, until fn
 // returns false. It reads the records a page at a time and calls fn with
 // no lock held; blocks put or deleted during a Scan may or may not be
 // seen. Corrupt records it meets are dropped and skipped.
-func (t *Tier) Scan(fn func(tiers.Meta) bool) error {
+func (t *Tier) Scan(fn func(index.Header) bool) error {
 	var from []byte
 	for {
 		t.life.RLock()

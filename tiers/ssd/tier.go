@@ -13,7 +13,7 @@
 //	'p' ‖ namespace ‖ hash  →  the block's bytes, as put
 //
 // with namespace and hash big-endian. The record holds the block's size,
-// parent and xxhash64 checksum (tiers.Meta) and checks itself with a
+// parent and xxhash64 checksum (index.Header) and checks itself with a
 // checksum of its own; it is small, so it stays inside the sstables, where
 // Stat, Scan and the accounting that Open rebuilds read it without touching
 // the payloads, which Pebble moves into blob files
@@ -82,6 +82,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -169,15 +170,15 @@ func Open(cfg Config) (*Tier, error) {
 	sp.sample(int64(db.Metrics().DiskSpaceUsage()))
 	if fits := sp.capacity(cfg.Capacity); fits < cfg.Capacity {
 		cfg.Logger.Warn("ssd: capacity exceeds what the file system has room for; the tier will hold less and refuse puts once the file system fills",
-			"dir", cfg.Dir, "capacity", tiers.FormatBytes(cfg.Capacity), "room", tiers.FormatBytes(fits),
-			"free", tiers.FormatBytes(sp.avail.Load()), "reserve", tiers.FormatBytes(sp.reserve))
+			"dir", cfg.Dir, "capacity", units.FormatBytes(cfg.Capacity), "room", units.FormatBytes(fits),
+			"free", units.FormatBytes(sp.avail.Load()), "reserve", units.FormatBytes(sp.reserve))
 	}
 	go t.loop()
 	return t, nil
 }
 
 // Put stores value under m.Key, replacing any block there; see tiers.Tier.
-func (t *Tier) Put(m tiers.Meta, value []byte) error {
+func (t *Tier) Put(m index.Header, value []byte) error {
 	if err := tiers.CheckPut(m, value, t.cfg.MaxBlockSize); err != nil {
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
@@ -233,7 +234,7 @@ func batchSize(size int64) int64 { return size + 2*(keySize+16) + recordSize + 1
 // write commits m's record and value in one batch. Batches are pooled
 // with their buffers, so that a Put does not allocate a block-sized buffer
 // for the garbage collector to clear.
-func (t *Tier) write(m tiers.Meta, value []byte) error {
+func (t *Tier) write(m index.Header, value []byte) error {
 	rk, pk := makeKey(prefixRecord, m.Key), makeKey(prefixPayload, m.Key)
 	var rec [recordSize]byte
 	b := t.batches.Get().(*pebble.Batch)
@@ -253,11 +254,11 @@ func (t *Tier) write(m tiers.Meta, value []byte) error {
 // Get appends the block's bytes to dst after checking them against the
 // block's record; see tiers.Tier. A block that fails is deleted and Get
 // returns nil and an error wrapping tiers.ErrCorrupt.
-func (t *Tier) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
+func (t *Tier) Get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 	t.life.RLock()
 	defer t.life.RUnlock()
 	if t.closed {
-		return nil, tiers.Meta{}, fmt.Errorf("ssd: get %v: %w", key, tiers.ErrClosed)
+		return nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, tiers.ErrClosed)
 	}
 	s := t.stripe(key)
 	s.RLock()
@@ -273,18 +274,18 @@ func (t *Tier) Get(key index.Key, dst []byte) ([]byte, tiers.Meta, error) {
 	s.RUnlock()
 	if err != nil {
 		t.dropIfCorrupt(key, err)
-		return nil, tiers.Meta{}, fmt.Errorf("ssd: get %v: %w", key, err)
+		return nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, err)
 	}
 	return dst, m, nil
 }
 
 // Stat returns the block's Meta from its record, without reading its
 // bytes.
-func (t *Tier) Stat(key index.Key) (tiers.Meta, error) {
+func (t *Tier) Stat(key index.Key) (index.Header, error) {
 	t.life.RLock()
 	defer t.life.RUnlock()
 	if t.closed {
-		return tiers.Meta{}, fmt.Errorf("ssd: stat %v: %w", key, tiers.ErrClosed)
+		return index.Header{}, fmt.Errorf("ssd: stat %v: %w", key, tiers.ErrClosed)
 	}
 	s := t.stripe(key)
 	s.RLock()
@@ -292,7 +293,7 @@ func (t *Tier) Stat(key index.Key) (tiers.Meta, error) {
 	s.RUnlock()
 	if err != nil {
 		t.dropIfCorrupt(key, err)
-		return tiers.Meta{}, fmt.Errorf("ssd: stat %v: %w", key, err)
+		return index.Header{}, fmt.Errorf("ssd: stat %v: %w", key, err)
 	}
 	return m, nil
 }

@@ -32,13 +32,13 @@ type Factory struct {
 const ns index.NamespaceID = 7
 
 // Block makes a block of n deterministic pseudo-random bytes for hash h.
-func Block(h index.Hash, n int) (tiers.Meta, []byte) {
+func Block(h index.Hash, n int) (index.Header, []byte) {
 	b := make([]byte, n)
 	r := rand.New(rand.NewPCG(uint64(h), uint64(n)))
 	for i := range b {
 		b[i] = byte(r.Uint32())
 	}
-	m := tiers.Meta{Key: index.Key{NS: ns, Hash: h}, Sum: tiers.Checksum(b)}
+	m := index.Header{Key: index.Key{NS: ns, Hash: h}, Sum: index.Checksum(b)}
 	m.Size = uint32(n)
 	if h > 0 {
 		m.Parent, m.HasParent = h-1, true
@@ -168,19 +168,19 @@ func Run(t *testing.T, f Factory) {
 	})
 	t.Run("ScanListsEveryBlock", func(t *testing.T) {
 		tr := open(t, 1<<20, 1<<16)
-		want := map[index.Key]tiers.Meta{}
+		want := map[index.Key]index.Header{}
 		for i := 1; i <= 20; i++ {
 			m, b := Block(index.Hash(i), i*100)
 			must(t, tr.Put(m, b))
 			want[m.Key] = m
 		}
-		got := map[index.Key]tiers.Meta{}
-		must(t, tr.Scan(func(m tiers.Meta) bool { got[m.Key] = m; return true }))
+		got := map[index.Key]index.Header{}
+		must(t, tr.Scan(func(m index.Header) bool { got[m.Key] = m; return true }))
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("Scan saw %d blocks, want %d", len(got), len(want))
 		}
 		n := 0
-		must(t, tr.Scan(func(tiers.Meta) bool { n++; return n < 3 }))
+		must(t, tr.Scan(func(index.Header) bool { n++; return n < 3 }))
 		if n != 3 {
 			t.Fatalf("Scan went on after fn returned false: %d calls", n)
 		}
@@ -206,7 +206,7 @@ func Run(t *testing.T, f Factory) {
 						t.Error(err)
 						return
 					}
-					if tiers.Checksum(got) != gm.Sum {
+					if index.Checksum(got) != gm.Sum {
 						t.Errorf("torn read of %v", m.Key)
 					}
 					buf = got
@@ -218,7 +218,7 @@ func Run(t *testing.T, f Factory) {
 		}
 		wg.Wait()
 		var blocks int64
-		must(t, tr.Scan(func(m tiers.Meta) bool { blocks++; return true }))
+		must(t, tr.Scan(func(m index.Header) bool { blocks++; return true }))
 		if s := tr.Stats(); s.Blocks != blocks {
 			t.Fatalf("Stats says %d blocks, Scan finds %d", s.Blocks, blocks)
 		}
@@ -239,7 +239,7 @@ func Run(t *testing.T, f Factory) {
 	if f.Reopen != nil {
 		t.Run("ReopenKeepsBlocks", func(t *testing.T) {
 			tr := f.New(t, 4<<20, 1<<20)
-			var metas []tiers.Meta
+			var metas []index.Header
 			for i := 1; i <= 10; i++ {
 				m, b := Block(index.Hash(i), i*10000)
 				must(t, tr.Put(m, b))
@@ -258,7 +258,7 @@ func Run(t *testing.T, f Factory) {
 			for _, m := range metas[1:] {
 				got, gm, err := tr.Get(m.Key, nil)
 				must(t, err)
-				if gm != m || tiers.Checksum(got) != m.Sum {
+				if gm != m || index.Checksum(got) != m.Sum {
 					t.Fatalf("block %v changed across reopen", m.Key)
 				}
 			}

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/internal/frame"
@@ -44,7 +42,7 @@ type conn struct {
 	iov     net.Buffers
 	nb      net.Buffers
 	scratch []byte
-	digest  xxhash.Digest
+	digest  index.Digest
 }
 
 // Dial connects to a node's data plane at addr and exchanges hellos.

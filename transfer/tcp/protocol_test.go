@@ -45,7 +45,7 @@ func TestServerRefusesAnOversizedPutBeforeReadingItsPayloads(t *testing.T) {
 
 func TestServerClosesAfterRefusingAPutTooLargeToSkip(t *testing.T) {
 	c := rawDial(t, serve(t, Options{MaxBlockSize: 1 << 20, MaxBlocks: 2}, transfertest.NewMemory()))
-	huge := transfer.Block{Header: transfer.Header{Key: transfertest.Key(1), Size: 64 << 20}}
+	huge := transfer.Block{Header: index.Header{Key: transfertest.Key(1), Meta: index.Meta{Size: 64 << 20}}}
 	send(t, c, putFrames(huge))
 	st, flags, msg := readResponse(t, c)
 	if st != frame.StatusRefused || flags != flagClosing || !strings.Contains(msg, "64.0 MiB") {
@@ -86,7 +86,7 @@ func TestClientRejectsABlockForAnotherKey(t *testing.T) {
 		recv(t, c, requestSize+frame.KeySize)
 		resp := make([]byte, responseSize+frame.HeaderSize)
 		putResponse(resp, frame.StatusOK, 0, 0, 1)
-		frame.PutHeader(resp[responseSize:], &transfer.Header{Key: transfertest.Key(2)}, frame.StatusNotFound, 0)
+		frame.PutHeader(resp[responseSize:], &index.Header{Key: transfertest.Key(2)}, frame.StatusNotFound, 0)
 		send(t, c, resp)
 	})
 	conn := dialer(t, Options{}, addr)
@@ -105,7 +105,7 @@ func TestClientRejectsABlockOverItsLimit(t *testing.T) {
 		recv(t, c, requestSize+frame.KeySize)
 		resp := make([]byte, responseSize+frame.HeaderSize)
 		putResponse(resp, frame.StatusOK, 0, 0, 1)
-		frame.PutHeader(resp[responseSize:], &transfer.Header{Key: transfertest.Key(1), Size: 8 << 20}, frame.StatusOK, 0)
+		frame.PutHeader(resp[responseSize:], &index.Header{Key: transfertest.Key(1), Meta: index.Meta{Size: 8 << 20}}, frame.StatusOK, 0)
 		send(t, c, resp)
 	})
 	conn := dialer(t, Options{}, addr)

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/internal/frame"
@@ -33,7 +31,7 @@ type session struct {
 
 	small   [requestSize]byte
 	in      []byte // a request's keys or block headers
-	hdrs    []transfer.Header
+	hdrs    []index.Header
 	results []result
 	out     []byte // a put's response
 	scratch []byte // payload bytes read only to be discarded
@@ -125,7 +123,7 @@ func (s *session) get(count uint32) error {
 		}
 		st := frame.StatusOf(err)
 		if st != frame.StatusOK {
-			h, data, release = transfer.Header{}, nil, nil
+			h, data, release = index.Header{}, nil, nil
 		}
 		h.Key = k
 		msg := frame.Message(st, err)
@@ -201,7 +199,7 @@ func (s *session) put(count uint32) error {
 // Room is reserved only once the block's first bytes (up to 64 KiB) have
 // arrived, and within the listener's MaxPendingBytes: a peer that
 // announces blocks and stalls cannot fill the Handler's memory.
-func (s *session) receive(h transfer.Header) (result, error) {
+func (s *session) receive(h index.Header) (result, error) {
 	scratch := s.scratchBuf()
 	first := scratch[:min(int(h.Size), len(scratch))]
 	if err := s.read(first); err != nil {
@@ -237,7 +235,7 @@ func (s *session) receive(h transfer.Header) (result, error) {
 		_ = commit(false)
 		return result{}, err
 	}
-	if xxhash.Sum64(buf) != h.Sum {
+	if index.Checksum(buf) != h.Sum {
 		_ = commit(false)
 		return result{frame.StatusCorrupt, ""}, nil
 	}

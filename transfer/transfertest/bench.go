@@ -61,16 +61,16 @@ func NewStatic(n, size int) *Static {
 func noRelease() {}
 
 // Open serves a stored block in place.
-func (s *Static) Open(k index.Key) (transfer.Header, []byte, func(), error) {
+func (s *Static) Open(k index.Key) (index.Header, []byte, func(), error) {
 	b, ok := s.blocks[k]
 	if !ok {
-		return transfer.Header{}, nil, nil, transfer.ErrNotFound
+		return index.Header{}, nil, nil, transfer.ErrNotFound
 	}
 	return b.Header, b.Data, noRelease, nil
 }
 
 // Reserve refuses every put.
-func (s *Static) Reserve(transfer.Header) ([]byte, func(bool) error, error) {
+func (s *Static) Reserve(index.Header) ([]byte, func(bool) error, error) {
 	return nil, nil, errors.New("static: read-only")
 }
 
@@ -91,10 +91,10 @@ func NewSink(n, size int) *Sink {
 }
 
 // Buffer returns block i's buffer.
-func (s *Sink) Buffer(i int, h transfer.Header) []byte { return s.bufs[i][:h.Size] }
+func (s *Sink) Buffer(i int, h index.Header) []byte { return s.bufs[i][:h.Size] }
 
 // Done keeps the first error.
-func (s *Sink) Done(_ int, _ transfer.Header, err error) {
+func (s *Sink) Done(_ int, _ index.Header, err error) {
 	if err != nil && s.Err == nil {
 		s.Err = err
 	}

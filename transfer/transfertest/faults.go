@@ -64,7 +64,7 @@ func testCorruptPut(t *testing.T, f Factory) {
 func testHandlerErrors(t *testing.T, f Factory) {
 	full, unreadable := Key(2), Key(5)
 	e := start(t, f, func(m *Memory) {
-		m.OnReserve = func(h transfer.Header) error {
+		m.OnReserve = func(h index.Header) error {
 			if h.Key == full {
 				return errors.New("memory: store is full")
 			}

@@ -141,7 +141,7 @@ type closingCollector struct {
 	close func()
 }
 
-func (c *closingCollector) Buffer(i int, h transfer.Header) []byte {
+func (c *closingCollector) Buffer(i int, h index.Header) []byte {
 	if i == c.at {
 		c.close()
 	}

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
 )
@@ -27,7 +25,7 @@ type Memory struct {
 	Tamper func(k index.Key, data []byte) []byte
 	// OnReserve, if set, runs at the start of every Reserve; an error it
 	// returns refuses the block (a full store).
-	OnReserve func(h transfer.Header) error
+	OnReserve func(h index.Header) error
 
 	mu     sync.Mutex
 	blocks map[index.Key]transfer.Block
@@ -46,17 +44,17 @@ func NewMemory() *Memory {
 }
 
 // Open serves a stored block's bytes, pinned until release.
-func (m *Memory) Open(k index.Key) (transfer.Header, []byte, func(), error) {
+func (m *Memory) Open(k index.Key) (index.Header, []byte, func(), error) {
 	if m.OnOpen != nil {
 		if err := m.OnOpen(k); err != nil {
-			return transfer.Header{}, nil, nil, err
+			return index.Header{}, nil, nil, err
 		}
 	}
 	m.mu.Lock()
 	b, ok := m.blocks[k]
 	m.mu.Unlock()
 	if !ok {
-		return transfer.Header{}, nil, nil, fmt.Errorf("memory: open %v: %w", k, transfer.ErrNotFound)
+		return index.Header{}, nil, nil, fmt.Errorf("memory: open %v: %w", k, transfer.ErrNotFound)
 	}
 	data := b.Data
 	if m.Tamper != nil {
@@ -76,7 +74,7 @@ func (m *Memory) Open(k index.Key) (transfer.Header, []byte, func(), error) {
 
 // Reserve returns a fresh buffer for an incoming block; commit(true) stores
 // it.
-func (m *Memory) Reserve(h transfer.Header) ([]byte, func(bool) error, error) {
+func (m *Memory) Reserve(h index.Header) ([]byte, func(bool) error, error) {
 	m.reserves.Add(1)
 	if m.OnReserve != nil {
 		if err := m.OnReserve(h); err != nil {
@@ -149,7 +147,7 @@ func MakeBlock(h index.Hash, n int) transfer.Block {
 	binary.LittleEndian.PutUint64(seed[8:], uint64(n))
 	data := make([]byte, n)
 	_, _ = rand.NewChaCha8(seed).Read(data)
-	b := transfer.Block{Header: transfer.Header{Key: Key(h), Size: uint32(n), Sum: xxhash.Sum64(data)}, Data: data}
+	b := transfer.Block{Header: index.Header{Key: Key(h), Meta: index.Meta{Size: uint32(n)}, Sum: index.Checksum(data)}, Data: data}
 	if h > 1 {
 		b.Parent, b.HasParent = h-1, true
 	}
@@ -160,7 +158,7 @@ func MakeBlock(h index.Hash, n int) transfer.Block {
 // fresh buffers, and checks the Receiver contract as it goes: Buffer at most
 // once per block and before its Done, Done exactly once per block, in order.
 type Collector struct {
-	Headers []transfer.Header
+	Headers []index.Header
 	Data    [][]byte // nil for a block that came without bytes
 	Errs    []error
 	// Buffered records which blocks Buffer was called for.
@@ -176,7 +174,7 @@ var _ transfer.Receiver = (*Collector)(nil)
 // NewCollector returns a Collector for a Get of n keys.
 func NewCollector(n int) *Collector {
 	return &Collector{
-		Headers:  make([]transfer.Header, n),
+		Headers:  make([]index.Header, n),
 		Data:     make([][]byte, n),
 		Errs:     make([]error, n),
 		Buffered: make([]bool, n),
@@ -184,7 +182,7 @@ func NewCollector(n int) *Collector {
 }
 
 // Buffer returns a fresh buffer of h.Size bytes for block i.
-func (c *Collector) Buffer(i int, h transfer.Header) []byte {
+func (c *Collector) Buffer(i int, h index.Header) []byte {
 	switch {
 	case i < 0 || i >= len(c.Data):
 		c.Problems = append(c.Problems, fmt.Sprintf("Buffer(%d) of a %d-block get", i, len(c.Data)))
@@ -200,7 +198,7 @@ func (c *Collector) Buffer(i int, h transfer.Header) []byte {
 }
 
 // Done records block i's outcome.
-func (c *Collector) Done(i int, h transfer.Header, err error) {
+func (c *Collector) Done(i int, h index.Header, err error) {
 	if i != c.next || i >= len(c.Data) {
 		c.Problems = append(c.Problems, fmt.Sprintf("Done(%d) while block %d is due", i, c.next))
 		return

@@ -26,7 +26,7 @@ type arena struct {
 	mem  []byte
 	mu   sync.Mutex
 	next int
-	hdrs map[index.Key]transfer.Header
+	hdrs map[index.Key]index.Header
 	at   map[index.Key]int
 }
 
@@ -35,23 +35,23 @@ func newArena(t testing.TB, size int) *arena {
 	if err != nil {
 		t.Fatalf("mmap: %v", err)
 	}
-	a := &arena{t: t, mem: mem, hdrs: make(map[index.Key]transfer.Header), at: make(map[index.Key]int)}
+	a := &arena{t: t, mem: mem, hdrs: make(map[index.Key]index.Header), at: make(map[index.Key]int)}
 	t.Cleanup(func() { _ = unix.Munmap(mem) })
 	return a
 }
 
-func (a *arena) Open(k index.Key) (transfer.Header, []byte, func(), error) {
+func (a *arena) Open(k index.Key) (index.Header, []byte, func(), error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h, ok := a.hdrs[k]
 	if !ok {
-		return transfer.Header{}, nil, nil, transfer.ErrNotFound
+		return index.Header{}, nil, nil, transfer.ErrNotFound
 	}
 	off := a.at[k]
 	return h, a.mem[off : off+int(h.Size) : off+int(h.Size)], func() {}, nil
 }
 
-func (a *arena) Reserve(h transfer.Header) ([]byte, func(bool) error, error) {
+func (a *arena) Reserve(h index.Header) ([]byte, func(bool) error, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.next+int(h.Size) > len(a.mem) {
@@ -76,7 +76,7 @@ type mappedCollector struct {
 	next int
 }
 
-func (m *mappedCollector) Buffer(i int, h transfer.Header) []byte {
+func (m *mappedCollector) Buffer(i int, h index.Header) []byte {
 	_ = m.Collector.Buffer(i, h) // keep the contract checks
 	b := m.mem[m.next : m.next+int(h.Size) : m.next+int(h.Size)]
 	m.next += int(h.Size)

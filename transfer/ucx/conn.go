@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/internal/frame"
@@ -57,7 +55,7 @@ type conn struct {
 	resp   []byte
 	hdr    [2][]byte
 	res    []byte
-	digest xxhash.Digest
+	digest index.Digest
 }
 
 // Dial connects to a node's data plane at addr: it makes this connection's

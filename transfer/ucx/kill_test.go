@@ -57,7 +57,7 @@ func TestHelperProcess(t *testing.T) {
 // dying kills its own process when asked for block 1's buffer.
 type dying struct{ *transfertest.Collector }
 
-func (d *dying) Buffer(i int, h transfer.Header) []byte {
+func (d *dying) Buffer(i int, h index.Header) []byte {
 	if i == 1 {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
@@ -113,7 +113,7 @@ type killing struct {
 	kill func()
 }
 
-func (k *killing) Buffer(i int, h transfer.Header) []byte {
+func (k *killing) Buffer(i int, h index.Header) []byte {
 	if i == 1 {
 		k.kill()
 	}

@@ -10,8 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
+	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/internal/frame"
 )
@@ -51,7 +50,7 @@ type session struct {
 	resp     []byte
 	res      []byte
 	timer    *time.Timer
-	digest   xxhash.Digest
+	digest   index.Digest
 }
 
 // flight is one block of a get on its way: its header and chunk sends and
@@ -76,7 +75,7 @@ func (s *session) newFlight() *flight {
 // receives that fill it.
 type reservation struct {
 	i         int
-	h         transfer.Header
+	h         index.Header
 	ops       []*op
 	commit    func(bool) error
 	committed bool
@@ -218,7 +217,7 @@ func (s *session) get(seq uint8, n int, req []byte) error {
 		}
 		st := frame.StatusOf(err)
 		if st != frame.StatusOK {
-			h, data, release = transfer.Header{}, nil, nil
+			h, data, release = index.Header{}, nil, nil
 		}
 		h.Key = k
 		msg := frame.Message(st, err)
@@ -313,7 +312,7 @@ func (s *session) put(seq uint8, n int, req []byte) error {
 	if len(req) != requestSize+n*frame.HeaderSize || opcode(req[0]) != opPut {
 		return s.fatal(seq, fmt.Sprintf("a put of %d blocks in a %d-byte request", n, len(req)))
 	}
-	hdrs, _, problem := frame.DecodePutHeaders(make([]transfer.Header, 0, n), req[requestSize:], s.opts.MaxBlockSize)
+	hdrs, _, problem := frame.DecodePutHeaders(make([]index.Header, 0, n), req[requestSize:], s.opts.MaxBlockSize)
 	if problem != "" {
 		return s.refuse(seq, problem)
 	}

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -35,7 +36,6 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
 )
 
 // Config tunes a Reader; zero fields take their defaults.
@@ -57,14 +57,33 @@ const (
 	DefaultMaxRange    = 64 << 20
 )
 
-func (c Config) withDefaults() Config {
-	if c.Concurrency <= 0 {
+// EnsureDefaults fills c's zero fields with their defaults.
+func (c *Config) EnsureDefaults() {
+	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
-	if c.MaxRange <= 0 {
+	if c.MaxRange == 0 {
 		c.MaxRange = DefaultMaxRange
 	}
-	return c
+}
+
+// ErrInvalidConfig marks a Config that fails Validate.
+var ErrInvalidConfig = errors.New("s3direct: invalid config")
+
+// Validate reports every problem with c, naming the fields. Call it after
+// EnsureDefaults (New does both).
+func (c *Config) Validate() error {
+	var probs []string
+	if c.Concurrency <= 0 {
+		probs = append(probs, fmt.Sprintf("Concurrency is %d, must be positive", c.Concurrency))
+	}
+	if c.MaxRange <= 0 {
+		probs = append(probs, fmt.Sprintf("MaxRange is %d, must be positive", c.MaxRange))
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(probs, "; "))
+	}
+	return nil
 }
 
 // Counts says where a Reader's blocks came from.
@@ -93,7 +112,11 @@ func New(node *client.Client, store *minio.Client, cfg Config) (*Reader, error) 
 	if node == nil || store == nil {
 		return nil, errors.New("s3direct: a node client and a store client are both required")
 	}
-	return &Reader{node: node, store: minio.Core{Client: store}, cfg: cfg.withDefaults()}, nil
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Reader{node: node, store: minio.Core{Client: store}, cfg: cfg}, nil
 }
 
 // Counts returns where the Reader's blocks have come from so far.
@@ -308,7 +331,7 @@ func (g *get) readStore(p piece) int {
 	for i := p.from; i < p.to; i++ {
 		pl := g.places[i]
 		buf := g.buffer(i, pl.Size)[:pl.Size]
-		if _, err := io.ReadFull(body, buf); err != nil || tiers.Checksum(buf) != pl.Sum {
+		if _, err := io.ReadFull(body, buf); err != nil || index.Checksum(buf) != pl.Sum {
 			return i
 		}
 		g.r.direct.Add(1)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -340,5 +341,19 @@ func TestANodeThatCannotLocateServesEverything(t *testing.T) {
 	}
 	if n := r.Counts(); n.Direct != 0 {
 		t.Fatalf("counts %+v: nothing can be read directly without LocateObjects", n)
+	}
+}
+
+func TestConfigDefaultsAndValidate(t *testing.T) {
+	var c s3direct.Config
+	c.EnsureDefaults()
+	if err := c.Validate(); err != nil || c.Concurrency != s3direct.DefaultConcurrency || c.MaxRange != s3direct.DefaultMaxRange {
+		t.Fatalf("defaults %+v: %v", c, err)
+	}
+	bad := s3direct.Config{Concurrency: -1, MaxRange: -5}
+	bad.EnsureDefaults()
+	err := bad.Validate()
+	if !errors.Is(err, s3direct.ErrInvalidConfig) || !strings.Contains(err.Error(), "Concurrency is -1") || !strings.Contains(err.Error(), "MaxRange is -5") {
+		t.Fatalf("Validate of %+v: %v", bad, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/internal/units"
 )
 
 var (
@@ -111,7 +112,7 @@ func (s *MemStore) setLocked(key string, value []byte) error {
 	}
 	n := int64(len(value))
 	if s.MaxValue > 0 && n > s.MaxValue {
-		return resp.Mark(fmt.Errorf("resptest: value is %s, over the %s limit", formatBytes(n), formatBytes(s.MaxValue)), resp.ErrTooLarge)
+		return resp.Mark(fmt.Errorf("resptest: value is %s, over the %s limit", units.FormatBytes(n), units.FormatBytes(s.MaxValue)), resp.ErrTooLarge)
 	}
 	var old int64
 	e := s.m[key]
@@ -119,7 +120,7 @@ func (s *MemStore) setLocked(key string, value []byte) error {
 		old = int64(len(e.b))
 	}
 	if s.Capacity > 0 && s.used-old+n > s.Capacity {
-		return fmt.Errorf("resptest: %w: %s of %s used, %s more do not fit", resp.ErrFull, formatBytes(s.used), formatBytes(s.Capacity), formatBytes(n))
+		return fmt.Errorf("resptest: %w: %s of %s used, %s more do not fit", resp.ErrFull, units.FormatBytes(s.used), units.FormatBytes(s.Capacity), units.FormatBytes(n))
 	}
 	if e != nil && e.views == 0 && cap(e.b) >= len(value) {
 		e.b = append(e.b[:0], value...) // nobody reads these bytes: reuse them
@@ -177,18 +178,4 @@ func (s *MemStore) Info(ctx context.Context) []resp.InfoField {
 		{Section: "memstore", Name: "max_value_bytes", Value: fmt.Sprint(s.MaxValue)},
 		{Section: "memstore", Name: "open_views", Value: fmt.Sprint(s.views.Load())},
 	}
-}
-
-// formatBytes writes n in binary units with one decimal: 5.0 MiB.
-func formatBytes(n int64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n)/1024, 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, units[i])
 }

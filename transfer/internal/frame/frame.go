@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/transfer"
 )
 
@@ -64,7 +65,7 @@ func DecodeKey(b []byte) index.Key {
 
 // PutHeader encodes a block header into b[:HeaderSize]. A header without a
 // parent goes out with parent 0, whatever h.Parent holds.
-func PutHeader(b []byte, h *transfer.Header, st Status, msgLen int) {
+func PutHeader(b []byte, h *index.Header, st Status, msgLen int) {
 	PutKey(b, h.Key)
 	var parent uint64
 	var flags uint8
@@ -82,7 +83,7 @@ func PutHeader(b []byte, h *transfer.Header, st Status, msgLen int) {
 // fields are returned even when err (which wraps ErrProtocol) reports a
 // malformed flag, status or msglen, so that a server can still skip the
 // block's payload.
-func DecodeHeader(b []byte) (h transfer.Header, st Status, msgLen int, err error) {
+func DecodeHeader(b []byte) (h index.Header, st Status, msgLen int, err error) {
 	h.Key = DecodeKey(b)
 	parent := binary.LittleEndian.Uint64(b[16:])
 	h.Sum = binary.LittleEndian.Uint64(b[24:])
@@ -148,13 +149,13 @@ func CheckPut(blocks []transfer.Block, maxBlocks int) error {
 // i of a Get that asked for want: that it is want's, and that a block with
 // bytes has at most maxBlockSize of them, the client's limit. The error
 // wraps ErrProtocol: the stream cannot be trusted after it.
-func CheckGetHeader(i int, want index.Key, h transfer.Header, st Status, maxBlockSize int) error {
+func CheckGetHeader(i int, want index.Key, h index.Header, st Status, maxBlockSize int) error {
 	switch {
 	case h.Key != want:
 		return fmt.Errorf("%w: block %d is %v, want %v", ErrProtocol, i, h.Key, want)
 	case st == StatusOK && int64(h.Size) > int64(maxBlockSize):
 		return fmt.Errorf("%w: block %d is %s, over this client's %s limit",
-			ErrProtocol, i, formatBytes(int64(h.Size)), formatBytes(int64(maxBlockSize)))
+			ErrProtocol, i, units.FormatBytes(int64(h.Size)), units.FormatBytes(int64(maxBlockSize)))
 	}
 	return nil
 }
@@ -165,7 +166,7 @@ func CheckGetHeader(i int, want index.Key, h transfer.Header, st Status, maxBloc
 // them for the server's refusal, or is "" when every header is well
 // formed, carries no status nor message, and declares at most maxBlockSize
 // bytes. The headers are returned whatever problem says.
-func DecodePutHeaders(dst []transfer.Header, raw []byte, maxBlockSize int) (hdrs []transfer.Header, payload int64, problem string) {
+func DecodePutHeaders(dst []index.Header, raw []byte, maxBlockSize int) (hdrs []index.Header, payload int64, problem string) {
 	hdrs = dst[:0]
 	var problems []string
 	for i := range len(raw) / HeaderSize {
@@ -179,7 +180,7 @@ func DecodePutHeaders(dst []transfer.Header, raw []byte, maxBlockSize int) (hdrs
 				"block %d: a put's header carries status %d and a %d-byte message, want neither", i, st, msgLen))
 		case int64(h.Size) > int64(maxBlockSize):
 			problems = append(problems, fmt.Sprintf("block %d is %s, over the %s limit",
-				i, formatBytes(int64(h.Size)), formatBytes(int64(maxBlockSize))))
+				i, units.FormatBytes(int64(h.Size)), units.FormatBytes(int64(maxBlockSize))))
 		}
 		hdrs = append(hdrs, h)
 	}
@@ -194,18 +195,4 @@ func summarize(problems []string) string {
 		return strings.Join(problems, "; ")
 	}
 	return fmt.Sprintf("%s; and %d more", strings.Join(problems[:shown], "; "), len(problems)-shown)
-}
-
-// formatBytes formats n for a person: "512 B", "64.0 KiB", "5.0 MiB".
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }

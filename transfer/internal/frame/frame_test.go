@@ -15,12 +15,10 @@ import (
 // wire, so a change here is a protocol change.
 
 func TestHeaderEncoding(t *testing.T) {
-	h := transfer.Header{
-		Key:       index.Key{NS: 0x0102, Hash: 0x0304},
-		Parent:    0x0506,
-		HasParent: true,
-		Size:      0x0708,
-		Sum:       0x090a,
+	h := index.Header{
+		Key:  index.Key{NS: 0x0102, Hash: 0x0304},
+		Meta: index.Meta{Parent: 0x0506, HasParent: true, Size: 0x0708},
+		Sum:  0x090a,
 	}
 	b := make([]byte, HeaderSize)
 	PutHeader(b, &h, StatusFull, 0x0b0c)
@@ -39,7 +37,7 @@ func TestHeaderEncoding(t *testing.T) {
 }
 
 func TestHeaderWithoutParentSendsNone(t *testing.T) {
-	h := transfer.Header{Key: index.Key{NS: 1, Hash: 2}, Parent: 99, Size: 3, Sum: 4}
+	h := index.Header{Key: index.Key{NS: 1, Hash: 2}, Meta: index.Meta{Parent: 99, Size: 3}, Sum: 4}
 	b := make([]byte, HeaderSize)
 	PutHeader(b, &h, StatusOK, 0)
 	got, st, msgLen, err := DecodeHeader(b)
@@ -54,7 +52,7 @@ func TestHeaderWithoutParentSendsNone(t *testing.T) {
 
 func TestDecodeHeaderRejects(t *testing.T) {
 	valid := make([]byte, HeaderSize)
-	PutHeader(valid, &transfer.Header{Key: index.Key{NS: 7, Hash: 8}, Size: 100}, StatusOK, 0)
+	PutHeader(valid, &index.Header{Key: index.Key{NS: 7, Hash: 8}, Meta: index.Meta{Size: 100}}, StatusOK, 0)
 	for _, c := range []struct {
 		name   string
 		mangle func(b []byte)
@@ -111,7 +109,7 @@ func TestResultEncoding(t *testing.T) {
 // frame, so two peers cannot read one frame two ways.
 func FuzzDecodeFrames(f *testing.F) {
 	seed := make([]byte, HeaderSize)
-	PutHeader(seed, &transfer.Header{Key: index.Key{NS: 1, Hash: 2}, Parent: 3, HasParent: true, Size: 10}, StatusOK, 0)
+	PutHeader(seed, &index.Header{Key: index.Key{NS: 1, Hash: 2}, Meta: index.Meta{Parent: 3, HasParent: true, Size: 10}}, StatusOK, 0)
 	f.Add(seed)
 	PutResult(seed, StatusError, 12)
 	f.Add(seed)
@@ -142,7 +140,7 @@ func canonical(t *testing.T, what string, got, again []byte) {
 }
 
 func TestCheckPut(t *testing.T) {
-	ok := transfer.Block{Header: transfer.Header{Size: 3}, Data: []byte("abc")}
+	ok := transfer.Block{Header: index.Header{Meta: index.Meta{Size: 3}}, Data: []byte("abc")}
 	if err := CheckPut([]transfer.Block{ok, ok}, 2); err != nil {
 		t.Errorf("two good blocks: %v", err)
 	}
@@ -159,7 +157,7 @@ func TestCheckPut(t *testing.T) {
 
 func TestCheckGetHeader(t *testing.T) {
 	want := index.Key{NS: 1, Hash: 2}
-	h := transfer.Header{Key: want, Size: 2 << 20}
+	h := index.Header{Key: want, Meta: index.Meta{Size: 2 << 20}}
 	if err := CheckGetHeader(0, want, h, StatusOK, 4<<20); err != nil {
 		t.Errorf("a 2 MiB block under a 4 MiB limit: %v", err)
 	}
@@ -178,16 +176,16 @@ func TestCheckGetHeader(t *testing.T) {
 }
 
 func TestDecodePutHeaders(t *testing.T) {
-	put := func(hs ...transfer.Header) []byte {
+	put := func(hs ...index.Header) []byte {
 		raw := make([]byte, len(hs)*HeaderSize)
 		for i := range hs {
 			PutHeader(raw[i*HeaderSize:], &hs[i], StatusOK, 0)
 		}
 		return raw
 	}
-	small := transfer.Header{Key: index.Key{NS: 1, Hash: 1}, Size: 10}
-	big := transfer.Header{Key: index.Key{NS: 1, Hash: 2}, Size: 2 << 20}
-	dst := make([]transfer.Header, 5)
+	small := index.Header{Key: index.Key{NS: 1, Hash: 1}, Meta: index.Meta{Size: 10}}
+	big := index.Header{Key: index.Key{NS: 1, Hash: 2}, Meta: index.Meta{Size: 2 << 20}}
+	dst := make([]index.Header, 5)
 	hdrs, payload, problem := DecodePutHeaders(dst, put(small, small), 1<<20)
 	if problem != "" || payload != 20 || len(hdrs) != 2 || hdrs[1] != small || &hdrs[0] != &dst[0] {
 		t.Errorf("two good headers: %d headers, %d bytes, %q; want them in dst", len(hdrs), payload, problem)
@@ -206,16 +204,5 @@ func TestDecodePutHeaders(t *testing.T) {
 		"block 1: protocol violation: unknown flags 0x80; block 2 is 16.0 MiB, over the 1.0 MiB limit; and 1 more"
 	if problem != want || len(hdrs) != 5 {
 		t.Errorf("four bad headers: %d headers, problem\n%q, want\n%q", len(hdrs), problem, want)
-	}
-}
-
-func TestFormatBytes(t *testing.T) {
-	for n, want := range map[int64]string{
-		0: "0 B", 512: "512 B", 1023: "1023 B", 1024: "1.0 KiB", 64 << 10: "64.0 KiB",
-		5 << 20: "5.0 MiB", 1 << 30: "1.0 GiB", 3 << 40: "3.0 TiB", 2 << 50: "2.0 PiB", 4 << 60: "4096.0 PiB",
-	} {
-		if got := formatBytes(n); got != want {
-			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
-		}
 	}
 }
