@@ -117,6 +117,7 @@ type block struct {
 	freed        bool  // pages returned to the allocator
 }
 
+// The tiers.Tier extras a DRAM tier implements (see tiers/extras.go).
 var (
 	_ tiers.Tier     = (*Tier)(nil)
 	_ tiers.Viewer   = (*Tier)(nil)
