@@ -23,18 +23,33 @@ func open(t *testing.T, cfg Config) *Tier {
 	return tr
 }
 
-func TestConformance(t *testing.T) {
-	tiertest.Run(t, tiertest.Factory{
-		New: func(t *testing.T, capacity, maxBlock int64) tiers.Tier {
-			tr, err := New(Config{Capacity: capacity, MaxBlockSize: maxBlock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return tr
-		},
-		Overhead: DefaultPageSize - 1,
-	})
+// factory opens DRAM tiers for the conformance suite and the shared
+// benchmark.
+var factory = tiertest.Factory{
+	New: func(tb testing.TB, capacity, maxBlock int64) tiers.Tier {
+		tr, err := New(Config{Capacity: capacity, MaxBlockSize: maxBlock})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return tr
+	},
+	Overhead: DefaultPageSize - 1,
+	// Memory is trusted: Get hands out the bytes with the Meta they were
+	// put with, and whoever checks the Sum next finds the damage.
+	Unchecked: true,
+	Corrupt: func(tb testing.TB, tr tiers.Tier, key index.Key) {
+		t := tr.(*Tier)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		b := t.blocks[key]
+		if b == nil {
+			tb.Fatalf("corrupt: %v is not in the tier", key)
+		}
+		t.bytes(b)[b.meta.Size/2] ^= 0xff // a flipped byte in the arena
+	},
 }
+
+func TestConformance(t *testing.T) { tiertest.Run(t, factory) }
 
 func TestUsedCountsWholePages(t *testing.T) {
 	tr := open(t, Config{Capacity: 1 << 20, PageSize: 4096})
