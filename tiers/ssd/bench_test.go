@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
 // The benchmarks put and get 1 MiB blocks next to plain sequential file
@@ -257,3 +258,7 @@ func BenchmarkPlainFileReadCold1MiB(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTier is the benchmark every backend runs (tiertest.Bench), on
+// a tier of the default durability in a temporary directory.
+func BenchmarkTier(b *testing.B) { tiertest.Bench(b, factory(DurabilityFlush)) }
