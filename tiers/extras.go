@@ -44,8 +44,9 @@ type Viewer interface {
 // socket, say) and then published with Commit or given back with Abort.
 type Reservation interface {
 	Bytes() []byte
-	// Commit publishes the block; the caller has checked the bytes against
-	// the Meta's Sum.
+	// Commit publishes the block, replacing any block of its key; the
+	// caller has checked the bytes against the Meta's Sum. A second Commit,
+	// or one after Abort, fails with ErrInvalid.
 	Commit() error
 	// Abort gives the room back; a no-op after Commit.
 	Abort()
