@@ -18,14 +18,6 @@ type ObjectRange struct {
 	Meta           index.Header
 }
 
-// ObjectLocator is implemented by object-store tiers whose stored blocks a
-// client with its own credentials may read straight from the store.
-// LocateObject fails with ErrNotFound for a block the store does not hold
-// yet (not uploaded) or at all.
-type ObjectLocator interface {
-	LocateObject(ctx context.Context, key index.Key) (ObjectRange, error)
-}
-
 // Placement is where the hierarchy holds a block: the kind of its fastest
 // tier (0 when no tier holds it) and, when that tier is an object store
 // that has stored it, the range of the object it lies in.

@@ -9,14 +9,6 @@ import (
 	"github.com/kvstrata/kvstrata/index"
 )
 
-// ManyGetter is implemented by tiers that read a batch of blocks faster
-// than one after another (an object store coalesces adjacent blocks into
-// one request). fn is called once per key, one call at a time, in any
-// order; value is the caller's to keep.
-type ManyGetter interface {
-	GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, err error)) error
-}
-
 // ReadMany reads keys from the fastest level holding each, a level that is
 // a ManyGetter in one batch, and calls fn once per key (one call at a time,
 // in any order) with the block's bytes — fn may keep them — its Header and

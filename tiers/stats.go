@@ -47,13 +47,13 @@ func (h *Hierarchy) Stats() HierarchyStats {
 	detail := make([]map[string]int64, len(h.levels))
 	for i, l := range h.levels { // outside h.mu: tiers have locks of their own
 		tierStats[i] = l.Tier.Stats()
-		if a, ok := l.Tier.(interface{ Available() error }); ok {
+		if a, ok := l.Tier.(AvailabilityReporter); ok {
 			down[i] = a.Available()
 		}
-		if d, ok := l.Tier.(interface{ Degraded() error }); ok {
+		if d, ok := l.Tier.(DegradationReporter); ok {
 			degraded[i] = d.Degraded()
 		}
-		if d, ok := l.Tier.(interface{ Detail() map[string]int64 }); ok {
+		if d, ok := l.Tier.(DetailReporter); ok {
 			detail[i] = d.Detail()
 		}
 	}

@@ -9,7 +9,6 @@ package tiers
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/units"
@@ -68,6 +67,8 @@ type Stats struct {
 
 // Tier is one storage level. Implementations are safe for concurrent use.
 // Blocks are replaced, never merged: Put of an existing key replaces it.
+// A tier may also implement optional extras (Viewer, Reserver, …; see
+// extras.go), which callers discover with a type assertion.
 type Tier interface {
 	// Put stores value under m.Key. m.Size must be len(value), else
 	// ErrInvalid; m.Sum must be index.Checksum(value): tiers store it unchecked
@@ -103,56 +104,4 @@ func CheckPut(m index.Header, value []byte, limit int64) error {
 		return fmt.Errorf("%w: meta says %d bytes, value has %d", ErrInvalid, m.Size, len(value))
 	}
 	return nil
-}
-
-// Invalidator is implemented by persistent tiers whose Delete may not
-// survive a crash when it returns (ssd, which flushes its deletes to disk
-// in the background; s3, which rewrites its index objects in the
-// background). Before a Put that replaces a key returns, the
-// hierarchy has such a tier invalidate the key when it holds an older copy
-// or deleted one lately, so that a crash cannot bring an older version
-// back in place of an acknowledged newer one.
-type Invalidator interface {
-	// Invalidate deletes key's block if the tier holds one and returns
-	// once neither it nor any block of key deleted before the call can be
-	// read after a crash and reopen.
-	Invalidate(key index.Key) error
-	// MayResurrect reports whether a block of key deleted earlier might
-	// be read again after a crash, or (a tier other nodes write to) the
-	// tier holds one the hierarchy may not know of. It must be cheap: it
-	// is asked on every Put of a key the hierarchy does not know the tier
-	// holds.
-	MayResurrect(key index.Key) bool
-}
-
-// View is a pinned, zero-copy window on one block's bytes inside a tier.
-type View interface {
-	// Bytes returns the block's bytes; callers must not write to them.
-	Bytes() []byte
-	Meta() index.Header
-	// Release unpins the block; it reports an error when the lease ran out
-	// first and the bytes may have changed meanwhile.
-	Release() error
-}
-
-// Viewer is implemented by tiers that can hand out a block's bytes without
-// copying them (dram). The pin lasts until Release or until lease runs out.
-type Viewer interface {
-	View(key index.Key, lease time.Duration) (View, error)
-}
-
-// Reservation is room for one block inside a tier, filled in place (from a
-// socket, say) and then published with Commit or given back with Abort.
-type Reservation interface {
-	Bytes() []byte
-	// Commit publishes the block; the caller has checked the bytes against
-	// the Header's Sum.
-	Commit() error
-	// Abort gives the room back; a no-op after Commit.
-	Abort()
-}
-
-// Reserver is implemented by tiers that can be written in place (dram).
-type Reserver interface {
-	Reserve(m index.Header) (Reservation, error)
 }

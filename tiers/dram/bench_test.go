@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
 // workingSet is larger than any CPU cache, so every benchmark below moves
@@ -115,3 +116,8 @@ func BenchmarkDRAM(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTier is the benchmark every backend runs (tiertest.Bench), for
+// comparing tiers with one another; BenchmarkDRAM compares the tier with
+// memcpy.
+func BenchmarkTier(b *testing.B) { tiertest.Bench(b, factory) }

@@ -5,6 +5,8 @@
 // The arena is cut into pages (Config.PageSize); a block occupies one
 // contiguous run of ceil(size/PageSize) pages, so Stats.Used is exactly the
 // memory the blocks take, rounding included, and never passes Capacity.
+// Which pages are free is kept by tiers/internal/arena, which knows nothing
+// of the memory itself.
 //
 // Reads either copy (Get) or hand out the arena's bytes without copying
 // (View). A view pins its block's pages: a Delete or replacing Put takes the
@@ -29,22 +31,24 @@ import (
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/tiers/internal/arena"
 )
 
 // ErrLeaseExpired is returned by View.Release when the view outlived its
 // lease: its pages may have been reused, so bytes read late are suspect.
 var ErrLeaseExpired = errors.New("dram: view lease expired")
 
-// Config configures a DRAM tier; the zero value of a field means its default.
+// Config configures a DRAM tier. The zero value of every field but
+// Capacity means its default; New applies them with EnsureDefaults.
 type Config struct {
 	// Capacity is the arena size in bytes, rounded up to a whole page.
-	// Required; the daemon sizes it from free memory.
+	// Required, > 0; the daemon sizes it from free memory.
 	Capacity int64
 	// PageSize is the allocation unit in bytes, a power of two from 512 to
 	// 1 MiB. The default is 4096: at most 4 KiB of rounding per block.
 	PageSize int
-	// MaxBlockSize is the largest block accepted, in bytes. The default is
-	// 4 MiB, or Capacity when that is smaller.
+	// MaxBlockSize is the largest block accepted, in bytes; at most
+	// Capacity. The default is 4 MiB, or Capacity when that is smaller.
 	MaxBlockSize int64
 	// NoHugePages turns off the transparent-huge-page advice for the arena.
 	// The default (false) asks for huge pages, which cuts TLB misses on
@@ -58,48 +62,60 @@ const (
 	DefaultMaxBlockSize = 4 << 20
 )
 
-// withDefaults returns c with zero fields set to their defaults.
-func (c Config) withDefaults() Config {
+// EnsureDefaults replaces the zero value of every optional field with its
+// default. It leaves invalid values for Validate to report.
+func (c *Config) EnsureDefaults() {
 	if c.PageSize == 0 {
 		c.PageSize = DefaultPageSize
 	}
 	if c.MaxBlockSize == 0 {
-		c.MaxBlockSize = min(DefaultMaxBlockSize, c.Capacity)
+		c.MaxBlockSize = DefaultMaxBlockSize
+		if c.Capacity > 0 && c.Capacity < c.MaxBlockSize {
+			c.MaxBlockSize = c.Capacity
+		}
 	}
-	return c
 }
 
-// Validate reports every problem with c (after defaults) in one error
-// wrapping tiers.ErrInvalidConfig.
-func (c Config) Validate() error {
-	c = c.withDefaults()
-	var probs []string
+// Validate reports every problem of c in one error that wraps
+// tiers.ErrInvalidConfig. Call it after EnsureDefaults: zero values of
+// optional fields are reported as invalid.
+func (c *Config) Validate() error {
+	var problems []string
+	bad := func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf(format, args...))
+	}
 	if c.Capacity <= 0 {
-		probs = append(probs, fmt.Sprintf("capacity is %d, must be > 0", c.Capacity))
+		bad("Capacity is %d, want > 0", c.Capacity)
 	}
-	if c.PageSize < 512 || c.PageSize > 1<<20 || bits.OnesCount(uint(c.PageSize)) != 1 {
-		probs = append(probs, fmt.Sprintf("page size is %d, must be a power of two from 512 to 1048576", c.PageSize))
+	pageOK := c.PageSize >= 512 && c.PageSize <= 1<<20 && bits.OnesCount(uint(c.PageSize)) == 1
+	if !pageOK {
+		bad("PageSize is %d, want a power of two from 512 to 1048576", c.PageSize)
 	}
-	if c.MaxBlockSize < 0 || (c.Capacity > 0 && (c.MaxBlockSize == 0 || c.MaxBlockSize > c.Capacity)) {
-		probs = append(probs, fmt.Sprintf("max block size is %d, must be in (0, capacity]", c.MaxBlockSize))
+	switch {
+	case c.MaxBlockSize <= 0:
+		bad("MaxBlockSize is %d, want > 0", c.MaxBlockSize)
+	case c.Capacity > 0 && c.MaxBlockSize > c.Capacity:
+		bad("MaxBlockSize (%s) is over Capacity (%s)",
+			units.FormatBytes(c.MaxBlockSize), units.FormatBytes(c.Capacity))
 	}
-	if c.PageSize > 0 && c.Capacity/int64(max(c.PageSize, 1)) >= 1<<32 {
-		probs = append(probs, "capacity holds 2^32 pages or more: raise the page size")
+	if pageOK && c.Capacity/int64(c.PageSize) >= 1<<32 {
+		bad("Capacity (%s) holds 2^32 pages of PageSize (%d) or more: raise PageSize",
+			units.FormatBytes(c.Capacity), c.PageSize)
 	}
-	if len(probs) == 0 {
+	if len(problems) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: dram: %s", tiers.ErrInvalidConfig, strings.Join(probs, "; "))
+	return fmt.Errorf("dram: %w: %s", tiers.ErrInvalidConfig, strings.Join(problems, "; "))
 }
 
 // Tier is a DRAM tier.
 type Tier struct {
-	cfg   Config
-	arena []byte
-	page  int64
+	cfg  Config
+	mem  []byte // the arena: pages of page bytes, mapped outside the Go heap
+	page int64
 
 	mu       sync.Mutex
-	alloc    *allocator
+	alloc    *arena.Allocator // which pages of mem are free
 	blocks   map[index.Key]*block
 	zombies  map[*block]struct{} // out of the map, pages held by views
 	used     int64               // bytes of allocated pages
@@ -118,33 +134,36 @@ type block struct {
 	freed        bool  // pages returned to the allocator
 }
 
+// The tiers.Tier extras a DRAM tier implements (see tiers/extras.go).
 var (
 	_ tiers.Tier     = (*Tier)(nil)
 	_ tiers.Viewer   = (*Tier)(nil)
 	_ tiers.Reserver = (*Tier)(nil)
 )
 
-// New maps an arena of cfg.Capacity bytes.
+// New maps an arena of cfg.Capacity bytes. It fills cfg's zero fields
+// with their defaults and fails with an error wrapping
+// tiers.ErrInvalidConfig when cfg is invalid.
 func New(cfg Config) (*Tier, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	page := int64(cfg.PageSize)
 	pages := (cfg.Capacity + page - 1) / page
-	arena, err := unix.Mmap(-1, 0, int(pages*page), unix.PROT_READ|unix.PROT_WRITE,
+	mem, err := unix.Mmap(-1, 0, int(pages*page), unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
 		return nil, fmt.Errorf("dram: map %s arena: %w", units.FormatBytes(pages*page), err)
 	}
 	if !cfg.NoHugePages {
-		_ = unix.Madvise(arena, unix.MADV_HUGEPAGE) // advice only; kernels without THP refuse
+		_ = unix.Madvise(mem, unix.MADV_HUGEPAGE) // advice only; kernels without THP refuse
 	}
 	return &Tier{
 		cfg:     cfg,
-		arena:   arena,
+		mem:     mem,
 		page:    page,
-		alloc:   newAllocator(uint32(pages)),
+		alloc:   arena.New(uint32(pages)),
 		blocks:  make(map[index.Key]*block),
 		zombies: make(map[*block]struct{}),
 	}, nil
@@ -155,7 +174,7 @@ func (t *Tier) MaxBlockSize() int64 { return t.cfg.MaxBlockSize }
 
 func (t *Tier) bytes(b *block) []byte {
 	off := int64(b.start) * t.page
-	return t.arena[off : off+int64(b.meta.Size) : off+int64(b.meta.Size)]
+	return t.mem[off : off+int64(b.meta.Size) : off+int64(b.meta.Size)]
 }
 
 // reservation is room for one block in the arena.
@@ -325,7 +344,7 @@ func (t *Tier) Stats() tiers.Stats {
 	return tiers.Stats{Capacity: t.capacity(), Used: t.used, Blocks: int64(len(t.blocks))}
 }
 
-func (t *Tier) capacity() int64 { return int64(len(t.arena)) }
+func (t *Tier) capacity() int64 { return int64(len(t.mem)) }
 
 // Close refuses further calls. The arena is unmapped once no copy or view
 // is using it, so bytes a view hands out stay readable until released.
@@ -403,7 +422,7 @@ func (t *Tier) allocLocked(pages uint32) (uint32, bool) {
 	if pages == 0 {
 		return 0, true
 	}
-	if start, ok := t.alloc.alloc(pages); ok {
+	if start, ok := t.alloc.Alloc(pages); ok {
 		return start, true
 	}
 	now := time.Now().UnixNano()
@@ -412,7 +431,7 @@ func (t *Tier) allocLocked(pages uint32) (uint32, bool) {
 			t.freeLocked(b)
 		}
 	}
-	return t.alloc.alloc(pages)
+	return t.alloc.Alloc(pages)
 }
 
 // dropLocked takes b out of the map and frees its pages unless views or
@@ -439,13 +458,13 @@ func (t *Tier) freeLocked(b *block) {
 	}
 	b.freed = true
 	delete(t.zombies, b)
-	t.alloc.release(b.start, b.pages)
+	t.alloc.Release(b.start, b.pages)
 	t.used -= int64(b.pages) * t.page
 }
 
 func (t *Tier) maybeUnmapLocked() {
 	if t.closed && t.inflight == 0 && !t.unmapped {
 		t.unmapped = true
-		_ = unix.Munmap(t.arena)
+		_ = unix.Munmap(t.mem)
 	}
 }

@@ -23,18 +23,33 @@ func open(t *testing.T, cfg Config) *Tier {
 	return tr
 }
 
-func TestConformance(t *testing.T) {
-	tiertest.Run(t, tiertest.Factory{
-		New: func(t *testing.T, capacity, maxBlock int64) tiers.Tier {
-			tr, err := New(Config{Capacity: capacity, MaxBlockSize: maxBlock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return tr
-		},
-		Overhead: DefaultPageSize - 1,
-	})
+// factory opens DRAM tiers for the conformance suite and the shared
+// benchmark.
+var factory = tiertest.Factory{
+	New: func(tb testing.TB, capacity, maxBlock int64) tiers.Tier {
+		tr, err := New(Config{Capacity: capacity, MaxBlockSize: maxBlock})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return tr
+	},
+	Overhead: DefaultPageSize - 1,
+	// Memory is trusted: Get hands out the bytes with the Meta they were
+	// put with, and whoever checks the Sum next finds the damage.
+	Unchecked: true,
+	Corrupt: func(tb testing.TB, tr tiers.Tier, key index.Key) {
+		t := tr.(*Tier)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		b := t.blocks[key]
+		if b == nil {
+			tb.Fatalf("corrupt: %v is not in the tier", key)
+		}
+		t.bytes(b)[b.meta.Size/2] ^= 0xff // a flipped byte in the arena
+	},
 }
+
+func TestConformance(t *testing.T) { tiertest.Run(t, factory) }
 
 func TestUsedCountsWholePages(t *testing.T) {
 	tr := open(t, Config{Capacity: 1 << 20, PageSize: 4096})
@@ -189,20 +204,52 @@ func TestCloseWaitsForViews(t *testing.T) {
 	}
 }
 
-func TestConfigValidation(t *testing.T) {
-	err := Config{Capacity: -1, PageSize: 1000, MaxBlockSize: -5}.Validate()
+func TestConfigValidateReportsEveryProblem(t *testing.T) {
+	cfg := Config{Capacity: -1, PageSize: 1000, MaxBlockSize: -5}
+	cfg.EnsureDefaults()
+	err := cfg.Validate()
 	if !errors.Is(err, tiers.ErrInvalidConfig) {
-		t.Fatalf("got %v", err)
+		t.Fatalf("Validate: %v, want ErrInvalidConfig", err)
 	}
-	for _, want := range []string{"capacity is -1", "page size is 1000", "max block size is -5"} {
+	for _, want := range []string{"Capacity is -1", "PageSize is 1000", "MaxBlockSize is -5"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not say %q", err, want)
 		}
 	}
-	if err := (Config{Capacity: 1 << 20, MaxBlockSize: 2 << 20}).Validate(); err == nil {
-		t.Error("block limit over capacity accepted")
+	if _, err := New(cfg); !errors.Is(err, tiers.ErrInvalidConfig) {
+		t.Fatalf("New: %v, want ErrInvalidConfig", err)
 	}
-	if _, err := New(Config{}); err == nil {
-		t.Error("zero capacity accepted")
+	cfg = Config{Capacity: 1 << 20, MaxBlockSize: 2 << 20}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "over Capacity") {
+		t.Errorf("MaxBlockSize over Capacity: %v", err)
+	}
+	cfg = Config{Capacity: 1 << 42, PageSize: 512}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "raise PageSize") {
+		t.Errorf("2^33 pages: %v", err)
+	}
+	if _, err := New(Config{}); !errors.Is(err, tiers.ErrInvalidConfig) || !strings.Contains(err.Error(), "Capacity is 0") {
+		t.Errorf("zero capacity: %v", err)
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	for _, c := range []struct {
+		in, want Config
+	}{
+		{Config{Capacity: 1 << 30}, Config{Capacity: 1 << 30, PageSize: DefaultPageSize, MaxBlockSize: DefaultMaxBlockSize}},
+		{Config{Capacity: 1 << 20}, Config{Capacity: 1 << 20, PageSize: DefaultPageSize, MaxBlockSize: 1 << 20}},
+		{Config{Capacity: 1 << 30, PageSize: 8192, MaxBlockSize: 1 << 16, NoHugePages: true},
+			Config{Capacity: 1 << 30, PageSize: 8192, MaxBlockSize: 1 << 16, NoHugePages: true}},
+	} {
+		got := c.in
+		got.EnsureDefaults()
+		if got != c.want {
+			t.Errorf("EnsureDefaults(%+v) = %+v, want %+v", c.in, got, c.want)
+		}
+		if err := got.Validate(); err != nil {
+			t.Errorf("defaults of %+v: %v", c.in, err)
+		}
 	}
 }

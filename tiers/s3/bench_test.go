@@ -18,6 +18,7 @@ import (
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers/s3"
 	"github.com/kvstrata/kvstrata/tiers/s3/s3test"
+	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
 // The benchmarks put and get 1 MiB blocks through the tier next to plain
@@ -259,3 +260,7 @@ func BenchmarkHungStore(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTier is the benchmark every backend runs (tiertest.Bench),
+// against versitygw.
+func BenchmarkTier(b *testing.B) { tiertest.Bench(b, factory(s3test.Start(b), "bench-tier")) }

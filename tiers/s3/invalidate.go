@@ -9,8 +9,6 @@ import (
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-var _ tiers.Invalidator = (*Tier)(nil)
-
 // A Delete takes a block out of the map at once but out of its segment's
 // index object only later (delete.go): until then a crash, and the Open
 // that follows, brings the block back. That is harmless for an eviction,

@@ -95,31 +95,45 @@ func countUnder(names []string, prefix string) int {
 	return n
 }
 
-func TestConformance(t *testing.T) {
-	srv := s3test.Start(t)
+func TestConformance(t *testing.T) { tiertest.Run(t, factory(s3test.Start(t), "conformance")) }
+
+// factory opens tiers in bucket of srv, each under a prefix of its own,
+// for the conformance suite and the shared benchmark.
+func factory(srv *s3test.Server, bucket string) tiertest.Factory {
 	var n atomic.Int64
 	var mu sync.Mutex
 	configs := map[tiers.Tier]s3.Config{}
-	tiertest.Run(t, tiertest.Factory{
-		New: func(t *testing.T, capacity, maxBlock int64) tiers.Tier {
-			cfg := srv.Config("conformance")
+	return tiertest.Factory{
+		New: func(tb testing.TB, capacity, maxBlock int64) tiers.Tier {
+			cfg := srv.Config(bucket)
 			cfg.Prefix = fmt.Sprintf("t%d", n.Add(1))
 			cfg.Capacity, cfg.MaxBlockSize = capacity, maxBlock
-			tr := openTier(t, cfg)
+			tr := openTier(tb, cfg)
 			mu.Lock()
 			configs[tr] = cfg
 			mu.Unlock()
 			return tr
 		},
-		Reopen: func(t *testing.T, tr tiers.Tier) tiers.Tier {
-			must(t, tr.Close())
+		Reopen: func(tb testing.TB, tr tiers.Tier) tiers.Tier {
+			must(tb, tr.Close())
 			mu.Lock()
 			cfg := configs[tr]
 			mu.Unlock()
-			return openTier(t, cfg)
+			return openTier(tb, cfg)
 		},
 		Overhead: s3.BlockOverhead,
-	})
+		Flush:    func(tb testing.TB, tr tiers.Tier) { flush(tb, tr.(*s3.Tier)) },
+		Corrupt: func(tb testing.TB, tr tiers.Tier, key index.Key) {
+			// A flipped byte in the middle of the block, in the segment
+			// object the tier reads it from.
+			r, err := tr.(*s3.Tier).LocateObject(context.Background(), key)
+			must(tb, err)
+			tamper(tb, srv, r.Bucket, r.Object, func(b []byte) []byte {
+				b[r.Offset+int64(r.Meta.Size)/2] ^= 0xff
+				return b
+			})
+		},
+	}
 }
 
 func TestManySmallPutsPackIntoFewSegments(t *testing.T) {

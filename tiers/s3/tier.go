@@ -122,7 +122,15 @@ import (
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-var _ tiers.Tier = (*Tier)(nil)
+// The tiers.Tier extras an S3 tier implements (see tiers/extras.go).
+var (
+	_ tiers.Tier                 = (*Tier)(nil)
+	_ tiers.Invalidator          = (*Tier)(nil)
+	_ tiers.ManyGetter           = (*Tier)(nil)
+	_ tiers.ObjectLocator        = (*Tier)(nil)
+	_ tiers.AvailabilityReporter = (*Tier)(nil)
+	_ tiers.DetailReporter       = (*Tier)(nil)
+)
 
 // ErrBacklog marks a Put refused because Config.MaxPendingBytes of blocks
 // already wait for their upload; such errors also match tiers.ErrBusy.

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
 // The benchmarks put and get 1 MiB blocks next to plain sequential file
@@ -256,3 +257,7 @@ func BenchmarkPlainFileReadCold1MiB(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTier is the benchmark every backend runs (tiertest.Bench), on
+// a tier of the default durability in a temporary directory.
+func BenchmarkTier(b *testing.B) { tiertest.Bench(b, factory(DurabilityFlush)) }

@@ -15,10 +15,13 @@ import (
 // These tests damage stored blocks by writing to Pebble behind the tier's
 // back, then check that the damage is reported as tiers.ErrCorrupt, never
 // returned as bytes, and that the damaged block is dropped with exact
-// accounting.
+// accounting. The conformance suite flips a byte of a payload
+// (tiertest.Factory.Corrupt); the tests here damage payloads in the ways
+// only a key-value store can (a value cut short, grown or gone) and the
+// records that describe the blocks.
 
 // setRaw overwrites a Pebble key of tr, or deletes it when v is nil.
-func setRaw(t *testing.T, tr *Tier, key []byte, v []byte) {
+func setRaw(t testing.TB, tr *Tier, key []byte, v []byte) {
 	t.Helper()
 	if v == nil {
 		must(t, tr.db.Delete(key, pebble.NoSync))
@@ -28,7 +31,7 @@ func setRaw(t *testing.T, tr *Tier, key []byte, v []byte) {
 }
 
 // getRaw reads a Pebble key of tr.
-func getRaw(t *testing.T, tr *Tier, key []byte) []byte {
+func getRaw(t testing.TB, tr *Tier, key []byte) []byte {
 	t.Helper()
 	v, closer, err := tr.db.Get(key)
 	must(t, err)
@@ -74,10 +77,9 @@ func checkDropped(t *testing.T, tr *Tier, m index.Header, others []index.Header)
 
 func TestCorruptPayloadIsDroppedAndNeverReturned(t *testing.T) {
 	for name, damage := range map[string]func([]byte) []byte{
-		"FlippedBit": func(v []byte) []byte { v[len(v)/2] ^= 0x10; return v },
-		"Truncated":  func(v []byte) []byte { return v[:len(v)-1] },
-		"Extended":   func(v []byte) []byte { return append(v, 0) },
-		"Missing":    func([]byte) []byte { return nil },
+		"Truncated": func(v []byte) []byte { return v[:len(v)-1] },
+		"Extended":  func(v []byte) []byte { return append(v, 0) },
+		"Missing":   func([]byte) []byte { return nil },
 	} {
 		t.Run(name, func(t *testing.T) {
 			tr := openTest(t, Config{Capacity: 1 << 20})

@@ -46,8 +46,6 @@ import (
 // that MayResurrect answers without a read; a Put of a key the tier never
 // held lately costs the caller one map lookup.
 
-var _ tiers.Invalidator = (*Tier)(nil)
-
 // invalidatedPrefix starts the name of every invalidation log; Pebble
 // ignores files whose names it does not know.
 const invalidatedPrefix = "kvstrata-invalidated-"

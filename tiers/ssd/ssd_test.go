@@ -59,16 +59,33 @@ func reopen(t testing.TB, tr *Tier) *Tier {
 func TestConformance(t *testing.T) {
 	for _, d := range []Durability{DurabilityFlush, DurabilityWAL} {
 		t.Run(d.String(), func(t *testing.T) {
-			tiertest.Run(t, tiertest.Factory{
-				New: func(t *testing.T, capacity, maxBlock int64) tiers.Tier {
-					return openTest(t, Config{Capacity: capacity, MaxBlockSize: maxBlock, Durability: d})
-				},
-				Reopen: func(t *testing.T, tr tiers.Tier) tiers.Tier {
-					return reopen(t, tr.(*Tier))
-				},
-				Overhead: RecordOverhead,
-			})
+			tiertest.Run(t, factory(d))
 		})
+	}
+}
+
+// factory opens SSD tiers of durability d for the conformance suite and
+// the shared benchmark.
+func factory(d Durability) tiertest.Factory {
+	return tiertest.Factory{
+		New: func(tb testing.TB, capacity, maxBlock int64) tiers.Tier {
+			return openTest(tb, Config{Capacity: capacity, MaxBlockSize: maxBlock, Durability: d})
+		},
+		Reopen: func(tb testing.TB, tr tiers.Tier) tiers.Tier {
+			return reopen(tb, tr.(*Tier))
+		},
+		Overhead: RecordOverhead,
+		Flush: func(tb testing.TB, tr tiers.Tier) {
+			if err := tr.(*Tier).Flush(); err != nil {
+				tb.Fatal(err)
+			}
+		},
+		Corrupt: func(tb testing.TB, tr tiers.Tier, key index.Key) {
+			pk := makeKey(prefixPayload, key) // a flipped byte in the Pebble value
+			v := getRaw(tb, tr.(*Tier), pk[:])
+			v[len(v)/2] ^= 0x10
+			setRaw(tb, tr.(*Tier), pk[:], v)
+		},
 	}
 }
 

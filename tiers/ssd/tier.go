@@ -86,7 +86,12 @@ import (
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-var _ tiers.Tier = (*Tier)(nil)
+// The tiers.Tier extras an SSD tier implements (see tiers/extras.go).
+var (
+	_ tiers.Tier                = (*Tier)(nil)
+	_ tiers.Invalidator         = (*Tier)(nil)
+	_ tiers.DegradationReporter = (*Tier)(nil)
+)
 
 // stripeCount is the number of key locks; a power of two.
 const stripeCount = 64

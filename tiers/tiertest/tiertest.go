@@ -14,19 +14,36 @@ import (
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-// Factory opens the backend under test.
+// Factory opens the backend under test, and says how to reach behind its
+// back. Only New is required.
 type Factory struct {
 	// New opens an empty tier that holds at least capacity bytes of blocks
 	// of up to maxBlock bytes each. The suite closes it (Close may be
 	// called more than once).
-	New func(t *testing.T, capacity, maxBlock int64) tiers.Tier
+	New func(tb testing.TB, capacity, maxBlock int64) tiers.Tier
 	// Reopen, set for persistent tiers, closes tr and opens it again on
 	// the same storage.
-	Reopen func(t *testing.T, tr tiers.Tier) tiers.Tier
+	Reopen func(tb testing.TB, tr tiers.Tier) tiers.Tier
 	// Overhead is the most bytes of accounting a block may cost beyond its
 	// size (page rounding, record headers). The suite checks that a tier
 	// counts at least the block's size and at most size+Overhead.
 	Overhead int64
+	// Flush, set for tiers that buffer writes before they reach their
+	// storage (s3 packs blocks into segments uploaded later), makes every
+	// block put so far reach it. The suite flushes before it damages a
+	// stored block or locates one, and Bench counts a flush into Put.
+	Flush func(tb testing.TB, tr tiers.Tier)
+	// Corrupt, when set, damages the stored bytes of key's block behind
+	// the tier's back, as its storage could: it flips one byte of the
+	// block in the place the tier reads it from (the arena, the Pebble
+	// value, the S3 object). Nil skips the corruption tests.
+	Corrupt func(tb testing.TB, tr tiers.Tier, key index.Key)
+	// Unchecked says the tier hands out blocks without checking their
+	// checksum (dram: memory is trusted). A damaged block then reads with
+	// the Meta it was put with, whose Sum shows the damage to whoever
+	// checks it next. A tier that checks must fail the read of a damaged
+	// block with tiers.ErrCorrupt and drop the block (or not find it).
+	Unchecked bool
 }
 
 const ns index.NamespaceID = 7
@@ -46,13 +63,18 @@ func Block(h index.Hash, n int) (index.Header, []byte) {
 	return m, b
 }
 
-// Run runs the suite.
+// open opens a tier with f.New and closes it when the test ends.
+func (f Factory) open(tb testing.TB, capacity, maxBlock int64) tiers.Tier {
+	tr := f.New(tb, capacity, maxBlock)
+	tb.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
+// Run runs the suite: the Tier methods, then each optional extra (a
+// subtest per extra, skipped when the backend lacks it), then corruption
+// when the factory can damage blocks.
 func Run(t *testing.T, f Factory) {
-	open := func(t *testing.T, capacity, maxBlock int64) tiers.Tier {
-		tr := f.New(t, capacity, maxBlock)
-		t.Cleanup(func() { _ = tr.Close() })
-		return tr
-	}
+	open := f.open
 	t.Run("PutThenGetReturnsBytesAndMeta", func(t *testing.T) {
 		tr := open(t, 8<<20, 1<<20)
 		for i, n := range []int{0, 1, 4095, 4096, 65536, 1 << 20} {
@@ -264,9 +286,11 @@ func Run(t *testing.T, f Factory) {
 			}
 		})
 	}
+	t.Run("Extras", func(t *testing.T) { runExtras(t, f) })
+	t.Run("Corruption", func(t *testing.T) { runCorruption(t, f) })
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

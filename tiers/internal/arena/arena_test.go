@@ -1,4 +1,4 @@
-package dram
+package arena
 
 import (
 	"math/rand/v2"
@@ -6,20 +6,20 @@ import (
 )
 
 func TestAllocatorCoalescesFreedNeighbours(t *testing.T) {
-	a := newAllocator(10)
-	x, _ := a.alloc(3)
-	y, _ := a.alloc(3)
-	z, _ := a.alloc(4)
-	if _, ok := a.alloc(1); ok {
+	a := New(10)
+	x, _ := a.Alloc(3)
+	y, _ := a.Alloc(3)
+	z, _ := a.Alloc(4)
+	if _, ok := a.Alloc(1); ok {
 		t.Fatal("allocated past the end")
 	}
-	a.release(x, 3)
-	a.release(z, 4)
-	a.release(y, 3)
+	a.Release(x, 3)
+	a.Release(z, 4)
+	a.Release(y, 3)
 	if len(a.byStart) != 1 || a.byStart[0] != 10 || a.free != 10 {
 		t.Fatalf("free extents %v, want one of 10 pages", a.byStart)
 	}
-	if _, ok := a.alloc(10); !ok {
+	if _, ok := a.Alloc(10); !ok {
 		t.Fatal("whole range not allocatable after coalescing")
 	}
 }
@@ -27,29 +27,29 @@ func TestAllocatorCoalescesFreedNeighbours(t *testing.T) {
 func TestAllocatorFindsFitDespiteSmallExtentsInItsClass(t *testing.T) {
 	// Many 4-page holes (class 3) and one 7-page hole (class 3 too): a
 	// 6-page request must find the 7-page hole.
-	a := newAllocator(1000)
+	a := New(1000)
 	var held []uint32
 	for range 60 {
-		s, _ := a.alloc(4)
+		s, _ := a.Alloc(4)
 		held = append(held, s)
-		s, _ = a.alloc(1) // separator keeps holes apart
+		s, _ = a.Alloc(1) // separator keeps holes apart
 		_ = s
 	}
-	big, _ := a.alloc(7)
-	rest, _ := a.alloc(a.free)
+	big, _ := a.Alloc(7)
+	rest, _ := a.Alloc(a.free)
 	_ = rest
 	for _, s := range held {
-		a.release(s, 4)
+		a.Release(s, 4)
 	}
-	a.release(big, 7)
-	if s, ok := a.alloc(6); !ok || s != big {
+	a.Release(big, 7)
+	if s, ok := a.Alloc(6); !ok || s != big {
 		t.Fatalf("alloc(6) = %d, %v; want the 7-page hole at %d", s, ok, big)
 	}
 }
 
 func TestAllocatorRandomNeverOverlaps(t *testing.T) {
 	const pages = 4096
-	a := newAllocator(pages)
+	a := New(pages)
 	owner := make([]int, pages)
 	type ext struct{ s, n uint32 }
 	var live []ext
@@ -63,11 +63,11 @@ func TestAllocatorRandomNeverOverlaps(t *testing.T) {
 			for p := e.s; p < e.s+e.n; p++ {
 				owner[p] = 0
 			}
-			a.release(e.s, e.n)
+			a.Release(e.s, e.n)
 			continue
 		}
 		n := uint32(1 + r.IntN(64))
-		s, ok := a.alloc(n)
+		s, ok := a.Alloc(n)
 		if !ok {
 			continue
 		}
@@ -85,5 +85,35 @@ func TestAllocatorRandomNeverOverlaps(t *testing.T) {
 	}
 	if used+a.free != pages {
 		t.Fatalf("used %d + free %d != %d", used, a.free, pages)
+	}
+}
+
+// BenchmarkAllocator measures the steady state of a full pool: each
+// iteration gives back one extent and takes one of the same size, as a
+// tier replacing blocks of one model does, with a few sizes mixed in.
+func BenchmarkAllocator(b *testing.B) {
+	const pages = 1 << 16
+	sizes := []uint32{16, 16, 16, 17, 32, 1}
+	a := New(pages)
+	type ext struct{ s, n uint32 }
+	var live []ext
+	for i := 0; ; i++ {
+		n := sizes[i%len(sizes)]
+		s, ok := a.Alloc(n)
+		if !ok {
+			break
+		}
+		live = append(live, ext{s, n})
+	}
+	i := 0
+	for b.Loop() {
+		e := live[i]
+		a.Release(e.s, e.n)
+		s, ok := a.Alloc(e.n)
+		if !ok {
+			b.Fatal("no room for an extent just given back")
+		}
+		live[i].s = s
+		i = (i + 1) % len(live)
 	}
 }

@@ -1,0 +1,119 @@
+package tiers
+
+import (
+	"context"
+	"time"
+
+	"github.com/kvstrata/kvstrata/index"
+)
+
+// The optional extras of a Tier. A backend implements those its storage
+// makes cheap and says which with compile-time assertions
+// (var _ tiers.Viewer = (*Tier)(nil)); callers discover them with a type
+// assertion and fall back to the plain Tier methods without them. The
+// conformance suite (tiers/tiertest) exercises each extra a backend has.
+//
+//	extra                 dram  ssd  s3   used by
+//	Viewer                 ✓              Hierarchy.View, demotion (zero-copy reads)
+//	Reserver               ✓              Hierarchy.Reserve (writes in place)
+//	Invalidator                  ✓    ✓   Hierarchy.Put of a key a level may bring back
+//	ManyGetter                        ✓   Hierarchy.ReadMany (batched reads)
+//	ObjectLocator                     ✓   Hierarchy.Locate (reads straight from the store)
+//	AvailabilityReporter              ✓   Hierarchy.Stats (LevelStats.Unavailable)
+//	DegradationReporter          ✓        Hierarchy.Stats (LevelStats.Degraded)
+//	DetailReporter                    ✓   Hierarchy.Stats (LevelStats.Detail)
+
+// View is a pinned, zero-copy window on one block's bytes inside a tier.
+type View interface {
+	// Bytes returns the block's bytes; callers must not write to them.
+	Bytes() []byte
+	Meta() index.Header
+	// Release unpins the block; it reports an error when the lease ran out
+	// first and the bytes may have changed meanwhile.
+	Release() error
+}
+
+// Viewer is implemented by tiers that can hand out a block's bytes without
+// copying them (dram). The pin lasts until Release or until lease runs out.
+// View fails as Get does: ErrNotFound, ErrClosed.
+type Viewer interface {
+	View(key index.Key, lease time.Duration) (View, error)
+}
+
+// Reservation is room for one block inside a tier, filled in place (from a
+// socket, say) and then published with Commit or given back with Abort.
+type Reservation interface {
+	Bytes() []byte
+	// Commit publishes the block, replacing any block of its key; the
+	// caller has checked the bytes against the Header's Sum. A second Commit,
+	// or one after Abort, fails with ErrInvalid.
+	Commit() error
+	// Abort gives the room back; a no-op after Commit.
+	Abort()
+}
+
+// Reserver is implemented by tiers that can be written in place (dram).
+// Reserve fails as Put does: a *SizeError over the block limit, ErrFull
+// when there is no room, ErrClosed.
+type Reserver interface {
+	Reserve(m index.Header) (Reservation, error)
+}
+
+// Invalidator is implemented by persistent tiers whose Delete may not
+// survive a crash when it returns (ssd, which flushes its deletes to disk
+// in the background; s3, which rewrites its index objects in the
+// background). Before a Put that replaces a key returns, the
+// hierarchy has such a tier invalidate the key when it holds an older copy
+// or deleted one lately, so that a crash cannot bring an older version
+// back in place of an acknowledged newer one.
+type Invalidator interface {
+	// Invalidate deletes key's block if the tier holds one and returns
+	// once neither it nor any block of key deleted before the call can be
+	// read after a crash and reopen.
+	Invalidate(key index.Key) error
+	// MayResurrect reports whether a block of key deleted earlier might
+	// be read again after a crash, or (a tier other nodes write to) the
+	// tier holds one the hierarchy may not know of. It must be cheap: it
+	// is asked on every Put of a key the hierarchy does not know the tier
+	// holds.
+	MayResurrect(key index.Key) bool
+}
+
+// ManyGetter is implemented by tiers that read a batch of blocks faster
+// than one after another (an object store coalesces adjacent blocks into
+// one request). fn is called once per key, one call at a time, in any
+// order, with the block's bytes or the error Get would return for it;
+// value is the caller's to keep. GetMany itself fails only when the whole
+// batch does (the tier is closed, ctx is done).
+type ManyGetter interface {
+	GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, err error)) error
+}
+
+// ObjectLocator is implemented by object-store tiers whose stored blocks a
+// client with its own credentials may read straight from the store.
+// LocateObject fails with ErrNotFound for a block the store does not hold
+// yet (not uploaded) or at all.
+type ObjectLocator interface {
+	LocateObject(ctx context.Context, key index.Key) (ObjectRange, error)
+}
+
+// AvailabilityReporter is implemented by tiers that can be out of reach
+// (an object store that is down): Available returns nil while the tier can
+// be reached, else why not, as an error matching ErrUnavailable.
+type AvailabilityReporter interface {
+	Available() error
+}
+
+// DegradationReporter is implemented by tiers that, although they can be
+// read, may refuse writes for a while (a local disk that is full):
+// Degraded returns why, or nil while they take writes.
+type DegradationReporter interface {
+	Degraded() error
+}
+
+// DetailReporter is implemented by tiers that keep counters of their own
+// (objects, segments, request errors …): Detail returns them by name, for
+// statistics and metrics.
+type DetailReporter interface {
+	Detail() map[string]int64
+}
