@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/kvstrata/kvstrata/index"
@@ -97,7 +94,7 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}})
+	rc.Logger = newRaftLogger(cfg.Logger)
 
 	store, err := Open(filepath.Join(cfg.Dir, "log"), &Options{Logger: cfg.Logger})
 	if err != nil {
@@ -323,13 +320,3 @@ func (r *Replica) Close() error {
 	<-r.done
 	return errors.Join(err, r.transport.Close(), r.store.Close())
 }
-
-// slogWriter carries hclog's lines into slog at warning level.
-type slogWriter struct{ l *slog.Logger }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	w.l.Warn(strings.TrimSpace(string(p)), "component", "raft")
-	return len(p), nil
-}
-
-var _ io.Writer = slogWriter{}
