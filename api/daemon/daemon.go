@@ -78,6 +78,7 @@ type Node struct {
 	g          *grpc.Server
 	hs         *health.Server
 	hsrv       *http.Server
+	addrs      server.Addrs
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
 	healthDone chan struct{}
 }
@@ -110,6 +111,10 @@ func (d *Node) Ready() error {
 	}
 	return d.cl.Ready()
 }
+
+// Addrs are where the node's servers listen, once Start has returned nil:
+// what a part beside it in the process dials.
+func (d *Node) Addrs() server.Addrs { return d.addrs }
 
 // Start opens and starts everything, in the order the package comment
 // gives; if a step fails, it closes what it opened, in reverse.
@@ -254,7 +259,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		log.Warn("the directory does not list this node's blocks yet", "err", err)
 	}
 	cancelSync()
-	d.cl, d.h, d.n, d.g, d.hs = cl, h, n, g, hs
+	d.cl, d.h, d.n, d.g, d.hs, d.addrs = cl, h, n, g, hs, addrs
 	d.ready.Store(true)
 	d.healthDone = make(chan struct{})
 	go followHealth(hs, func() bool { return d.Ready() == nil }, d.healthDone)
