@@ -58,36 +58,36 @@ const (
 	DefaultMemTableSize = 32 << 20
 )
 
-// withDefaults returns a copy of o with defaults for unset fields, and an
-// error listing every field that is out of range.
-func (o *Options) withDefaults() (Options, error) {
-	var c Options
-	if o != nil {
-		c = *o
+// EnsureDefaults sets o's zero fields to their defaults.
+func (o *Options) EnsureDefaults() {
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
 	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = DefaultMemTableSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+}
+
+// Validate reports every field of o that is out of range in one error.
+// Call it after EnsureDefaults.
+func (o *Options) Validate() error {
 	var errs []error
-	if c.CacheSize < 0 {
-		errs = append(errs, fmt.Errorf("CacheSize %d is negative", c.CacheSize))
+	if o.CacheSize <= 0 {
+		errs = append(errs, fmt.Errorf("CacheSize %d is not positive", o.CacheSize))
 	}
-	if c.MemTableSize != 0 && c.MemTableSize < 1<<20 {
-		errs = append(errs, fmt.Errorf("MemTableSize %d is below 1 MiB", c.MemTableSize))
+	if o.MemTableSize < 1<<20 {
+		errs = append(errs, fmt.Errorf("MemTableSize %d is below 1 MiB", o.MemTableSize))
 	}
-	if c.MemTableSize >= 4<<30 {
-		errs = append(errs, fmt.Errorf("MemTableSize %d is 4 GiB or more", c.MemTableSize))
+	if o.MemTableSize >= 4<<30 {
+		errs = append(errs, fmt.Errorf("MemTableSize %d is 4 GiB or more", o.MemTableSize))
 	}
-	if c.CacheSize == 0 {
-		c.CacheSize = DefaultCacheSize
-	}
-	if c.MemTableSize == 0 {
-		c.MemTableSize = DefaultMemTableSize
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.FS == nil {
-		c.FS = vfs.Default
-	}
-	return c, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // LogStore keeps raft's log and its stable values (current term, vote) in
@@ -121,10 +121,15 @@ var (
 	_ raft.MonotonicLogStore = (*LogStore)(nil)
 )
 
-// Open opens the store in dir, creating it if need be.
+// Open opens the store in dir, creating it if need be; nil opts means the
+// defaults.
 func Open(dir string, opts *Options) (*LogStore, error) {
-	o, err := opts.withDefaults()
-	if err != nil {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("raftstore: open %s: bad options: %w", dir, err)
 	}
 	cache := pebble.NewCache(o.CacheSize)

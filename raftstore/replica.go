@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/kvstrata/kvstrata/index"
@@ -29,11 +26,12 @@ type Peer struct {
 	RaftAddr string
 }
 
-// ReplicaConfig configures a Replica; zero fields take their defaults.
+// ReplicaConfig configures a Replica. OpenReplica copies it, fills zero
+// fields with their defaults (EnsureDefaults), then checks it (Validate).
 type ReplicaConfig struct {
-	ID       index.NodeID
-	Dir      string // the log store and snapshots; created if missing
-	RaftAddr string // where the raft transport listens, and what peers dial
+	ID       index.NodeID // > 0; required
+	Dir      string       // the log store and snapshots; created if missing; required
+	RaftAddr string       // where the raft transport listens, and what peers dial; required
 	// Bootstrap, when the replica has no state yet, starts a cluster with
 	// these voters (this node among them). A replica with state ignores
 	// it; one without state and without Bootstrap waits to be added.
@@ -49,7 +47,9 @@ type ReplicaConfig struct {
 	// FSM.SkipEntries). Every node of the cluster must be given the same
 	// list. Empty by default.
 	SkipEntries []uint64
-	Logger      *slog.Logger
+	// Logger receives the replica's lines and raft's (see raftLogger).
+	// The default is slog.Default().
+	Logger *slog.Logger
 }
 
 // Replica is one node's raft: the FSM, its Pebble log, file snapshots and a
@@ -72,32 +72,64 @@ type Replica struct {
 	changed  chan struct{}
 }
 
+// Defaults of ReplicaConfig.
+const (
+	DefaultHeartbeatTimeout  = 500 * time.Millisecond
+	DefaultElectionTimeout   = time.Second
+	DefaultSnapshotThreshold = 8192
+)
+
+// EnsureDefaults sets c's zero fields to their defaults.
+func (c *ReplicaConfig) EnsureDefaults() {
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = DefaultElectionTimeout
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports every problem with c in one error, naming each field.
+// Call it after EnsureDefaults.
+func (c *ReplicaConfig) Validate() error {
+	var errs []error
+	if c.ID == 0 {
+		errs = append(errs, errors.New("ID is 0"))
+	}
+	if c.Dir == "" {
+		errs = append(errs, errors.New("Dir is empty"))
+	}
+	if c.RaftAddr == "" {
+		errs = append(errs, errors.New("RaftAddr is empty"))
+	}
+	if c.HeartbeatTimeout <= 0 || c.ElectionTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("HeartbeatTimeout %v and ElectionTimeout %v must be positive", c.HeartbeatTimeout, c.ElectionTimeout))
+	}
+	return errors.Join(errs...)
+}
+
 // OpenReplica starts the node's raft, bootstrapping a new cluster when
 // asked and the replica has no state.
 func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
-	if cfg.ID == 0 || cfg.Dir == "" || cfg.RaftAddr == "" {
-		return nil, fmt.Errorf("raftstore: replica needs an id > 0, a directory and a raft address")
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("raftstore: replica config: %w", err)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raftstore: %w", err)
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = serverID(cfg.ID)
-	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 500*time.Millisecond, time.Second, 500*time.Millisecond
-	if cfg.HeartbeatTimeout > 0 {
-		rc.HeartbeatTimeout, rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout, cfg.HeartbeatTimeout
-	}
-	if cfg.ElectionTimeout > 0 {
-		rc.ElectionTimeout = cfg.ElectionTimeout
-	}
-	rc.SnapshotThreshold = 8192
-	if cfg.SnapshotThreshold > 0 {
-		rc.SnapshotThreshold = cfg.SnapshotThreshold
-	}
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}})
+	rc.HeartbeatTimeout, rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout, cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.Logger = newRaftLogger(cfg.Logger)
 
 	store, err := Open(filepath.Join(cfg.Dir, "log"), &Options{Logger: cfg.Logger})
 	if err != nil {
@@ -323,13 +355,3 @@ func (r *Replica) Close() error {
 	<-r.done
 	return errors.Join(err, r.transport.Close(), r.store.Close())
 }
-
-// slogWriter carries hclog's lines into slog at warning level.
-type slogWriter struct{ l *slog.Logger }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	w.l.Warn(strings.TrimSpace(string(p)), "component", "raft")
-	return len(p), nil
-}
-
-var _ io.Writer = slogWriter{}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/kvstrata/kvstrata/api/client"
+	"github.com/kvstrata/kvstrata/api/dataplane"
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/nodetest"
 	"github.com/kvstrata/kvstrata/index"
@@ -34,15 +35,13 @@ func freeAddr(t *testing.T) string {
 // address, where the test serves (or does not serve) the data plane.
 func nodeWithDataAt(t *testing.T, data string, limits node.Config) *nodetest.Node {
 	t.Helper()
-	n := nodetest.Start(t, nodetest.Options{Limits: limits})
-	n.SetAddrs(node.Addrs{GRPC: n.Addr, Data: data, Transport: "tcp"})
-	return n
+	return nodetest.Start(t, nodetest.Options{Limits: limits, DataAddr: data})
 }
 
 func listenData(t *testing.T, n *nodetest.Node, addr string, maxBlockSize, maxConns int) transfer.Listener {
 	t.Helper()
 	l, err := tcp.New(tcp.Options{MaxBlockSize: maxBlockSize, MaxBlocks: n.Config().MaxBatchBlocks, MaxConns: maxConns}).
-		Listen(addr, n.DataHandler(nil))
+		Listen(addr, dataplane.NewHandler(n.Node, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +82,7 @@ func TestACallRidesOutADataPlaneThatComesBack(t *testing.T) {
 	up := make(chan transfer.Listener, 1)
 	time.AfterFunc(500*time.Millisecond, func() {
 		l, err := tcp.New(tcp.Options{MaxBlockSize: int(n.Config().MaxBlockSize), MaxBlocks: n.Config().MaxBatchBlocks}).
-			Listen(addr, n.DataHandler(nil))
+			Listen(addr, dataplane.NewHandler(n.Node, nil))
 		if err != nil {
 			t.Error(err)
 		}

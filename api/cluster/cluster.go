@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,11 +39,17 @@ import (
 	"github.com/kvstrata/kvstrata/raftstore"
 )
 
-// Config configures a Cluster; zero durations take their defaults.
+// Config configures a Cluster. Open copies it, fills zero fields with
+// their defaults (EnsureDefaults), then checks it (Validate).
 type Config struct {
-	ID       index.NodeID
-	Name     string
-	Dir      string // raft's log and snapshots
+	// ID is the node's id in the cluster, > 0. Required.
+	ID index.NodeID
+	// Name is the node's name in the member list.
+	Name string
+	// Dir holds raft's log and snapshots. Required.
+	Dir string
+	// RaftAddr is where the raft transport listens, and what peers dial.
+	// Required.
 	RaftAddr string
 	// Bootstrap starts a new cluster of these voters when the replica has
 	// no state. With neither Bootstrap nor Join, a node without state
@@ -62,7 +69,53 @@ type Config struct {
 	// the replica applies as no-ops instead of stopping (see
 	// raftstore.FSM.SkipEntries); every node must be given the same list.
 	SkipEntries []uint64
-	Logger      *slog.Logger
+	// Logger receives the cluster's lines and raft's. The default is
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultHeartbeatInterval = 500 * time.Millisecond
+	DefaultLivenessTimeout   = 5 * time.Second
+)
+
+// EnsureDefaults sets c's zero fields to their defaults.
+func (c *Config) EnsureDefaults() {
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.LivenessTimeout == 0 {
+		c.LivenessTimeout = DefaultLivenessTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports every problem with c in one error, naming each field.
+// Call it after EnsureDefaults.
+func (c *Config) Validate() error {
+	var probs []string
+	if c.ID == 0 {
+		probs = append(probs, "ID is 0")
+	}
+	if c.Dir == "" {
+		probs = append(probs, "Dir is empty")
+	}
+	if c.RaftAddr == "" {
+		probs = append(probs, "RaftAddr is empty")
+	}
+	if c.HeartbeatInterval <= 0 {
+		probs = append(probs, fmt.Sprintf("HeartbeatInterval %v is not positive", c.HeartbeatInterval))
+	}
+	if c.LivenessTimeout <= c.HeartbeatInterval {
+		probs = append(probs, fmt.Sprintf("LivenessTimeout %v is not over HeartbeatInterval %v", c.LivenessTimeout, c.HeartbeatInterval))
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("cluster: config: %s", strings.Join(probs, "; "))
 }
 
 // Cluster is a node's membership.
@@ -73,8 +126,8 @@ type Cluster struct {
 	log     *slog.Logger
 
 	mu    sync.Mutex
-	self  raftstore.Member // set by Start
-	usage func() []raftstore.TierUsage
+	self  raftstore.Member             // set by Start
+	usage func() []raftstore.TierUsage // set by Start
 	conns map[string]*grpc.ClientConn
 	lead  leadership                 // the monitor's observations while leading
 	caps  map[index.NodeID]time.Time // leader: last capacities proposed
@@ -96,14 +149,9 @@ type Cluster struct {
 // Open starts the node's replica and its event batcher. Call Start once the
 // node's addresses are known.
 func Open(cfg Config) (*Cluster, error) {
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = 500 * time.Millisecond
-	}
-	if cfg.LivenessTimeout == 0 {
-		cfg.LivenessTimeout = 5 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	boot := cfg.Bootstrap
 	if len(boot) == 0 && cfg.Join == "" {
@@ -203,22 +251,17 @@ func (c *Cluster) Sync(ctx context.Context) error {
 // BatcherStats reports the publishing of the node's changes.
 func (c *Cluster) BatcherStats() raftstore.BatcherStats { return c.batcher.Stats() }
 
-// SetUsage gives the heartbeats the node's tier usage.
-func (c *Cluster) SetUsage(usage func() []raftstore.TierUsage) {
-	c.mu.Lock()
-	c.usage = usage
-	c.mu.Unlock()
-}
-
 // Start records the node's addresses: it joins through Config.Join when
-// the replica has no cluster yet, and keeps its member record current.
-func (c *Cluster) Start(self raftstore.Member) error {
+// the replica has no cluster yet, keeps its member record current, and
+// heartbeats, telling the leader the node's tier usage as usage reports
+// it (nil: none).
+func (c *Cluster) Start(self raftstore.Member, usage func() []raftstore.TierUsage) error {
 	self.ID, self.RaftAddr = c.cfg.ID, c.cfg.RaftAddr
 	if self.Name == "" {
 		self.Name = c.cfg.Name
 	}
 	c.mu.Lock()
-	c.self = self
+	c.self, c.usage = self, usage
 	c.mu.Unlock()
 	close(c.started)
 	if c.cfg.Join != "" {

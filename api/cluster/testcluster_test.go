@@ -108,7 +108,7 @@ func (tc *testCluster) open(m *member, cfg cluster.Config) {
 	c.Register(m.srv)
 	go m.srv.Serve(lis)
 	t.Cleanup(func() { tc.stop(m) })
-	if err := c.Start(raftstore.Member{GRPCAddr: m.grpcAddr}); err != nil {
+	if err := c.Start(raftstore.Member{GRPCAddr: m.grpcAddr}, nil); err != nil {
 		t.Fatalf("node %d: start: %v", m.id, err)
 	}
 }

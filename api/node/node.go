@@ -38,7 +38,9 @@ type LimitError struct{ Msg string }
 func (e *LimitError) Error() string        { return e.Msg }
 func (e *LimitError) Is(target error) bool { return target == ErrLimit }
 
-// Config holds a node's limits; zero fields take their defaults.
+// Config holds a node's limits and the directory that answers its
+// lookups. New copies it, fills zero fields with their defaults
+// (EnsureDefaults), then checks it (Validate).
 type Config struct {
 	// MaxBlockSize is the largest block accepted, in bytes. The default is
 	// 4 MiB.
@@ -49,7 +51,7 @@ type Config struct {
 	// MaxBatchBytes is the most bytes one put may carry. The default is
 	// 256 MiB.
 	MaxBatchBytes int64
-	// MaxLease caps a pin's lease; the default is 5 minutes.
+	// MaxLease caps a pin's lease. The default is 5 minutes.
 	MaxLease time.Duration
 	// ViewLease is how long a read may pin a block's bytes in place while
 	// they are written to a socket. The default is 30 seconds.
@@ -57,6 +59,10 @@ type Config struct {
 	// FetchConcurrency is how many blocks a data-plane get or a warm reads
 	// from the slower tiers at once. The default is 16.
 	FetchConcurrency int
+	// Directory, if set, answers lookups for the whole cluster (a cluster
+	// member's replica of the block directory, api/cluster). The default,
+	// nil, answers them from the node's own tiers.
+	Directory ClusterLookup
 }
 
 // Defaults of Config.
@@ -64,10 +70,12 @@ const (
 	DefaultMaxBlockSize   = 4 << 20
 	DefaultMaxBatchBlocks = 1024
 	DefaultMaxBatchBytes  = 256 << 20
+	DefaultMaxLease       = 5 * time.Minute
+	DefaultViewLease      = 30 * time.Second
 )
 
-// WithDefaults returns c with zero fields set to their defaults.
-func (c Config) WithDefaults() Config {
+// EnsureDefaults sets c's zero fields to their defaults.
+func (c *Config) EnsureDefaults() {
 	if c.MaxBlockSize == 0 {
 		c.MaxBlockSize = DefaultMaxBlockSize
 	}
@@ -78,35 +86,37 @@ func (c Config) WithDefaults() Config {
 		c.MaxBatchBytes = DefaultMaxBatchBytes
 	}
 	if c.MaxLease == 0 {
-		c.MaxLease = 5 * time.Minute
+		c.MaxLease = DefaultMaxLease
 	}
 	if c.ViewLease == 0 {
-		c.ViewLease = 30 * time.Second
+		c.ViewLease = DefaultViewLease
 	}
 	if c.FetchConcurrency == 0 {
 		c.FetchConcurrency = DefaultFetchConcurrency
 	}
-	return c
 }
 
-// Validate reports every problem with c (after defaults) in one error.
-func (c Config) Validate() error {
-	c = c.WithDefaults()
+// Validate reports every problem with c in one error, naming each field;
+// it matches tiers.ErrInvalidConfig. Call it after EnsureDefaults.
+func (c *Config) Validate() error {
 	var probs []string
-	if c.MaxBlockSize < 0 || c.MaxBlockSize > 1<<31 {
-		probs = append(probs, fmt.Sprintf("max block size %d outside (0, 2 GiB]", c.MaxBlockSize))
+	if c.MaxBlockSize <= 0 || c.MaxBlockSize > 1<<31 {
+		probs = append(probs, fmt.Sprintf("MaxBlockSize %d outside (0, 2 GiB]", c.MaxBlockSize))
 	}
-	if c.MaxBatchBlocks < 0 {
-		probs = append(probs, fmt.Sprintf("max batch blocks %d is negative", c.MaxBatchBlocks))
+	if c.MaxBatchBlocks <= 0 {
+		probs = append(probs, fmt.Sprintf("MaxBatchBlocks %d is not positive", c.MaxBatchBlocks))
 	}
 	if c.MaxBatchBytes < c.MaxBlockSize {
-		probs = append(probs, fmt.Sprintf("max batch bytes %d is below the max block size %d", c.MaxBatchBytes, c.MaxBlockSize))
+		probs = append(probs, fmt.Sprintf("MaxBatchBytes %d is below MaxBlockSize %d", c.MaxBatchBytes, c.MaxBlockSize))
 	}
-	if c.MaxLease < 0 || c.ViewLease < 0 {
-		probs = append(probs, "leases must not be negative")
+	if c.MaxLease <= 0 {
+		probs = append(probs, fmt.Sprintf("MaxLease %v is not positive", c.MaxLease))
 	}
-	if c.FetchConcurrency < 0 || c.FetchConcurrency > 1024 {
-		probs = append(probs, fmt.Sprintf("fetch concurrency %d outside [1, 1024]", c.FetchConcurrency))
+	if c.ViewLease <= 0 {
+		probs = append(probs, fmt.Sprintf("ViewLease %v is not positive", c.ViewLease))
+	}
+	if c.FetchConcurrency <= 0 || c.FetchConcurrency > 1024 {
+		probs = append(probs, fmt.Sprintf("FetchConcurrency %d outside [1, 1024]", c.FetchConcurrency))
 	}
 	if len(probs) == 0 {
 		return nil
@@ -123,12 +133,6 @@ type Node struct {
 	mu        sync.Mutex
 	leases    map[uint64]*tiers.Lease
 	nextLease uint64
-	addrs     Addrs
-	cluster   ClusterLookup
-
-	// respLocks serialise the Redis protocol's writes of one key (by its
-	// hash), so that SET … NX and SET … XX are atomic.
-	respLocks [64]sync.Mutex
 }
 
 // ClusterLookup answers lookups across a cluster's replicated directory
@@ -137,28 +141,13 @@ type ClusterLookup interface {
 	Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix
 }
 
-// SetCluster makes the node answer lookups for the whole cluster.
-func (n *Node) SetCluster(c ClusterLookup) {
-	n.mu.Lock()
-	n.cluster = c
-	n.mu.Unlock()
-}
-
-// Addrs are the endpoints a node serves on, for Info.
-type Addrs struct {
-	GRPC, Data, RESP, HTTP string
-	Transport              string // data-plane transport name
-	// TransportDetail, if set, says what the transport uses underneath
-	// now (ucx: its lanes).
-	TransportDetail func() string
-}
-
 // New returns a node over h. The node owns h: Close closes it.
 func New(h *tiers.Hierarchy, cfg Config) (*Node, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Node{h: h, cfg: cfg.WithDefaults(), started: time.Now(), leases: map[uint64]*tiers.Lease{}}, nil
+	return &Node{h: h, cfg: cfg, started: time.Now(), leases: map[uint64]*tiers.Lease{}}, nil
 }
 
 // Config returns the node's limits.
@@ -167,27 +156,17 @@ func (n *Node) Config() Config { return n.cfg }
 // Hierarchy returns the node's storage.
 func (n *Node) Hierarchy() *tiers.Hierarchy { return n.h }
 
-// SetAddrs records where the node's servers listen.
-func (n *Node) SetAddrs(a Addrs) {
-	n.mu.Lock()
-	n.addrs = a
-	n.mu.Unlock()
-}
-
 // Info describes a node.
 type Info struct {
 	ID      index.NodeID
-	Addrs   Addrs
 	Config  Config
 	Tiers   []index.TierKind
 	Started time.Time
 }
 
-// Info returns the node's identity, addresses and limits.
+// Info returns the node's identity and limits.
 func (n *Node) Info() Info {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return Info{ID: n.h.Node(), Addrs: n.addrs, Config: n.cfg, Tiers: n.h.Kinds(), Started: n.started}
+	return Info{ID: n.h.Node(), Config: n.cfg, Tiers: n.h.Kinds(), Started: n.started}
 }
 
 // CheckBatch refuses a batch of blocks over the node's limits, naming the
@@ -273,11 +252,8 @@ func (n *Node) Lookup(ns index.NamespaceID, chain []index.Hash) (index.Prefix, e
 	if len(chain) > n.cfg.MaxBatchBlocks*64 {
 		return index.Prefix{}, &LimitError{fmt.Sprintf("lookup of %d hashes, over the %d-hash limit", len(chain), n.cfg.MaxBatchBlocks*64)}
 	}
-	n.mu.Lock()
-	c := n.cluster
-	n.mu.Unlock()
-	if c != nil {
-		return c.Lookup(ns, chain), nil
+	if d := n.cfg.Directory; d != nil {
+		return d.Lookup(ns, chain), nil
 	}
 	return n.h.Lookup(ns, chain), nil
 }

@@ -172,11 +172,21 @@ func TestPinnedBlocksSurviveEviction(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	err := Config{MaxBlockSize: 3 << 30, MaxBatchBlocks: -2, MaxBatchBytes: 10, MaxLease: -time.Second}.Validate()
-	for _, want := range []string{"max block size 3221225472", "max batch blocks -2 is negative", "max batch bytes 10", "leases must not be negative"} {
+	c := Config{MaxBlockSize: 3 << 30, MaxBatchBlocks: -2, MaxBatchBytes: 10, MaxLease: -time.Second}
+	c.EnsureDefaults()
+	err := c.Validate()
+	for _, want := range []string{"MaxBlockSize 3221225472", "MaxBatchBlocks -2 is not positive", "MaxBatchBytes 10", "MaxLease -1s is not positive"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v does not say %q", err, want)
 		}
+	}
+	if !errors.Is(err, tiers.ErrInvalidConfig) {
+		t.Errorf("%v is not a tiers.ErrInvalidConfig", err)
+	}
+	var d Config
+	d.EnsureDefaults()
+	if err := d.Validate(); err != nil || d.MaxBlockSize != DefaultMaxBlockSize || d.MaxLease != DefaultMaxLease {
+		t.Errorf("the defaults: %+v, %v", d, err)
 	}
 }
 

@@ -7,10 +7,9 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/transfer"
 )
 
-// Prefetch makes the data plane read a Get's slow blocks ahead. Blocks
+// ReadAhead reads the blocks of a Get, in order, ahead of their sending. Blocks
 // whose fastest copy is not in the top tier (an SSD, an object store) are
 // read in chunks of prefetchChunk blocks through the hierarchy's ReadMany —
 // which turns a chunk of a chain stored together in an object store into
@@ -19,13 +18,14 @@ import (
 // when their turn comes. A long context thus streams back in order at the
 // pace of a few large parallel reads, holding at most the chunks in flight
 // in memory.
-func (d *dataHandler) Prefetch(keys []index.Key) transfer.Opener {
+// Hand the blocks out with Next, then Close it.
+func (n *Node) ReadAhead(keys []index.Key) *ReadAhead {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &prefetch{d: d, keys: keys, slots: make([]slot, len(keys)), ctx: ctx, cancel: cancel,
-		maxChunks: max(1, d.n.cfg.FetchConcurrency/4)}
-	top := d.n.h.Kinds()[0]
+	p := &ReadAhead{n: n, keys: keys, slots: make([]slot, len(keys)), ctx: ctx, cancel: cancel,
+		maxChunks: max(1, n.cfg.FetchConcurrency/4)}
+	top := n.h.Kinds()[0]
 	for i, k := range keys {
-		if _, kind, err := d.n.h.Stat(k); err != nil || kind != top {
+		if _, kind, err := n.h.Stat(k); err != nil || kind != top {
 			p.slots[i].done = make(chan struct{}) // read ahead (a miss may be found in a shared tier)
 		}
 	}
@@ -38,9 +38,10 @@ func (d *dataHandler) Prefetch(keys []index.Key) transfer.Opener {
 // prefetchChunk is how many slow blocks one read ahead covers.
 const prefetchChunk = 16
 
-// prefetch is the Opener of one Get.
-type prefetch struct {
-	d         *dataHandler
+// ReadAhead is the read ahead of one Get (see Node.ReadAhead). Next and
+// Close may be called from different goroutines.
+type ReadAhead struct {
+	n         *Node
 	keys      []index.Key
 	slots     []slot
 	ctx       context.Context // ends when the Get does
@@ -69,7 +70,7 @@ type slot struct {
 // first chunks are small (1, 2, 4, … blocks), and the first is read alone,
 // so that the first block goes out after one small read, not after a whole
 // chunk.
-func (p *prefetch) startLocked() {
+func (p *ReadAhead) startLocked() {
 	for p.chunks < p.maxChunks && p.started < len(p.slots) && p.started < p.next+p.maxChunks*prefetchChunk {
 		if p.issued == 1 && p.chunks == 1 {
 			break // the first block alone: it arrives sooner without company
@@ -91,13 +92,13 @@ func (p *prefetch) startLocked() {
 }
 
 // read reads the blocks of one chunk, handing each over as it arrives.
-func (p *prefetch) read(idx []int) {
+func (p *ReadAhead) read(idx []int) {
 	keys := make([]index.Key, len(idx))
 	for j, i := range idx {
 		keys[j] = p.keys[i]
 	}
 	delivered := make([]bool, len(idx))
-	err := p.d.n.h.ReadMany(p.ctx, keys, func(j int, v []byte, m index.Header, _ index.TierKind, err error) {
+	err := p.n.h.ReadMany(p.ctx, keys, func(j int, v []byte, m index.Header, _ index.TierKind, err error) {
 		p.mu.Lock()
 		s := &p.slots[idx[j]]
 		s.data, s.meta, s.err = v, m, err
@@ -120,20 +121,27 @@ func (p *prefetch) read(idx []int) {
 	}
 }
 
-// Open hands out the next block of the Get, waiting for its read.
-func (p *prefetch) Open(key index.Key) (index.Header, []byte, func(), error) {
+// Next hands out the next block of the Get, key, waiting for its read:
+// its meta and bytes, a release to call once they are written out, and
+// when its read started.
+func (p *ReadAhead) Next(key index.Key) (index.Header, []byte, func(), time.Time, error) {
 	p.mu.Lock()
 	i := p.next
 	if i >= len(p.keys) || p.keys[i] != key {
 		p.mu.Unlock()
-		return index.Header{}, nil, nil, fmt.Errorf("node: prefetched get opened %v out of order", key)
+		return index.Header{}, nil, nil, time.Time{}, fmt.Errorf("node: prefetched get opened %v out of order", key)
 	}
 	p.next++
 	p.startLocked()
 	s := &p.slots[i]
 	p.mu.Unlock()
-	if s.done == nil {
-		return p.d.Open(key)
+	if s.done == nil { // in the top tier: sent from where it lies
+		start := time.Now()
+		v, _, err := p.n.View(key)
+		if err != nil {
+			return index.Header{}, nil, nil, time.Time{}, err
+		}
+		return v.Meta(), v.Bytes(), func() { _ = v.Release() }, start, nil
 	}
 	<-s.done
 	p.mu.Lock()
@@ -141,13 +149,13 @@ func (p *prefetch) Open(key index.Key) (index.Header, []byte, func(), error) {
 	s.data = nil // the transport owns it now
 	p.mu.Unlock()
 	if err != nil {
-		return index.Header{}, nil, nil, dataError(err)
+		return index.Header{}, nil, nil, time.Time{}, err
 	}
-	return m, data, func() { p.d.observe("out", len(data), s.start) }, nil
+	return m, data, func() {}, s.start, nil
 }
 
 // Close ends the Get: reads ahead still in flight are cancelled.
-func (p *prefetch) Close() {
+func (p *ReadAhead) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()

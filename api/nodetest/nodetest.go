@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/kvstrata/kvstrata/api/dataplane"
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/server"
 	pb "github.com/kvstrata/kvstrata/api/v1"
@@ -32,6 +33,9 @@ type Options struct {
 	// Freshness, if set, is what lookups say of the directory's
 	// freshness, as a cluster member's do.
 	Freshness func() *pb.Freshness
+	// DataAddr, if set, is the data-plane address Info names instead of
+	// the one the node serves on.
+	DataAddr string
 }
 
 // Node is a served node.
@@ -49,7 +53,8 @@ func Start(t testing.TB, opts Options) *Node {
 	if opts.SSDBytes == 0 {
 		opts.SSDBytes = 8 << 20
 	}
-	limits := opts.Limits.WithDefaults()
+	limits := opts.Limits
+	limits.EnsureDefaults()
 	var levels []tiers.LevelConfig
 	for _, l := range []struct {
 		kind  index.TierKind
@@ -74,18 +79,18 @@ func Start(t testing.TB, opts Options) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
-	srv := server.Register(g, n)
-	if opts.Freshness != nil {
-		srv.SetFreshness(opts.Freshness)
-	}
-	go g.Serve(lis)
 	dl, err := tcp.New(tcp.Options{MaxBlockSize: int(limits.MaxBlockSize), MaxBlocks: limits.MaxBatchBlocks}).
-		Listen("127.0.0.1:0", n.DataHandler(nil))
+		Listen("127.0.0.1:0", dataplane.NewHandler(n, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.SetAddrs(node.Addrs{GRPC: lis.Addr().String(), Data: dl.Addr(), Transport: "tcp"})
+	addrs := server.Addrs{GRPC: lis.Addr().String(), Data: dl.Addr(), Transport: "tcp"}
+	if opts.DataAddr != "" {
+		addrs.Data = opts.DataAddr
+	}
+	g := grpc.NewServer()
+	server.Register(g, n, server.Options{Addrs: addrs, Freshness: opts.Freshness})
+	go g.Serve(lis)
 	t.Cleanup(func() {
 		dl.Close()
 		g.Stop()

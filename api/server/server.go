@@ -25,27 +25,43 @@ import (
 // ChunkSize is the most block bytes one Get response message carries.
 const ChunkSize = 1 << 20
 
-// Version is reported in NodeInfo; the daemon sets it at build time.
-var Version = "dev"
-
 // Server implements pb.CacheServer over a node.
 type Server struct {
 	pb.UnimplementedCacheServer
-	n     *node.Node
-	fresh func() *pb.Freshness
+	n    *node.Node
+	opts Options
+}
+
+// Options are what the Cache service says about the node besides what the
+// node knows itself.
+type Options struct {
+	// Addrs are where the node's servers listen, for Info.
+	Addrs Addrs
+	// Version is the version Info reports. The default is "dev".
+	Version string
+	// Freshness, if set, makes Lookup say how current the directory that
+	// answers it is (a cluster member's api/cluster.Cluster.Freshness).
+	Freshness func() *pb.Freshness
+}
+
+// Addrs are the endpoints a node serves on.
+type Addrs struct {
+	GRPC, Data, RESP, HTTP string
+	Transport              string // data-plane transport name
+	// TransportDetail, if set, says what the transport uses underneath
+	// now (ucx: its lanes).
+	TransportDetail func() string
 }
 
 // Register adds the Cache service for n to g.
-func Register(g *grpc.Server, n *node.Node) *Server {
-	s := &Server{n: n}
+func Register(g *grpc.Server, n *node.Node, opts Options) *Server {
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	s := &Server{n: n, opts: opts}
 	pb.RegisterCacheServer(g, s)
 	return s
 }
-
-// SetFreshness makes Lookup say how current the directory that answers it
-// is, as fn reports (a cluster member's api/cluster.Cluster.Freshness).
-// Call it before serving.
-func (s *Server) SetFreshness(fn func() *pb.Freshness) { s.fresh = fn }
 
 // Info describes the node.
 func (s *Server) Info(context.Context, *pb.InfoRequest) (*pb.NodeInfo, error) {
@@ -53,16 +69,16 @@ func (s *Server) Info(context.Context, *pb.InfoRequest) (*pb.NodeInfo, error) {
 }
 
 func (s *Server) info() *pb.NodeInfo {
-	i := s.n.Info()
+	i, a := s.n.Info(), s.opts.Addrs
 	out := &pb.NodeInfo{
-		NodeId: uint32(i.ID), Version: Version,
-		GrpcAddr: i.Addrs.GRPC, DataAddr: i.Addrs.Data, Transport: i.Addrs.Transport,
-		RespAddr: i.Addrs.RESP, HttpAddr: i.Addrs.HTTP,
+		NodeId: uint32(i.ID), Version: s.opts.Version,
+		GrpcAddr: a.GRPC, DataAddr: a.Data, Transport: a.Transport,
+		RespAddr: a.RESP, HttpAddr: a.HTTP,
 		MaxBlockSize: uint64(i.Config.MaxBlockSize), MaxBatchBlocks: uint32(i.Config.MaxBatchBlocks),
 		MaxBatchBytes: uint64(i.Config.MaxBatchBytes), StartedUnixMs: i.Started.UnixMilli(),
 	}
-	if i.Addrs.TransportDetail != nil {
-		out.TransportDetail = i.Addrs.TransportDetail()
+	if a.TransportDetail != nil {
+		out.TransportDetail = a.TransportDetail()
 	}
 	for _, t := range i.Tiers {
 		out.Tiers = append(out.Tiers, t.String())
@@ -239,8 +255,8 @@ func (s *Server) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupRes
 		chain[i] = index.Hash(h)
 	}
 	var fresh *pb.Freshness
-	if s.fresh != nil { // before the lookup: its answer is at least this current
-		fresh = s.fresh()
+	if s.opts.Freshness != nil { // before the lookup: its answer is at least this current
+		fresh = s.opts.Freshness()
 	}
 	p, err := s.n.Lookup(index.NamespaceID(req.Namespace), chain)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/api/resp/respnode"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/loadgen"
 	"github.com/kvstrata/kvstrata/transfer"
@@ -46,7 +47,12 @@ func BenchmarkLoadgenGet(b *testing.B) {
 			case "resp":
 				dial = loadgen.Redis(serveRESP(b, n), benchNamespace, 0)
 			case "raw":
-				dataAddr := n.Info().Addrs.Data
+				c, err := client.Dial(context.Background(), addr, client.Options{NoDataPlane: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				dataAddr := c.Info().GetDataAddr()
+				c.Close()
 				dial = func(ctx context.Context) (loadgen.Target, error) {
 					conn, err := tcp.New(tcp.Options{}).Dial(ctx, dataAddr)
 					return &rawTarget{conn: conn}, err
@@ -83,7 +89,7 @@ func cpuTime(fn func()) time.Duration {
 
 // serveRESP serves n's Redis-protocol endpoint on loopback.
 func serveRESP(b *testing.B, n *node.Node) string {
-	rs, err := resp.NewServer(n.RESPStore(), &resp.Config{})
+	rs, err := resp.NewServer(respnode.New(n), &resp.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,8 +2,9 @@
 // node: DRAM and SSD tiers behind a gRPC control plane, a data plane for
 // block bytes, a Redis-protocol endpoint, and Prometheus metrics.
 //
-// main only wires: configuration is package config, the node is packages
-// api/... and tiers/..., and serve.go puts them together.
+// main only wires: configuration is package config, the node is put
+// together by api/daemon from the packages api/... and tiers/..., and
+// internal/lifecycle runs it; serve.go hands the one to the other.
 package main
 
 import (

@@ -317,7 +317,7 @@ func TestANodeThatCannotLocateServesEverything(t *testing.T) {
 	c := newCache(t, 6)
 	c.toStore(t, all(6)...)
 	g := grpc.NewServer()
-	pb.RegisterCacheServer(g, oldNode{server.Register(grpc.NewServer(), c.node.Node)})
+	pb.RegisterCacheServer(g, oldNode{server.Register(grpc.NewServer(), c.node.Node, server.Options{})})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package node
+package respnode_test
 
 import (
 	"context"
@@ -6,10 +6,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kvstrata/kvstrata/api/node"
+	"github.com/kvstrata/kvstrata/api/nodetest"
+	"github.com/kvstrata/kvstrata/api/resp/respnode"
 )
 
 func TestRESPSetNXIsAtomic(t *testing.T) {
-	s := newNode(t).RESPStore()
+	s := newStore(t)
 	ctx := context.Background()
 	for round := range 20 {
 		key := fmt.Sprintf("lock:%d", round)
@@ -34,7 +38,7 @@ func TestRESPSetNXIsAtomic(t *testing.T) {
 }
 
 func TestRESPSetXXStoresOnlyOverAValue(t *testing.T) {
-	s := newNode(t).RESPStore()
+	s := newStore(t)
 	ctx := context.Background()
 	if ok, err := s.SetIf(ctx, "k", []byte("v"), true); ok || err != nil {
 		t.Fatalf("SET XX of a missing key: %v %v", ok, err)
@@ -54,4 +58,10 @@ func TestRESPSetXXStoresOnlyOverAValue(t *testing.T) {
 	if ok, err := s.SetIf(ctx, "k", big, true); ok || err == nil {
 		t.Fatal("SET XX over the block limit was accepted")
 	}
+}
+
+// newStore returns the Store of a node with a 64 KiB block limit.
+func newStore(t *testing.T) *respnode.Store {
+	n := nodetest.Start(t, nodetest.Options{Limits: node.Config{MaxBlockSize: 64 << 10}, Inline: true})
+	return respnode.New(n.Node)
 }

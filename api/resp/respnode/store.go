@@ -1,4 +1,10 @@
-package node
+// Package respnode serves a cache node's blocks to Redis clients: it is
+// the resp.Store of an api/node.Node. Values go through the same tiers,
+// limits and checksums as every other block; key k is block
+// {index.RESPNamespace, xxhash64(k)}, stored with k in front of its value.
+//
+// A Store is safe for concurrent use.
+package respnode
 
 import (
 	"context"
@@ -6,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
+	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/resp"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/units"
@@ -18,20 +26,27 @@ import (
 // never as each other's value.
 const respHeader = 4
 
-// RESPStore serves a node's blocks to Redis clients (resp.Store). Values go
-// through the same tiers as every other block.
-type RESPStore struct{ n *Node }
+// Store serves a node's blocks to Redis clients (resp.Store). Give a node
+// one Store: its locks make SET … NX and SET … XX atomic among the writes
+// that go through it.
+type Store struct {
+	n *node.Node
+	h *tiers.Hierarchy
+
+	// locks serialise the writes of one key (by its hash).
+	locks [64]sync.Mutex
+}
 
 var (
-	_ resp.Store             = (*RESPStore)(nil)
-	_ resp.ConditionalSetter = (*RESPStore)(nil)
+	_ resp.Store             = (*Store)(nil)
+	_ resp.ConditionalSetter = (*Store)(nil)
 )
 
-// RESPStore returns the node as a resp.Store.
-func (n *Node) RESPStore() *RESPStore { return &RESPStore{n: n} }
+// New returns n as a resp.Store.
+func New(n *node.Node) *Store { return &Store{n: n, h: n.Hierarchy()} }
 
 // View returns the value in place (no copy from DRAM).
-func (s *RESPStore) View(_ context.Context, key string) ([]byte, func(), error) {
+func (s *Store) View(_ context.Context, key string) ([]byte, func(), error) {
 	v, _, err := s.n.View(index.RESPKey(key))
 	if err != nil {
 		return nil, nil, respError(err)
@@ -50,14 +65,14 @@ func (s *RESPStore) View(_ context.Context, key string) ([]byte, func(), error) 
 }
 
 // lock holds the write lock of key's block.
-func (s *RESPStore) lock(k index.Key) func() {
-	mu := &s.n.respLocks[uint64(k.Hash)%uint64(len(s.n.respLocks))]
+func (s *Store) lock(k index.Key) func() {
+	mu := &s.locks[uint64(k.Hash)%uint64(len(s.locks))]
 	mu.Lock()
 	return mu.Unlock
 }
 
 // Set stores value, copying it once, straight into the fastest tier.
-func (s *RESPStore) Set(_ context.Context, key string, value []byte) error {
+func (s *Store) Set(_ context.Context, key string, value []byte) error {
 	if err := s.checkSize(key, value); err != nil {
 		return err
 	}
@@ -71,7 +86,7 @@ func (s *RESPStore) Set(_ context.Context, key string, value []byte) error {
 // other write through the Redis protocol — the only writers of its keys.
 // An eviction may still remove the key between them; for XX that is the
 // same as the eviction coming just after the SET.
-func (s *RESPStore) SetIf(ctx context.Context, key string, value []byte, exists bool) (bool, error) {
+func (s *Store) SetIf(ctx context.Context, key string, value []byte, exists bool) (bool, error) {
 	if err := s.checkSize(key, value); err != nil {
 		return false, err
 	}
@@ -83,17 +98,17 @@ func (s *RESPStore) SetIf(ctx context.Context, key string, value []byte, exists 
 	return true, s.set(k, key, value)
 }
 
-func (s *RESPStore) checkSize(key string, value []byte) error {
+func (s *Store) checkSize(key string, value []byte) error {
 	size := respHeader + len(key) + len(value)
-	if int64(size) > s.n.cfg.MaxBlockSize {
-		return resp.Mark(&LimitError{fmt.Sprintf("value of %s with its key is over the %s limit (limits.max-block-size)",
-			units.FormatBytes(int64(size)), units.FormatBytes(s.n.cfg.MaxBlockSize))}, resp.ErrTooLarge)
+	if int64(size) > s.n.Config().MaxBlockSize {
+		return resp.Mark(&node.LimitError{Msg: fmt.Sprintf("value of %s with its key is over the %s limit (limits.max-block-size)",
+			units.FormatBytes(int64(size)), units.FormatBytes(s.n.Config().MaxBlockSize))}, resp.ErrTooLarge)
 	}
 	return nil
 }
 
 // set stores key's value as block k, of a size checkSize accepted.
-func (s *RESPStore) set(k index.Key, key string, value []byte) error {
+func (s *Store) set(k index.Key, key string, value []byte) error {
 	var hdr [respHeader]byte
 	binary.LittleEndian.PutUint32(hdr[:], uint32(len(key)))
 	d := index.NewDigest()
@@ -116,8 +131,8 @@ func (s *RESPStore) set(k index.Key, key string, value []byte) error {
 // Exists reports whether some tier holds key's block. It trusts the 64-bit
 // hash (a collision, about 1 in 10^19 per pair of keys, would read as
 // present); GET checks the stored key.
-func (s *RESPStore) Exists(_ context.Context, key string) (bool, error) {
-	_, _, err := s.n.h.Find(index.RESPKey(key))
+func (s *Store) Exists(_ context.Context, key string) (bool, error) {
+	_, _, err := s.h.Find(index.RESPKey(key))
 	if errors.Is(err, tiers.ErrNotFound) {
 		return false, nil
 	}
@@ -125,10 +140,10 @@ func (s *RESPStore) Exists(_ context.Context, key string) (bool, error) {
 }
 
 // Delete removes key from every tier.
-func (s *RESPStore) Delete(_ context.Context, key string) (bool, error) {
+func (s *Store) Delete(_ context.Context, key string) (bool, error) {
 	k := index.RESPKey(key)
 	defer s.lock(k)()
-	err := s.n.h.Delete(k)
+	err := s.h.Delete(k)
 	if errors.Is(err, tiers.ErrNotFound) {
 		return false, nil
 	}
@@ -137,13 +152,13 @@ func (s *RESPStore) Delete(_ context.Context, key string) (bool, error) {
 
 // Len counts the keys stored through the Redis protocol. It walks the
 // node's block table, so it costs time in the number of blocks.
-func (s *RESPStore) Len(context.Context) (int64, error) {
-	return int64(len(s.n.h.Blocks(func(b tiers.BlockInfo) bool { return b.Key.NS == index.RESPNamespace }))), nil
+func (s *Store) Len(context.Context) (int64, error) {
+	return int64(len(s.h.Blocks(func(b tiers.BlockInfo) bool { return b.Key.NS == index.RESPNamespace }))), nil
 }
 
 // Info adds the tiers to INFO.
-func (s *RESPStore) Info(context.Context) []resp.InfoField {
-	hs := s.n.h.Stats()
+func (s *Store) Info(context.Context) []resp.InfoField {
+	hs := s.h.Stats()
 	var out []resp.InfoField
 	for _, l := range hs.Levels {
 		t := l.Kind.String()
@@ -169,7 +184,7 @@ func respError(err error) error {
 		return nil
 	case errors.Is(err, tiers.ErrNotFound):
 		return resp.Mark(err, resp.ErrNotFound)
-	case errors.Is(err, tiers.ErrTooLarge), errors.Is(err, ErrLimit):
+	case errors.Is(err, tiers.ErrTooLarge), errors.Is(err, node.ErrLimit):
 		return resp.Mark(err, resp.ErrTooLarge)
 	case errors.Is(err, tiers.ErrFull), errors.Is(err, tiers.ErrNoSpace):
 		return resp.Mark(err, resp.ErrFull)

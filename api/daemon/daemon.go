@@ -1,0 +1,303 @@
+// Package daemon assembles a cache node from its configuration and runs it
+// as a part of a process (internal/lifecycle): the cluster membership, the
+// tiers, the node, and its servers — gRPC, the data plane, the Redis
+// protocol, metrics and health. It is the top of the api/ floor, the one
+// package there that reads a config.Config; `kvstrata serve` runs one Node,
+// and a process that runs more parts (a cache node, workers, a frontend)
+// runs it beside them.
+//
+// Start brings the node up in this order: the cluster (raft) first, since
+// the tiers publish their changes to it from the moment they load; the
+// tiers and the node; the listeners (gRPC, data plane, RESP, HTTP), so that
+// every address is known before the gRPC service that reports them is
+// made; the gRPC server; the node's member record in the cluster; a wait
+// until the directory lists what the tiers loaded. Only then is it ready.
+// Stop takes it down in the order that lets requests in flight finish:
+// not ready, data plane and RESP drained, gRPC stopped gracefully (cut at
+// the deadline), HTTP, the tiers, then the cluster.
+//
+// Ready and Failed are safe for concurrent use; Start and Stop are called
+// once each, Stop only after a Start that succeeded.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/kvstrata/kvstrata/api/cluster"
+	"github.com/kvstrata/kvstrata/api/dataplane"
+	"github.com/kvstrata/kvstrata/api/metrics"
+	"github.com/kvstrata/kvstrata/api/node"
+	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/api/resp/respnode"
+	"github.com/kvstrata/kvstrata/api/server"
+	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/raftstore"
+	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/transfer"
+)
+
+// Options are what a Node needs besides its configuration.
+type Options struct {
+	// Logger receives the node's lines. The default is slog.Default().
+	Logger *slog.Logger
+	// Version is the version the node reports. The default is "dev".
+	Version string
+	// Transport serves the data plane; required when the configuration
+	// listens for it (listen.data), built from the configuration by the
+	// binary, which knows which backends it has.
+	Transport transfer.Transport
+}
+
+// Node is a cache node as one part of a process.
+type Node struct {
+	cfg  config.Config
+	opts Options
+	log  *slog.Logger
+
+	ready  atomic.Bool // started and not stopping
+	failed chan error  // a server that stopped on its own
+
+	// Set by Start.
+	cl         *cluster.Cluster
+	h          *tiers.Hierarchy
+	n          *node.Node
+	g          *grpc.Server
+	hs         *health.Server
+	hsrv       *http.Server
+	addrs      server.Addrs
+	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
+	healthDone chan struct{}
+}
+
+// New returns a cache node of cfg (a resolved configuration), not started.
+func New(cfg config.Config, opts Options) (*Node, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if cfg.Listen.Data != "" && opts.Transport == nil {
+		return nil, fmt.Errorf("daemon: the data plane is to listen on %s, but no transport is given", cfg.Listen.Data)
+	}
+	return &Node{cfg: cfg, opts: opts, log: opts.Logger, failed: make(chan error, 4)}, nil
+}
+
+// Name names the part.
+func (d *Node) Name() string { return "cache node" }
+
+// Failed yields the error of a server that stopped on its own.
+func (d *Node) Failed() <-chan error { return d.failed }
+
+// Ready is nil while the node is started, not stopping, and its replica
+// of the directory is current (/readyz).
+func (d *Node) Ready() error {
+	if !d.ready.Load() {
+		return errors.New("starting or shutting down")
+	}
+	return d.cl.Ready()
+}
+
+// Addrs are where the node's servers listen, once Start has returned nil:
+// what a part beside it in the process dials.
+func (d *Node) Addrs() server.Addrs { return d.addrs }
+
+// Start opens and starts everything, in the order the package comment
+// gives; if a step fails, it closes what it opened, in reverse.
+func (d *Node) Start(ctx context.Context) (err error) {
+	start := time.Now()
+	cfg, log := d.cfg, d.log
+	var undo []func() // closes what is open so far, in reverse, if starting fails
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	// The cluster first: the tiers publish their changes to it from the
+	// moment they load.
+	cl, err := openCluster(cfg, log)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, func() { cl.Close() })
+	self := index.NodeID(cfg.NodeID)
+	cl.Publish(index.Change{Kind: index.ChangeNodeDropped, Loc: index.Location{Node: self}}) // what a crash left listed
+	h, err := openTiers(ctx, cfg, log, cl.Publish)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(h, node.Config{MaxBlockSize: int64(cfg.Limits.MaxBlockSize),
+		MaxBatchBlocks: cfg.Limits.MaxBatchBlocks, MaxBatchBytes: int64(cfg.Limits.MaxBatchBytes),
+		FetchConcurrency: cfg.S3.Concurrency, Directory: cl})
+	if err != nil {
+		h.Close()
+		return err
+	}
+	undo = append(undo, func() { n.Close() })
+	m := metrics.New(h.Stats, map[string]string{"version": d.opts.Version, "node_id": fmt.Sprint(cfg.NodeID), "transport": cfg.Transport})
+
+	// The listeners, so that every address is known before the services
+	// that report them are made.
+	glis, err := net.Listen("tcp", cfg.Listen.GRPC)
+	if err != nil {
+		return fmt.Errorf("listen grpc %s: %w", cfg.Listen.GRPC, err)
+	}
+	undo = append(undo, func() { glis.Close() })
+	addrs := server.Addrs{GRPC: glis.Addr().String(), Transport: cfg.Transport}
+
+	// Data plane.
+	if cfg.Listen.Data != "" {
+		l, err := d.opts.Transport.Listen(cfg.Listen.Data, dataplane.NewHandler(n, func(dir string, bytes int, start time.Time) {
+			m.DataBytes(dir, bytes)
+			m.Observe("data", map[string]string{"in": "put", "out": "get"}[dir], start)
+		}))
+		if err != nil {
+			return fmt.Errorf("listen data %s: %w", cfg.Listen.Data, err)
+		}
+		addrs.Data = l.Addr()
+		if ds, ok := l.(interface{ Describe() string }); ok {
+			addrs.TransportDetail = ds.Describe
+			log.Info("data plane", "transport", cfg.Transport, "detail", ds.Describe())
+		}
+		d.stops = append(d.stops, func(ctx context.Context) {
+			if dr, ok := l.(transfer.Drainer); ok { // let gets and puts in flight finish
+				if err := dr.Shutdown(ctx); err != nil {
+					log.Warn("data plane: requests cut at the shutdown deadline", "err", err)
+				}
+				return
+			}
+			l.Close()
+		})
+		undo = append(undo, func() { l.Close() })
+	}
+
+	// Redis protocol.
+	if cfg.Listen.RESP != "" {
+		maxBulk, pending := max(int64(cfg.Limits.MaxBlockSize)*2, resp.DefaultMaxBulkLen), int64(cfg.Limits.MaxPendingRESPBytes)
+		rs, err := resp.NewServer(respnode.New(n), &resp.Config{MaxClients: cfg.Limits.MaxConnections,
+			MaxBulkLen: maxBulk, MaxCommandBytes: max(maxBulk, min(resp.DefaultMaxCommandBytes, pending)),
+			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
+			MinReadRate: int64(cfg.Limits.MinRequestRate), Version: d.opts.Version,
+			Logger:    log.With("server", "resp"),
+			OnCommand: func(name string, start time.Time) { m.Observe("resp", name, start) }})
+		if err != nil {
+			return err
+		}
+		rl, err := net.Listen("tcp", cfg.Listen.RESP)
+		if err != nil {
+			return fmt.Errorf("listen resp %s: %w", cfg.Listen.RESP, err)
+		}
+		go func() {
+			if err := rs.Serve(rl); err != nil && !errors.Is(err, resp.ErrServerClosed) {
+				d.failed <- fmt.Errorf("resp: %w", err)
+			}
+		}()
+		addrs.RESP = rl.Addr().String()
+		m.WatchRESP(func() (map[string]uint64, int) { st := rs.Stats(); return st.Commands, st.ConnectedClients })
+		d.stops = append(d.stops, func(ctx context.Context) {
+			if err := rs.Shutdown(ctx); err != nil { // commands in flight finish
+				log.Warn("resp: shutdown", "err", err)
+			}
+		})
+		undo = append(undo, func() { rs.Close() })
+	}
+
+	// Metrics and health.
+	if cfg.Listen.HTTP != "" {
+		hl, err := net.Listen("tcp", cfg.Listen.HTTP)
+		if err != nil {
+			return fmt.Errorf("listen http %s: %w", cfg.Listen.HTTP, err)
+		}
+		d.hsrv = &http.Server{Handler: m.Handler(cfg.Pprof, d.checks(cl, h)...), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := d.hsrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.failed <- fmt.Errorf("http: %w", err)
+			}
+		}()
+		addrs.HTTP = hl.Addr().String()
+		undo = append(undo, func() { d.hsrv.Close() })
+	}
+
+	// Control plane.
+	g := grpc.NewServer(grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
+		grpc.MaxRecvMsgSize(16<<20))
+	server.Register(g, n, server.Options{Addrs: addrs, Version: d.opts.Version,
+		Freshness: func() *pb.Freshness { return cluster.FreshnessToPB(cl.Freshness()) }})
+	cl.Register(g)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until ready
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	go func() { d.failed <- fmt.Errorf("grpc: %w", g.Serve(glis)) }()
+	undo = append(undo, g.Stop)
+
+	if err := cl.Start(raftstore.Member{Name: cfg.Cluster.Name, GRPCAddr: addrs.GRPC, DataAddr: addrs.Data, Transport: cfg.Transport},
+		func() []raftstore.TierUsage { return usage(h) }); err != nil {
+		return err
+	}
+	// Ready once the directory lists what the tiers loaded, so that the
+	// first lookups answer right; a cluster without quorum gets a while.
+	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
+	if err := cl.Sync(syncCtx); err != nil {
+		log.Warn("the directory does not list this node's blocks yet", "err", err)
+	}
+	cancelSync()
+	d.cl, d.h, d.n, d.g, d.hs, d.addrs = cl, h, n, g, hs, addrs
+	d.ready.Store(true)
+	d.healthDone = make(chan struct{})
+	go followHealth(hs, func() bool { return d.Ready() == nil }, d.healthDone)
+	hst := h.Stats()
+	log.Info("kvstrata serving", "version", d.opts.Version, "node", cfg.NodeID, "grpc", addrs.GRPC, "data", addrs.Data,
+		"transport", cfg.Transport, "resp", addrs.RESP, "http", addrs.HTTP, "raft", cfg.Cluster.RaftAddr,
+		"tiers", tierSummary(hst), "blocks", hst.Keys, "startup", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// Stop shuts the node down: it stops being ready, drains the data plane
+// and RESP, stops gRPC gracefully — cutting what is in flight at ctx's
+// deadline — then closes HTTP, the tiers and the cluster.
+func (d *Node) Stop(ctx context.Context) error {
+	d.ready.Store(false)
+	close(d.healthDone)
+	d.hs.Shutdown()
+	cut := context.AfterFunc(ctx, func() {
+		d.log.Warn("shutdown timeout: cutting in-flight requests")
+		d.g.Stop()
+	})
+	for i := len(d.stops) - 1; i >= 0; i-- {
+		d.stops[i](ctx)
+	}
+	d.g.GracefulStop()
+	cut()
+	if d.hsrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = d.hsrv.Shutdown(sctx)
+		cancel()
+	}
+	err := d.n.Close()
+	if err != nil {
+		d.log.Error("closing the tiers", "err", err)
+	}
+	if cerr := d.cl.Close(); cerr != nil {
+		d.log.Error("leaving raft", "err", cerr)
+		err = errors.Join(err, cerr)
+	}
+	return err
+}

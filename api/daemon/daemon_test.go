@@ -1,0 +1,124 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/kvstrata/kvstrata/api/client"
+	"github.com/kvstrata/kvstrata/api/daemon"
+	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/internal/lifecycle"
+	"github.com/kvstrata/kvstrata/transfer/tcp"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// newConfig is a lone node's configuration in dir, on loopback ports.
+func newConfig(t *testing.T, dir string, flags map[string]string) config.Config {
+	t.Helper()
+	all := map[string]string{"data-dir": dir, "dram-capacity": "16MiB", "ssd-capacity": "64MiB",
+		"listen-grpc": "127.0.0.1:0", "listen-data": "127.0.0.1:0", "listen-resp": "127.0.0.1:0", "listen-http": "127.0.0.1:0",
+		"cluster-raft-addr": freeAddr(t)}
+	for k, v := range flags {
+		all[k] = v
+	}
+	l, err := config.Load("", func(string) string { return "" }, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	return l.Config
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A node run by a lifecycle Runner becomes ready, reports every address it
+// listens on (they are known before the gRPC service is made), serves
+// blocks, and stops cleanly when asked.
+func TestNodeRunsUnderARunner(t *testing.T) {
+	cfg := newConfig(t, t.TempDir(), nil)
+	n, err := daemon.New(cfg, daemon.Options{Logger: quiet(), Version: "test", Transport: tcp.New(tcp.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := lifecycle.New(lifecycle.Config{ShutdownTimeout: 10 * time.Second, Logger: quiet()}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	for deadline := time.Now().Add(20 * time.Second); r.Ready() != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after 20s: %v", r.Ready())
+		}
+	}
+	if err := n.Ready(); err != nil {
+		t.Fatalf("the runner is ready, the node says %v", err)
+	}
+	a := n.Addrs()
+	if a.GRPC == "" || a.Data == "" || a.RESP == "" || a.HTTP == "" {
+		t.Fatalf("addrs: %+v", a)
+	}
+	c, err := client.Dial(context.Background(), a.GRPC, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Info(); got.GetDataAddr() != a.Data || got.GetRespAddr() != a.RESP || got.GetHttpAddr() != a.HTTP || got.GetVersion() != "test" {
+		t.Errorf("NodeInfo over gRPC %v, want the addresses of %+v and version test", got, a)
+	}
+	c.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after a stop asked for: %v", err)
+	}
+	if err := n.Ready(); err == nil {
+		t.Fatal("ready after it stopped")
+	}
+}
+
+// A start that fails — here a port taken — closes what it opened: the
+// same directory and raft address start again at once.
+func TestAFailedStartClosesWhatItOpened(t *testing.T) {
+	dir, taken := t.TempDir(), freeAddr(t)
+	l, err := net.Listen("tcp", taken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := newConfig(t, dir, map[string]string{"listen-http": taken})
+	n, err := daemon.New(cfg, daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var op *net.OpError
+	if err := n.Start(context.Background()); !errors.As(err, &op) {
+		t.Fatalf("start with the HTTP port taken: %v", err)
+	}
+	l.Close()
+	cfg.Listen.HTTP = "127.0.0.1:0"
+	n, err = daemon.New(cfg, daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatalf("start again over the same data and raft address: %v", err)
+	}
+	if err := n.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,68 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kvstrata/kvstrata/api/cluster"
+	"github.com/kvstrata/kvstrata/api/metrics"
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+// checks are the node's health checks (/readyz, /healthz): the node is
+// started and not stopping, its replica of the directory is current, and
+// — advisory — each tier is available and not degraded.
+func (d *Node) checks(cl *cluster.Cluster, h *tiers.Hierarchy) []metrics.Check {
+	checks := []metrics.Check{{Name: "node", Fn: func() error {
+		if !d.ready.Load() {
+			return errors.New("starting or shutting down")
+		}
+		return nil
+	}}, {Name: "cluster", Fn: cl.Ready}}
+	for i, kind := range h.Kinds() {
+		checks = append(checks, metrics.Check{Name: "tier " + kind.String(), Advisory: true, Fn: func() error {
+			l := h.Stats().Levels[i]
+			if l.Unavailable != nil {
+				return l.Unavailable
+			}
+			if l.Degraded != nil {
+				return fmt.Errorf("degraded: %w", l.Degraded)
+			}
+			return nil
+		}})
+	}
+	return checks
+}
+
+// healthEvery is how often the gRPC health service is brought in line with
+// readiness.
+const healthEvery = 100 * time.Millisecond
+
+// followHealth sets the gRPC health service's overall status to SERVING
+// while ready says so and NOT_SERVING otherwise — the node's readiness
+// (/readyz): started, and its replica of the directory current — until
+// done is closed.
+func followHealth(hs *health.Server, ready func() bool, done <-chan struct{}) {
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	serving := false
+	for first := true; ; first = false {
+		if r := ready(); first || r != serving {
+			serving = r
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if r {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			hs.SetServingStatus("", st)
+		}
+		select {
+		case <-t.C:
+		case <-done:
+			return
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kvstrata/kvstrata/api/cluster"
+	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
+	"github.com/kvstrata/kvstrata/raftstore"
+	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/tiers/dram"
+	"github.com/kvstrata/kvstrata/tiers/policy"
+	"github.com/kvstrata/kvstrata/tiers/s3"
+	"github.com/kvstrata/kvstrata/tiers/ssd"
+)
+
+// openCluster starts the node's raft replica of the block directory.
+func openCluster(cfg config.Config, log *slog.Logger) (*cluster.Cluster, error) {
+	var peers []raftstore.Peer
+	if cfg.Cluster.Bootstrap != "" {
+		listed, _ := config.ParsePeers(cfg.Cluster.Bootstrap) // validated
+		for _, p := range listed {
+			peers = append(peers, raftstore.Peer{ID: index.NodeID(p.ID), RaftAddr: p.RaftAddr})
+		}
+	}
+	skip, _ := config.ParseSkipEntries(cfg.Cluster.SkipEntries) // validated
+	name := cfg.Cluster.Name
+	if name == "" {
+		host, _ := os.Hostname()
+		name = fmt.Sprintf("%s-%d", host, cfg.NodeID)
+	}
+	return cluster.Open(cluster.Config{ID: index.NodeID(cfg.NodeID), Name: name, Dir: filepath.Join(cfg.DataDir, "raft"),
+		RaftAddr: cfg.Cluster.RaftAddr, Bootstrap: peers, Join: cfg.Cluster.Join,
+		HeartbeatInterval: cfg.Cluster.HeartbeatInterval, LivenessTimeout: cfg.Cluster.LivenessTimeout,
+		SkipEntries: skip, Logger: log.With("component", "cluster")})
+}
+
+// openTiers opens the tiers the configuration asks for and stacks them;
+// onChange hears every change of their contents.
+func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger, onChange func(index.Change)) (*tiers.Hierarchy, error) {
+	maxBlock := int64(cfg.Limits.MaxBlockSize)
+	d, err := dram.New(dram.Config{Capacity: int64(cfg.DRAM.Capacity), PageSize: int(cfg.DRAM.PageSize), MaxBlockSize: maxBlock})
+	if err != nil {
+		return nil, err
+	}
+	dramPolicy, _ := policy.New(cfg.DRAM.Policy) // validated
+	levels := []tiers.LevelConfig{{Kind: index.TierDRAM, Tier: d, Policy: dramPolicy,
+		HighWatermark: cfg.DRAM.HighWatermark, LowWatermark: cfg.DRAM.LowWatermark}}
+	if cfg.SSD.Enabled {
+		durability := ssd.DurabilityFlush
+		if cfg.SSD.WAL {
+			durability = ssd.DurabilityWAL
+		}
+		s, err := ssd.Open(ssd.Config{Dir: cfg.SSD.Dir, Capacity: int64(cfg.SSD.Capacity), MaxBlockSize: maxBlock,
+			Durability: durability, Logger: log.With("tier", "ssd")})
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		ssdPolicy, _ := policy.New(cfg.SSD.Policy)
+		levels = append(levels, tiers.LevelConfig{Kind: index.TierSSD, Tier: s, Policy: ssdPolicy,
+			HighWatermark: cfg.SSD.HighWatermark, LowWatermark: cfg.SSD.LowWatermark, AdmitMinSeen: cfg.SSD.AdmitMinSeen})
+	}
+	if c := cfg.S3; c.Endpoint != "" {
+		s, err := s3.Open(ctx, s3.Config{Endpoint: c.Endpoint, Bucket: c.Bucket, Prefix: c.Prefix, Region: c.Region,
+			Secure: c.Secure, AccessKey: c.AccessKey, SecretKey: c.SecretKey, CreateBucket: c.CreateBucket,
+			OpenOffline: !c.RequireAtStart, Capacity: int64(c.Capacity), MaxBlockSize: maxBlock, SegmentSize: int64(c.SegmentSize),
+			FlushInterval: c.FlushInterval, MaxPendingBytes: int64(c.MaxPending), Concurrency: c.Concurrency,
+			GarbageAge: garbageAge(c.GarbageAge), ProbeTimeout: c.ProbeTimeout, Logger: log.With("tier", "s3")})
+		if err != nil {
+			for _, l := range levels {
+				l.Tier.Close()
+			}
+			return nil, fmt.Errorf("s3 tier at %s: %w", c.Endpoint, err)
+		}
+		s3Policy, _ := policy.New(c.Policy)
+		into, _ := c.PromoteKinds(cfg.SSD.Enabled) // validated
+		levels = append(levels, tiers.LevelConfig{Kind: index.TierS3, Tier: s, Policy: s3Policy, Shared: true, PromoteInto: into})
+	}
+	h, err := tiers.New(tiers.Config{Node: index.NodeID(cfg.NodeID), Levels: levels, OnChange: onChange})
+	if err != nil {
+		for _, l := range levels {
+			l.Tier.Close()
+		}
+		return nil, err
+	}
+	return h, nil
+}
+
+// usage is the node's tier usage, for the cluster's heartbeats.
+func usage(h *tiers.Hierarchy) []raftstore.TierUsage {
+	var out []raftstore.TierUsage
+	for _, l := range h.Stats().Levels {
+		out = append(out, raftstore.TierUsage{Tier: l.Kind, Capacity: uint64(l.Capacity), Used: uint64(l.Used), Blocks: uint64(l.Blocks)})
+	}
+	return out
+}
+
+func tierSummary(s tiers.HierarchyStats) string {
+	var parts []string
+	for _, l := range s.Levels {
+		parts = append(parts, fmt.Sprintf("%s %s/%s (%s)", l.Kind, units.FormatBytes(l.Used), units.FormatBytes(l.Capacity), l.Policy))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// garbageAge maps s3.garbage-age (0: never) to s3.Config.GarbageAge
+// (negative: never).
+func garbageAge(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}

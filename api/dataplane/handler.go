@@ -1,0 +1,114 @@
+// Package dataplane serves a cache node's blocks over the data plane: it
+// is the transfer.Handler of an api/node.Node. Gets are written to the
+// socket straight from the tier's memory (a pinned view), puts are read
+// from the socket straight into a reservation in the fastest tier.
+//
+// A Handler is safe for concurrent use.
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvstrata/kvstrata/api/node"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/transfer"
+)
+
+// Observer is told about each block the data plane moved: its
+// direction ("in" for puts, "out" for gets), its size and when the
+// transfer of it started.
+type Observer func(direction string, bytes int, start time.Time)
+
+// Handler is a node as the data plane's transfer.Handler.
+type Handler struct {
+	n       *node.Node
+	observe Observer
+}
+
+var (
+	_ transfer.Handler    = (*Handler)(nil)
+	_ transfer.Prefetcher = (*Handler)(nil)
+)
+
+// NewHandler returns n as a transfer.Handler; observe, if not nil, hears
+// of every block moved.
+func NewHandler(n *node.Node, observe Observer) *Handler {
+	if observe == nil {
+		observe = func(string, int, time.Time) {}
+	}
+	return &Handler{n: n, observe: observe}
+}
+
+func (d *Handler) Open(key index.Key) (index.Header, []byte, func(), error) {
+	start := time.Now()
+	v, _, err := d.n.View(key)
+	if err != nil {
+		return index.Header{}, nil, nil, dataError(err)
+	}
+	m, b := v.Meta(), v.Bytes()
+	return m, b, func() {
+		_ = v.Release()
+		d.observe("out", len(b), start)
+	}, nil
+}
+
+func (d *Handler) Reserve(h index.Header) ([]byte, func(bool) error, error) {
+	start := time.Now()
+	r, err := d.n.Reserve(h)
+	if err != nil {
+		return nil, nil, dataError(err)
+	}
+	return r.Bytes(), func(ok bool) error {
+		if !ok { // the transport found the bytes did not match the sum
+			r.Abort()
+			return nil
+		}
+		if err := r.Commit(); err != nil {
+			return dataError(err)
+		}
+		d.observe("in", int(h.Size), start)
+		return nil
+	}, nil
+}
+
+// Prefetch reads a Get's slow blocks ahead (see node.Node.ReadAhead).
+func (d *Handler) Prefetch(keys []index.Key) transfer.Opener {
+	return &prefetch{d: d, ra: d.n.ReadAhead(keys)}
+}
+
+// prefetch is the Opener of one Get.
+type prefetch struct {
+	d  *Handler
+	ra *node.ReadAhead
+}
+
+func (p *prefetch) Open(key index.Key) (index.Header, []byte, func(), error) {
+	m, b, release, start, err := p.ra.Next(key)
+	if err != nil {
+		return index.Header{}, nil, nil, dataError(err)
+	}
+	return m, b, func() {
+		release()
+		p.d.observe("out", len(b), start)
+	}, nil
+}
+
+func (p *prefetch) Close() { p.ra.Close() }
+
+// dataError tags the node's errors with the data plane's sentinels.
+func dataError(err error) error {
+	switch {
+	case errors.Is(err, tiers.ErrNotFound):
+		return fmt.Errorf("%w: %v", transfer.ErrNotFound, err)
+	case errors.Is(err, tiers.ErrFull), errors.Is(err, tiers.ErrNoSpace):
+		return fmt.Errorf("%w: %v", transfer.ErrFull, err)
+	case errors.Is(err, tiers.ErrUnavailable):
+		return fmt.Errorf("%w: %v", transfer.ErrUnavailable, err)
+	case errors.Is(err, node.ErrLimit), errors.Is(err, tiers.ErrInvalid), errors.Is(err, node.ErrChecksum):
+		return fmt.Errorf("%w: %v", transfer.ErrRefused, err)
+	}
+	return err
+}
