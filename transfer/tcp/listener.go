@@ -13,11 +13,6 @@ import (
 	"github.com/kvstrata/kvstrata/transfer/internal/frame"
 )
 
-// maxRefusing is the most connections a listener refuses at once (reading
-// their hello, writing one that says why); beyond it, connections over the
-// limit are closed without a word.
-const maxRefusing = 64
-
 // listener serves a Handler on one TCP endpoint; netserve admits, tracks
 // and drains its connections.
 type listener struct {
@@ -47,7 +42,7 @@ func (t *Transport) Listen(addr string, h transfer.Handler) (transfer.Listener, 
 	l := &listener{opts: &t.opts, h: h, ln: ln, pending: newPendingPuts(&t.opts)}
 	l.srv = netserve.New(netserve.Config[*served]{
 		MaxConns:    t.opts.MaxConns,
-		MaxRefusing: maxRefusing,
+		MaxRefusing: frame.MaxRefusing,
 		Accepted:    func(c net.Conn) { tune(c, l.opts) },
 		Open:        func(c net.Conn) *served { return &served{l: l, c: c} },
 		Refuse:      l.refuse,
@@ -85,9 +80,7 @@ func (l *listener) refuse(c net.Conn) {
 	if _, err := io.ReadFull(c, hello[:]); err != nil {
 		return
 	}
-	writeHello(c, frame.StatusUnavailable, fmt.Sprintf(
-		"node is serving its limit of %d data-plane connections; retry later, pool fewer connections per client, or raise MaxConns",
-		l.opts.MaxConns))
+	writeHello(c, frame.StatusUnavailable, frame.ConnLimitMsg(l.opts.MaxConns))
 }
 
 // served is one connection the listener serves (a netserve.Conn): the

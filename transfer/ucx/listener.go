@@ -16,11 +16,6 @@ import (
 	"github.com/kvstrata/kvstrata/transfer/internal/frame"
 )
 
-// maxRefusing is the most connections a listener refuses at once (reading
-// their hello, writing one that says why); beyond it, connections over the
-// limit are closed without a word.
-const maxRefusing = 64
-
 // listener serves a Handler: one UCP worker for all its connections, and a
 // TCP listener on which clients say hello and trade worker addresses.
 // netserve admits, tracks and drains its connections (its sessions).
@@ -63,7 +58,7 @@ func (t *Transport) Listen(addr string, h transfer.Handler) (transfer.Listener, 
 		ids: make(map[uint32]bool), byID: make(map[uint32]*session)}
 	l.srv = netserve.New(netserve.Config[*session]{
 		MaxConns:    t.opts.MaxConns,
-		MaxRefusing: maxRefusing,
+		MaxRefusing: frame.MaxRefusing,
 		Accepted: func(c net.Conn) {
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.SetNoDelay(true)
@@ -139,9 +134,7 @@ func (l *listener) refuse(c net.Conn) {
 	if _, _, err := readClientHello(c); err != nil {
 		return
 	}
-	writeHello(c, frame.StatusUnavailable, fmt.Sprintf(
-		"node is serving its limit of %d data-plane connections; retry later, pool fewer connections per client, or raise MaxConns",
-		l.opts.MaxConns), 0, 0, nil)
+	writeHello(c, frame.StatusUnavailable, frame.ConnLimitMsg(l.opts.MaxConns), 0, 0, nil)
 }
 
 // handshake reads the client's hello, connects an endpoint to its worker
