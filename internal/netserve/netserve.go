@@ -282,8 +282,9 @@ func (s *Server[C]) Close() error {
 		s.wg.Wait()
 		return nil
 	}
-	err := s.stopLocked(closed)
+	s.stopLocked(closed)
 	s.cutLocked()
+	err := s.closeListenersLocked()
 	s.mu.Unlock()
 	s.wg.Wait()
 	return err
@@ -303,13 +304,16 @@ func (s *Server[C]) Shutdown(ctx context.Context) error {
 		s.wg.Wait()
 		return nil
 	case open:
+		// Every connection is told before a client can see the listener
+		// closed: one that sees it finds its connection draining too.
 		s.draining.Store(true)
-		err = s.stopLocked(drain)
+		s.stopLocked(drain)
 		for c, gone := range s.live {
 			if !gone {
 				c.Drain()
 			}
 		}
+		err = s.closeListenersLocked()
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
@@ -329,11 +333,15 @@ func (s *Server[C]) Shutdown(ctx context.Context) error {
 	return errors.Join(err, ctx.Err())
 }
 
-// stopLocked moves the Server to st and closes its listeners.
-func (s *Server[C]) stopLocked(st state) error {
+// stopLocked moves the Server to st: it admits no new connection.
+func (s *Server[C]) stopLocked(st state) {
 	if state(s.state.Swap(int32(st))) == open {
 		close(s.quit)
 	}
+}
+
+// closeListenersLocked closes the listeners; their loops end.
+func (s *Server[C]) closeListenersLocked() error {
 	var errs []error
 	for ln := range s.listeners {
 		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
