@@ -477,3 +477,27 @@ func (c *pipeConn) Serve() {
 }
 func (c *pipeConn) Drain() { c.nc.Close() }
 func (c *pipeConn) Cut()   { c.nc.Close() }
+
+func TestStartServesInTheBackgroundAndCloseWaitsForIt(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := netserve.New(netserve.Config[*pipeConn]{Open: func(nc net.Conn) *pipeConn { return &pipeConn{nc: nc} }})
+	srv.Start(ln)
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(patience))
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("after Close, the started listener is open: %v", err)
+	}
+	if _, err := nc.Read(make([]byte, 1)); err == nil {
+		t.Error("after Close, the connection is open")
+	}
+}
