@@ -29,8 +29,9 @@ type conn struct {
 
 	quit bool // close after the replies are written (QUIT)
 
-	// evicted is set, under the server's lock, when a new connection takes
-	// this one's place; the connection ends at its next read.
+	// evicted is set, under the netserve Server's lock, when a new
+	// connection takes this one's place; the connection ends at its next
+	// read.
 	evicted atomic.Bool
 
 	// idle is set while the connection waits for the first byte of its
@@ -66,10 +67,9 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	return c
 }
 
-// serve reads and runs commands until the client leaves, sends something
-// that is not RESP, or the server closes.
-func (c *conn) serve() {
-	defer c.s.drop(c)
+// Serve reads and runs commands until the client leaves, sends something
+// that is not RESP, or the server closes (netserve.Conn).
+func (c *conn) Serve() {
 	defer c.finish()
 	for {
 		args, err := c.rd.next()
@@ -101,7 +101,7 @@ func (c *conn) beforeRead() error {
 	switch {
 	case c.evicted.Load():
 		return errEvicted
-	case c.idle && c.s.draining.Load():
+	case c.idle && c.s.net.Draining():
 		return errDraining // do not undo the deadline Shutdown set
 	}
 	var dl time.Time
@@ -152,7 +152,7 @@ func (c *conn) hold(n int64) error {
 }
 
 // evict makes c end at its next read, or now if it is blocked reading or
-// writing; the caller holds the server's lock.
+// writing; the caller holds the netserve Server's lock.
 func (c *conn) evict() {
 	c.evicted.Store(true)
 	c.mu.Lock()
@@ -174,7 +174,7 @@ func (c *conn) isIdle() bool {
 func (c *conn) awaitCommand() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.s.draining.Load() {
+	if c.s.net.Draining() {
 		c.w.flush()
 		return errDraining
 	}
@@ -188,14 +188,19 @@ func (c *conn) commandStarted() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.idle = false
-	if c.s.draining.Load() {
+	if c.s.net.Draining() {
 		c.deadline = time.Time{}
 		c.nc.SetReadDeadline(c.deadline)
 	}
 }
 
-// wakeIfIdle ends the wait of a connection waiting for its next command.
-func (c *conn) wakeIfIdle() {
+// Cut closes the connection now (netserve.Conn): Close, or Shutdown's
+// deadline.
+func (c *conn) Cut() { c.nc.Close() }
+
+// Drain ends the wait of a connection waiting for its next command
+// (netserve.Conn); one in the middle of a command ends after it.
+func (c *conn) Drain() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.idle {
@@ -228,7 +233,7 @@ func (c *conn) readFailed(err error) {
 		c.s.st.slowClosed.Add(1)
 		c.closeWith(fmt.Sprintf("ERR command not received in time: a command must arrive within %v plus 1s per %d bytes",
 			c.s.cfg.CommandTimeout, c.s.cfg.MinReadRate))
-	case timeout && !c.s.draining.Load():
+	case timeout && !c.s.net.Draining():
 		c.s.st.idleClosed.Add(1)
 	}
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvstrata/kvstrata/internal/netserve"
 )
 
 // ErrServerClosed is returned by Serve after Close.
@@ -27,15 +29,12 @@ type Server struct {
 	ctx    context.Context // cancelled by Close; passed to the Store
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	closed    bool
-	draining  atomic.Bool // Shutdown: connections end at their next command boundary
-	listeners map[net.Listener]struct{}
-	conns     map[*conn]struct{}
-	evicting  int // conns evicted for new ones, still ending
-	pending   *budget
-	wg        sync.WaitGroup // connection goroutines
-	lastID    atomic.Uint64
+	// net accepts, limits (evicting for room, else refusing), tracks and
+	// drains the connections; its Draining says that connections end at
+	// their next command boundary.
+	net     *netserve.Server[*conn]
+	pending *budget
+	lastID  atomic.Uint64
 
 	st counters
 }
@@ -97,17 +96,25 @@ func NewServer(store Store, cfg *Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		store:     store,
-		cfg:       c,
-		cmds:      newCommandTable(),
-		start:     time.Now(),
-		runID:     newRunID(),
-		ctx:       ctx,
-		cancel:    cancel,
-		listeners: map[net.Listener]struct{}{},
-		conns:     map[*conn]struct{}{},
-		pending:   newBudget(c.MaxPendingBytes),
+		store:   store,
+		cfg:     c,
+		cmds:    newCommandTable(),
+		start:   time.Now(),
+		runID:   newRunID(),
+		ctx:     ctx,
+		cancel:  cancel,
+		pending: newBudget(c.MaxPendingBytes),
 	}
+	s.net = netserve.New(netserve.Config[*conn]{
+		MaxConns: c.MaxClients,
+		Accepted: func(net.Conn) { s.st.accepted.Add(1) },
+		Open:     func(nc net.Conn) *conn { return newConn(s, nc, s.lastID.Add(1)) },
+		Displace: s.victim,
+		Refuse:   s.refuse,
+		AcceptFailed: func(ln net.Listener, err error, retry time.Duration) {
+			s.cfg.Logger.Warn("resp: accept failed; retrying", "addr", ln.Addr().String(), "err", err, "retry_in", retry)
+		},
+	})
 	s.cond, _ = store.(ConditionalSetter)
 	s.st.calls = make([]atomic.Uint64, len(s.cmds.list))
 	return s, nil
@@ -128,96 +135,35 @@ func (s *Server) ListenAndServe(addr string) error {
 // Errors accepting are logged and retried with backoff; Serve returns
 // early only if ln is closed by someone else.
 func (s *Server) Serve(ln net.Listener) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		ln.Close()
+	err := s.net.Serve(ln)
+	if errors.Is(err, netserve.ErrClosed) {
 		return ErrServerClosed
 	}
-	s.listeners[ln] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, ln)
-		s.mu.Unlock()
-		ln.Close()
-	}()
-
-	var delay time.Duration
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if s.isClosed() {
-				return ErrServerClosed
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("resp: accept on %s: %w", ln.Addr(), err)
-			}
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.cfg.Logger.Warn("resp: accept failed; retrying", "addr", ln.Addr().String(), "err", err, "retry_in", delay)
-			time.Sleep(delay)
-			continue
-		}
-		delay = 0
-		s.accept(nc)
-	}
+	return fmt.Errorf("resp: accept on %s: %w", ln.Addr(), err)
 }
 
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
+// refuse tells a client over MaxClients, for which no connection could be
+// evicted, that the server is full.
+func (s *Server) refuse(nc net.Conn) {
+	s.st.rejected.Add(1)
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	n, _ := io.WriteString(nc, "-ERR max number of clients reached\r\n")
+	s.st.netOut.Add(uint64(n))
+	lingerClose(nc)
 }
 
-// accept starts serving nc, or turns it away when the server is full.
-func (s *Server) accept(nc net.Conn) {
-	s.st.accepted.Add(1)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		nc.Close()
-		return
-	}
-	s.wg.Add(1)
-	full := len(s.conns)-s.evicting >= s.cfg.MaxClients
-	if full {
-		if victim := s.victimLocked(time.Now()); victim != nil {
-			victim.evict()
-			s.evicting++
-			full = false
-		}
-	}
-	if full {
-		s.mu.Unlock()
-		s.st.rejected.Add(1)
-		go func() {
-			defer s.wg.Done()
-			nc.SetWriteDeadline(time.Now().Add(time.Second))
-			n, _ := io.WriteString(nc, "-ERR max number of clients reached\r\n")
-			s.st.netOut.Add(uint64(n))
-			lingerClose(nc)
-		}()
-		return
-	}
-	c := newConn(s, nc, s.lastID.Add(1))
-	s.conns[c] = struct{}{}
-	s.mu.Unlock()
-	go c.serve()
-}
-
-// victimLocked picks the connection a full server closes to serve a new
-// one: the one whose command has arrived slowest, under MinReadRate, for
-// more than evictGrace; else the one that has waited longest between
-// commands, if more than CommandTimeout; else none. A connection waiting
-// for memory is the server's doing and is spared. The caller holds s.mu.
-func (s *Server) victimLocked(now time.Time) *conn {
+// victim picks, among the live connections, the one a full server closes
+// to serve a new one, and evicts it: the one whose command has arrived
+// slowest, under MinReadRate, for more than evictGrace; else the one that
+// has waited longest between commands, if more than CommandTimeout; else
+// none. A connection waiting for memory is the server's doing and is
+// spared. It runs under the netserve Server's lock.
+func (s *Server) victim(live iter.Seq[*conn]) (*conn, bool) {
+	now := time.Now()
 	var slow, idle *conn
 	slowest := float64(s.cfg.MinReadRate)
 	longest := s.cfg.CommandTimeout
-	for c := range s.conns {
-		if c.evicted.Load() {
-			continue
-		}
+	for c := range live {
 		if st := c.rd.started.Load(); st != 0 {
 			took := now.Sub(time.Unix(0, st))
 			if took < evictGrace || c.rd.waiting.Load() {
@@ -232,21 +178,15 @@ func (s *Server) victimLocked(now time.Time) *conn {
 			idle, longest = c, d
 		}
 	}
-	if slow != nil {
-		return slow
+	victim := slow
+	if victim == nil {
+		victim = idle
 	}
-	return idle
-}
-
-// drop forgets a connection whose goroutine is ending.
-func (s *Server) drop(c *conn) {
-	s.mu.Lock()
-	if c.evicted.Load() {
-		s.evicting--
+	if victim == nil {
+		return nil, false
 	}
-	delete(s.conns, c)
-	s.mu.Unlock()
-	s.wg.Done()
+	victim.evict()
+	return victim, true
 }
 
 // Shutdown stops the server gracefully. It closes the listeners and every
@@ -266,49 +206,22 @@ func (s *Server) Close() error { return s.stop(context.Background(), false) }
 // stop closes the listeners and ends the connections: at their next
 // command boundary when graceful (until ctx ends), else at once.
 func (s *Server) stop(ctx context.Context, graceful bool) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.wg.Wait()
+	var err error
+	if graceful {
+		err = s.net.Shutdown(ctx)
+		s.cancel()
+	} else {
+		s.cancel() // stop the Store's work for the connections being cut
+		err = s.net.Close()
+	}
+	switch {
+	case err == nil:
 		return nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return fmt.Errorf("resp: connections cut at the shutdown deadline: %w", err)
+	default:
+		return fmt.Errorf("resp: close listeners: %w", err)
 	}
-	s.closed = true
-	var errs []error
-	for ln := range s.listeners {
-		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, fmt.Errorf("resp: close listener %s: %w", ln.Addr(), err))
-		}
-	}
-	s.draining.Store(graceful)
-	for c := range s.conns {
-		if graceful {
-			c.wakeIfIdle()
-		} else {
-			c.nc.Close()
-		}
-	}
-	s.mu.Unlock()
-	if !graceful {
-		s.cancel() // stop the Store's work for connections already cut
-	}
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.mu.Lock()
-		for c := range s.conns {
-			c.nc.Close()
-		}
-		s.mu.Unlock()
-		errs = append(errs, fmt.Errorf("resp: connections cut at the shutdown deadline: %w", ctx.Err()))
-		<-done
-	}
-	s.cancel()
-	return errors.Join(errs...)
 }
 
 // Stats returns a snapshot of the server's counters.
@@ -339,22 +252,10 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-func (s *Server) clientCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
+func (s *Server) clientCount() int { return s.net.Len() }
 
 // clients returns the connections being served, in no order.
-func (s *Server) clients() []*conn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cs := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		cs = append(cs, c)
-	}
-	return cs
-}
+func (s *Server) clients() []*conn { return s.net.Conns() }
 
 // lingerClose closes nc after a last reply: it shuts down the sending side
 // and reads what the client still sends for a moment, so that closing does

@@ -2,37 +2,25 @@ package tcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/kvstrata/kvstrata/internal/netserve"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/internal/frame"
 )
 
-// maxRefusing is the most connections a listener refuses at once (reading
-// their hello, writing one that says why); beyond it, connections over the
-// limit are closed without a word.
-const maxRefusing = 64
-
-// listener serves a Handler on one TCP endpoint.
+// listener serves a Handler on one TCP endpoint; netserve admits, tracks
+// and drains its connections.
 type listener struct {
-	opts *Options
-	h    transfer.Handler
-	ln   net.Listener
-
-	mu       sync.Mutex
-	closed   bool
-	draining bool                  // Shutdown: finish requests in flight, take no new ones
-	pending  *pendingPuts          // room reserved for blocks still arriving
-	conns    map[net.Conn]struct{} // served and being refused; Close closes them
-	busy     map[net.Conn]bool     // served connections with a request in flight
-	serving  int                   // connections served, at most opts.MaxConns
-	refusing int                   // connections being refused
-	wg       sync.WaitGroup        // the accept loop and every connection's goroutine
+	opts    *Options
+	h       transfer.Handler
+	ln      net.Listener
+	pending *pendingPuts // room reserved for blocks still arriving
+	srv     *netserve.Server[*served]
 }
 
 var _ transfer.Drainer = (*listener)(nil)
@@ -51,10 +39,15 @@ func (t *Transport) Listen(addr string, h transfer.Handler) (transfer.Listener, 
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen on %s: %w", addr, err)
 	}
-	l := &listener{opts: &t.opts, h: h, ln: ln, pending: newPendingPuts(&t.opts),
-		conns: make(map[net.Conn]struct{}), busy: make(map[net.Conn]bool)}
-	l.wg.Add(1)
-	go l.accept()
+	l := &listener{opts: &t.opts, h: h, ln: ln, pending: newPendingPuts(&t.opts)}
+	l.srv = netserve.New(netserve.Config[*served]{
+		MaxConns:    t.opts.MaxConns,
+		MaxRefusing: frame.MaxRefusing,
+		Accepted:    func(c net.Conn) { tune(c, l.opts) },
+		Open:        func(c net.Conn) *served { return &served{l: l, c: c} },
+		Refuse:      l.refuse,
+	})
+	l.srv.Start(ln)
 	return l, nil
 }
 
@@ -65,20 +58,7 @@ func (l *listener) Addr() string { return l.ln.Addr().String() }
 // goroutines, and so for the Handler calls in flight, to return. Closing a
 // closed listener waits the same way and returns nil.
 func (l *listener) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		l.wg.Wait()
-		return nil
-	}
-	l.closed = true
-	err := l.ln.Close()
-	for c := range l.conns {
-		_ = c.Close()
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
-	if err != nil {
+	if err := l.srv.Close(); err != nil {
 		return fmt.Errorf("tcp: close listener %s: %w", l.Addr(), err)
 	}
 	return nil
@@ -86,134 +66,84 @@ func (l *listener) Close() error {
 
 // Shutdown drains the listener: see transfer.Drainer.
 func (l *listener) Shutdown(ctx context.Context) error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		l.wg.Wait()
-		return nil
+	if err := l.srv.Shutdown(ctx); err != nil {
+		return fmt.Errorf("tcp: drain %s: %w", l.Addr(), err)
 	}
-	l.draining = true
-	_ = l.ln.Close()
-	for c := range l.conns {
-		if !l.busy[c] { // idle, or being refused: nothing to finish
-			_ = c.Close()
-		}
-	}
-	l.mu.Unlock()
-	done := make(chan struct{})
-	go func() { l.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		l.mu.Lock()
-		l.closed = true
-		l.mu.Unlock()
-		return nil
-	case <-ctx.Done():
-		_ = l.Close()
-		return fmt.Errorf("tcp: drain %s: %w", l.Addr(), ctx.Err())
-	}
-}
-
-// begin marks c busy with a request; it reports false while draining.
-func (l *listener) begin(c net.Conn) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.draining || l.closed {
-		return false
-	}
-	l.busy[c] = true
-	return true
-}
-
-// end marks c's request done; it reports false when c should close now.
-func (l *listener) end(c net.Conn) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.busy, c)
-	return !l.draining && !l.closed
-}
-
-func (l *listener) accept() {
-	defer l.wg.Done()
-	var backoff time.Duration
-	for {
-		c, err := l.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors or a similar passing trouble: wait a
-			// little, as net/http does, instead of spinning.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		tune(c, l.opts)
-		l.admit(c)
-	}
-}
-
-// admit starts serving c, or refusing it when the listener is at its limit.
-func (l *listener) admit(c net.Conn) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.closed:
-		_ = c.Close()
-	case l.serving < l.opts.MaxConns:
-		l.serving++
-		l.conns[c] = struct{}{}
-		l.wg.Add(1)
-		go l.serve(c)
-	case l.refusing < maxRefusing:
-		l.refusing++
-		l.conns[c] = struct{}{}
-		l.wg.Add(1)
-		go l.refuse(c)
-	default:
-		_ = c.Close()
-	}
-}
-
-func (l *listener) release(c net.Conn, served bool) {
-	_ = c.Close()
-	l.mu.Lock()
-	delete(l.conns, c)
-	delete(l.busy, c)
-	if served {
-		l.serving--
-	} else {
-		l.refusing--
-	}
-	l.mu.Unlock()
-	l.wg.Done()
+	return nil
 }
 
 // refuse reads c's hello, so that closing does not reset the connection and
 // lose the answer, and answers with a hello that says why c is refused.
 func (l *listener) refuse(c net.Conn) {
-	defer l.release(c, false)
 	_ = c.SetDeadline(time.Now().Add(min(l.opts.HandshakeTimeout, time.Second)))
 	var hello [helloSize]byte
 	if _, err := io.ReadFull(c, hello[:]); err != nil {
 		return
 	}
-	writeHello(c, frame.StatusUnavailable, fmt.Sprintf(
-		"node is serving its limit of %d data-plane connections; retry later, pool fewer connections per client, or raise MaxConns",
-		l.opts.MaxConns))
+	writeHello(c, frame.StatusUnavailable, frame.ConnLimitMsg(l.opts.MaxConns))
 }
 
-// serve runs one connection: the hellos, then requests until the peer goes
-// away, breaks the protocol, or the listener closes.
-func (l *listener) serve(c net.Conn) {
-	defer l.release(c, true)
-	if !l.handshake(c) {
+// served is one connection the listener serves (a netserve.Conn): the
+// hellos, then a session, bracketed request by request for the drain.
+type served struct {
+	l *listener
+	c net.Conn
+
+	mu   sync.Mutex
+	busy bool // a request is in flight
+	over bool // Drain or Cut: start no other request
+}
+
+// Serve runs the connection: the hellos, then requests until the peer
+// goes away, breaks the protocol, or the listener closes.
+func (x *served) Serve() {
+	defer x.c.Close()
+	if !x.l.handshake(x.c) {
 		return
 	}
-	s := &session{c: c, h: l.h, opts: l.opts, pending: l.pending,
-		begin: func() bool { return l.begin(c) }, end: func() bool { return l.end(c) }}
+	s := &session{c: x.c, h: x.l.h, opts: x.l.opts, pending: x.l.pending,
+		begin: x.begin, end: x.end}
 	s.run()
+}
+
+// Drain closes the connection now if it is idle (or still in its
+// handshake), else once its request is answered.
+func (x *served) Drain() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.over = true
+	if !x.busy {
+		_ = x.c.Close()
+	}
+}
+
+// Cut closes the connection now.
+func (x *served) Cut() {
+	x.mu.Lock()
+	x.over = true
+	x.mu.Unlock()
+	_ = x.c.Close()
+}
+
+// begin marks a request in flight; it reports false once the connection
+// drains.
+func (x *served) begin() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.over {
+		return false
+	}
+	x.busy = true
+	return true
+}
+
+// end marks the request done; it reports false when the connection should
+// close now.
+func (x *served) end() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.busy = false
+	return !x.over
 }
 
 func (l *listener) handshake(c net.Conn) bool {

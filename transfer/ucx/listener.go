@@ -11,33 +11,26 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvstrata/kvstrata/internal/netserve"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/internal/frame"
 )
 
-// maxRefusing is the most connections a listener refuses at once (reading
-// their hello, writing one that says why); beyond it, connections over the
-// limit are closed without a word.
-const maxRefusing = 64
-
 // listener serves a Handler: one UCP worker for all its connections, and a
 // TCP listener on which clients say hello and trade worker addresses.
+// netserve admits, tracks and drains its connections (its sessions).
 type listener struct {
 	opts *Options
 	h    transfer.Handler
 	ln   net.Listener
 	w    *worker
+	srv  *netserve.Server[*session]
+	stop sync.Once // frees the worker, once the connections are over
 
-	mu       sync.Mutex
-	closed   bool
-	conns    map[net.Conn]struct{} // handshaking and being refused
-	sessions map[*session]struct{}
-	ids      map[uint32]bool // ids in use
-	nextID   uint32
-	serving  int
-	refusing int
-	orphans  []orphan
-	wg       sync.WaitGroup // the accept loop and every connection's goroutine
+	mu      sync.Mutex
+	ids     map[uint32]bool // ids in use
+	nextID  uint32
+	orphans []orphan
 
 	byID map[uint32]*session // loop-only: where requests go
 }
@@ -62,11 +55,20 @@ func (t *Transport) Listen(addr string, h transfer.Handler) (transfer.Listener, 
 		return nil, fmt.Errorf("ucx: listen on %s: %w", addr, err)
 	}
 	l := &listener{opts: &t.opts, h: h, ln: ln, w: w,
-		conns: make(map[net.Conn]struct{}), sessions: make(map[*session]struct{}),
 		ids: make(map[uint32]bool), byID: make(map[uint32]*session)}
+	l.srv = netserve.New(netserve.Config[*session]{
+		MaxConns:    t.opts.MaxConns,
+		MaxRefusing: frame.MaxRefusing,
+		Accepted: func(c net.Conn) {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetNoDelay(true)
+			}
+		},
+		Open:   func(c net.Conn) *session { return newSession(l, c) },
+		Refuse: l.refuse,
+	})
 	_ = w.call(func() { w.probe = l.takeRequests })
-	l.wg.Add(1)
-	go l.accept()
+	l.srv.Start(ln)
 	return l, nil
 }
 
@@ -76,58 +78,39 @@ func (l *listener) Addr() string { return l.ln.Addr().String() }
 // Close stops accepting, closes every live connection, waits for their
 // goroutines, and so for the Handler calls in flight, to return, and frees
 // the worker. Closing a closed listener waits the same way and returns nil.
-func (l *listener) Close() error { return l.stop(context.Background(), false) }
+func (l *listener) Close() error {
+	err := l.srv.Close()
+	l.free()
+	if err != nil {
+		return fmt.Errorf("ucx: close listener %s: %w", l.Addr(), err)
+	}
+	return nil
+}
 
 // Shutdown stops accepting, closes the connections still in their
 // handshake, lets each connection answer the requests it has received —
 // then closes it — and frees the worker (transfer.Drainer). When ctx ends
 // first it closes what is left, as Close does, and returns ctx's error.
-func (l *listener) Shutdown(ctx context.Context) error { return l.stop(ctx, true) }
-
-// stop ends the listener: its connections at once, or, when graceful,
-// each after its requests received (until ctx ends).
-func (l *listener) stop(ctx context.Context, graceful bool) error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		l.wg.Wait()
+func (l *listener) Shutdown(ctx context.Context) error {
+	err := l.srv.Shutdown(ctx)
+	l.free()
+	switch {
+	case err == nil:
 		return nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return fmt.Errorf("ucx: listener %s: requests cut at the shutdown deadline: %w", l.Addr(), err)
+	default:
+		return fmt.Errorf("ucx: close listener %s: %w", l.Addr(), err)
 	}
-	l.closed = true
-	var errs []error
-	if err := l.ln.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("ucx: close listener %s: %w", l.Addr(), err))
-	}
-	for c := range l.conns {
-		_ = c.Close()
-	}
-	for s := range l.sessions {
-		if graceful {
-			s.drain()
-		} else {
-			s.kill()
-		}
-	}
-	l.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		l.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		l.mu.Lock()
-		for s := range l.sessions {
-			s.kill()
-		}
-		l.mu.Unlock()
-		<-done
-		errs = append(errs, fmt.Errorf("ucx: listener %s: requests cut at the shutdown deadline: %w", l.Addr(), ctx.Err()))
-	}
-	l.w.stop() // completes every op left: the orphans' buffers are free
-	l.reapOrphans()
-	return errors.Join(errs...)
+}
+
+// free stops the worker once the connections are over, which completes
+// every op left: the orphans' buffers are free.
+func (l *listener) free() {
+	l.stop.Do(func() {
+		l.w.stop()
+		l.reapOrphans()
+	})
 }
 
 // Lanes returns the UCX transports the listener's live connections use.
@@ -145,98 +128,20 @@ func (l *listener) Lanes() []Lane {
 	return lanes
 }
 
-func (l *listener) accept() {
-	defer l.wg.Done()
-	var backoff time.Duration
-	for {
-		c, err := l.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetNoDelay(true)
-		}
-		l.admit(c)
-	}
-}
-
-// admit starts serving c, or refusing it when the listener is at its limit.
-func (l *listener) admit(c net.Conn) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.closed:
-		_ = c.Close()
-	case l.serving < l.opts.MaxConns:
-		l.serving++
-		l.conns[c] = struct{}{}
-		l.wg.Add(1)
-		go l.serve(c)
-	case l.refusing < maxRefusing:
-		l.refusing++
-		l.conns[c] = struct{}{}
-		l.wg.Add(1)
-		go l.refuse(c)
-	default:
-		_ = c.Close()
-	}
-}
-
 // refuse reads c's hello and answers with one that says why c is refused.
 func (l *listener) refuse(c net.Conn) {
-	defer func() {
-		_ = c.Close()
-		l.mu.Lock()
-		delete(l.conns, c)
-		l.refusing--
-		l.mu.Unlock()
-		l.wg.Done()
-	}()
 	_ = c.SetDeadline(time.Now().Add(min(l.opts.HandshakeTimeout, time.Second)))
 	if _, _, err := readClientHello(c); err != nil {
 		return
 	}
-	writeHello(c, frame.StatusUnavailable, fmt.Sprintf(
-		"node is serving its limit of %d data-plane connections; retry later, pool fewer connections per client, or raise MaxConns",
-		l.opts.MaxConns), 0, 0, nil)
-}
-
-// serve runs one connection: the hellos, then its session until the peer
-// goes away, breaks the protocol, or the listener closes.
-func (l *listener) serve(c net.Conn) {
-	defer l.wg.Done()
-	s, err := l.handshake(c)
-	l.mu.Lock()
-	delete(l.conns, c)
-	if err == nil && !l.closed {
-		l.sessions[s] = struct{}{}
-	} else if s != nil {
-		s.kill()
-	}
-	l.mu.Unlock()
-	if s != nil {
-		go s.watch()
-		s.run()
-	} else {
-		_ = c.Close()
-	}
-	l.mu.Lock()
-	delete(l.sessions, s)
-	delete(l.ids, s.idOrZero())
-	l.serving--
-	l.mu.Unlock()
+	writeHello(c, frame.StatusUnavailable, frame.ConnLimitMsg(l.opts.MaxConns), 0, 0, nil)
 }
 
 // handshake reads the client's hello, connects an endpoint to its worker
 // and answers with the connection's id and this worker's address. It
-// returns the session when the endpoint exists, even if the answer failed.
-func (l *listener) handshake(c net.Conn) (*session, error) {
+// reports whether the endpoint exists, even if the answer then failed.
+func (l *listener) handshake(s *session) (opened bool, err error) {
+	c := s.nc
 	_ = c.SetDeadline(time.Now().Add(l.opts.HandshakeTimeout))
 	ver, peer, err := readClientHello(c)
 	switch {
@@ -244,14 +149,14 @@ func (l *listener) handshake(c net.Conn) (*session, error) {
 		if errors.Is(err, frame.ErrProtocol) {
 			writeHello(c, frame.StatusError, "not a kvstrata UCX data-plane hello: "+err.Error(), 0, 0, nil)
 		}
-		return nil, err
+		return false, err
 	case ver != version:
 		writeHello(c, frame.StatusRefused, fmt.Sprintf(
 			"protocol version %d is not supported; this node speaks version %d", ver, version), 0, 0, nil)
-		return nil, frame.ErrProtocol
+		return false, frame.ErrProtocol
 	}
 	id := l.allocID()
-	s := newSession(l, c, id)
+	s.id = id
 	var eerr error
 	if err := l.w.call(func() {
 		s.ep, eerr = l.w.openEPLocked(peer, func(ucsStatus) { s.kill() })
@@ -263,16 +168,14 @@ func (l *listener) handshake(c net.Conn) (*session, error) {
 	}
 	if eerr != nil {
 		writeHello(c, frame.StatusError, "connecting an endpoint to the client's worker: "+eerr.Error(), 0, 0, nil)
-		l.mu.Lock()
-		delete(l.ids, id)
-		l.mu.Unlock()
-		return nil, eerr
+		l.freeID(id)
+		return false, eerr
 	}
 	if err := writeHello(c, frame.StatusOK, "", id, l.opts.ChunkSize, l.w.addr); err != nil {
-		return s, err
+		return true, err
 	}
 	_ = c.SetDeadline(time.Time{})
-	return s, nil
+	return true, nil
 }
 
 // orphan is what a finished session still lent UCX: ops UCX has not
@@ -323,6 +226,13 @@ func (l *listener) allocID() uint32 {
 			return l.nextID
 		}
 	}
+}
+
+// freeID gives id back once its connection is over.
+func (l *listener) freeID(id uint32) {
+	l.mu.Lock()
+	delete(l.ids, id)
+	l.mu.Unlock()
 }
 
 // takeRequests runs on the loop (w.mu held) after every progress that did something:

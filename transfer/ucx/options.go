@@ -266,6 +266,7 @@ var _ transfer.Transport = (*Transport)(nil)
 // defaults). Invalid options make every Listen and Dial fail with an error
 // that wraps ErrInvalidOptions and lists every problem.
 func New(opts Options) *Transport {
+	opts.Settings = maps.Clone(opts.Settings) // the caller's map stays the caller's
 	opts.EnsureDefaults()
 	return &Transport{opts: opts, err: opts.Validate(), settings: opts.settings()}
 }

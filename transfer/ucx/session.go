@@ -39,6 +39,7 @@ type session struct {
 
 	mu       sync.Mutex
 	inbox    []*op // requests taken off the queue by the loop, in order
+	ready    bool  // the handshake is done
 	draining bool  // end after the request being served (Shutdown)
 
 	ops      []*op // posted and not yet settled
@@ -81,18 +82,48 @@ type reservation struct {
 	committed bool
 }
 
-func newSession(l *listener, nc net.Conn, id uint32) *session {
+// newSession makes the session of a connection just accepted; its
+// handshake gives it an id and an endpoint.
+func newSession(l *listener, nc net.Conn) *session {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &session{l: l, opts: l.opts, h: l.h, nc: nc, id: id, wk: newWaker(), timer: t}
+	return &session{l: l, opts: l.opts, h: l.h, nc: nc, wk: newWaker(), timer: t}
 }
 
-func (s *session) idOrZero() uint32 {
-	if s == nil {
-		return 0
+// Serve runs the connection (netserve.Conn): the hellos, then the session
+// until the peer goes away, breaks the protocol, or the listener closes.
+func (s *session) Serve() {
+	opened, err := s.l.handshake(s)
+	if !opened {
+		_ = s.nc.Close()
+		return
 	}
-	return s.id
+	s.mu.Lock()
+	s.ready = err == nil
+	s.mu.Unlock()
+	if err != nil {
+		s.kill()
+	}
+	go s.watch()
+	s.run()
+	s.l.freeID(s.id)
 }
+
+// Drain ends the session once the request it serves, if any, is answered
+// (netserve.Conn); one still in its handshake is closed now.
+func (s *session) Drain() {
+	s.mu.Lock()
+	ready := s.ready
+	s.mu.Unlock()
+	if ready {
+		s.drain()
+	} else {
+		s.kill()
+	}
+}
+
+// Cut ends the session now (netserve.Conn).
+func (s *session) Cut() { s.kill() }
 
 // kill ends the session from outside: the listener closes, the peer's
 // socket or endpoint failed. The session's goroutine notices at its next
