@@ -54,13 +54,12 @@ type Config struct {
 	// Inline runs demotion and promotion in the calling goroutine instead
 	// of a background mover: deterministic, for simulation and tests.
 	Inline bool
-	// Directory receives the hierarchy's locations, so that lookups can be
-	// answered together with other nodes'. The default is a private one.
-	Directory *index.Directory
-	// OnChange, if set, is told every change the hierarchy makes to its
-	// directory, in order: what a cluster node publishes to the replicated
-	// directory. It is called under the hierarchy's lock: it must be quick
-	// and must not call back into the hierarchy.
+	// OnChange, if set, is told every change of where the hierarchy holds
+	// its blocks, in order: a copy stored at a level's location, or
+	// removed. A cluster node publishes them to the replicated directory;
+	// an index.Directory mirrors them with OnChange: dir.Apply. It is called
+	// under the hierarchy's lock: it must be quick and must not call back
+	// into the hierarchy. The default (nil) tells no one.
 	OnChange func(index.Change)
 }
 
@@ -73,9 +72,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxLease == 0 {
 		c.MaxLease = 5 * time.Minute
-	}
-	if c.Directory == nil {
-		c.Directory = index.NewDirectory()
 	}
 	for i := range c.Levels {
 		l := &c.Levels[i]
@@ -154,7 +150,6 @@ func (c *Config) validate() error {
 type Hierarchy struct {
 	node   index.NodeID
 	levels []*level
-	dir    *index.Directory
 	cfg    Config
 
 	mu       sync.Mutex
@@ -207,7 +202,6 @@ func New(cfg Config) (*Hierarchy, error) {
 	}
 	h := &Hierarchy{
 		node:     cfg.Node,
-		dir:      cfg.Directory,
 		cfg:      cfg,
 		entries:  make(map[index.Key]*entry),
 		pins:     make(map[index.Key]*pin),
@@ -269,9 +263,6 @@ func (h *Hierarchy) load() error {
 	}
 	return nil
 }
-
-// Directory returns the directory the hierarchy publishes its locations to.
-func (h *Hierarchy) Directory() *index.Directory { return h.dir }
 
 // Node returns the node id of the hierarchy's locations.
 func (h *Hierarchy) Node() index.NodeID { return h.node }
@@ -461,10 +452,29 @@ func (h *Hierarchy) Find(key index.Key) (Meta, index.TierKind, error) {
 }
 
 // Lookup returns the longest prefix of chain this node can read — its own
-// tiers and the shared ones — and how many leading blocks each tier holds.
+// tiers and the shared ones — and how many leading blocks each tier holds,
+// at the locations the hierarchy publishes (this node, or index.AnyNode
+// for a shared level). It answers from the hierarchy's own records: a
+// block of a shared level that another node wrote counts once a Get or
+// Find has found it.
 func (h *Hierarchy) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix {
-	node := h.node
-	return h.dir.Lookup(ns, chain, func(l index.Location) bool { return l.Node == node || l.Node == index.AnyNode })
+	var scan index.PrefixScan
+	var locs [8]index.Location // one per level, at most 8
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, hash := range chain {
+		n := 0
+		if e := h.entries[index.Key{NS: ns, Hash: hash}]; e != nil {
+			for in := e.in; in != 0; in &= in - 1 {
+				locs[n] = h.levels[bits.TrailingZeros8(in)].loc
+				n++
+			}
+		}
+		if !scan.Next(locs[:n]) {
+			break
+		}
+	}
+	return scan.Prefix()
 }
 
 // Delete removes a block from every level. It fails with ErrPinned while an
@@ -551,11 +561,10 @@ func (h *Hierarchy) setLocked(e *entry, m Meta, i int) {
 	h.addedLocked(i, m)
 }
 
-// addedLocked tells level i's policy and the directory about a new copy.
+// addedLocked tells level i's policy and the listener about a new copy.
 func (h *Hierarchy) addedLocked(i int, m Meta) {
 	l := h.levels[i]
 	l.Policy.Add(policy.Entry{Key: m.Key, Parent: m.Parent, HasParent: m.HasParent, Size: int64(m.Size)})
-	h.dir.Add(m.Key, m.Meta, l.loc)
 	if h.cfg.OnChange != nil {
 		h.cfg.OnChange(index.Change{Kind: index.ChangeStored, Key: m.Key, Meta: m.Meta, Loc: l.loc})
 	}
@@ -565,7 +574,6 @@ func (h *Hierarchy) addedLocked(i int, m Meta) {
 func (h *Hierarchy) removedLocked(i int, e *entry, key index.Key) {
 	e.in &^= 1 << i
 	h.levels[i].Policy.Remove(key)
-	h.dir.Remove(key, h.levels[i].loc)
 	if h.cfg.OnChange != nil {
 		h.cfg.OnChange(index.Change{Kind: index.ChangeRemoved, Key: key, Loc: h.levels[i].loc})
 	}
