@@ -63,29 +63,9 @@ const (
 	maxMaxEvents           = 1 << 16
 )
 
-// withDefaults returns c with defaults for zero fields, and an error that
-// lists every bad field.
-func (c BatcherConfig) withDefaults() (BatcherConfig, error) {
-	var errs []error
-	if c.Propose == nil {
-		errs = append(errs, errors.New("Propose is nil"))
-	}
-	for _, f := range []struct {
-		name string
-		bad  bool
-	}{
-		{"MaxEvents", c.MaxEvents < 0 || c.MaxEvents > maxMaxEvents},
-		{"MaxDelay", c.MaxDelay < 0},
-		{"QueueSize", c.QueueSize < 0},
-		{"MaxInFlight", c.MaxInFlight < 0},
-		{"ProposeTimeout", c.ProposeTimeout < 0},
-		{"RetryBackoff", c.RetryBackoff < 0},
-		{"MaxRetryBackoff", c.MaxRetryBackoff < 0},
-	} {
-		if f.bad {
-			errs = append(errs, fmt.Errorf("%s is out of range", f.name))
-		}
-	}
+// EnsureDefaults sets every zero field of c to its default. It leaves
+// bad values for Validate to report.
+func (c *BatcherConfig) EnsureDefaults() {
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -106,10 +86,39 @@ func (c BatcherConfig) withDefaults() (BatcherConfig, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.QueueSize < c.MaxEvents {
+}
+
+// Validate returns an error that names every bad field of c, or nil. Call
+// it after EnsureDefaults: it reports the zero value of a field that has a
+// default as out of range.
+func (c *BatcherConfig) Validate() error {
+	var errs []error
+	if c.Propose == nil {
+		errs = append(errs, errors.New("Propose is nil"))
+	}
+	for _, f := range []struct {
+		name string
+		bad  bool
+	}{
+		{"MaxEvents", c.MaxEvents <= 0 || c.MaxEvents > maxMaxEvents},
+		{"MaxDelay", c.MaxDelay <= 0},
+		{"QueueSize", c.QueueSize <= 0},
+		{"MaxInFlight", c.MaxInFlight <= 0},
+		{"ProposeTimeout", c.ProposeTimeout <= 0},
+		{"RetryBackoff", c.RetryBackoff <= 0},
+		{"MaxRetryBackoff", c.MaxRetryBackoff <= 0},
+	} {
+		if f.bad {
+			errs = append(errs, fmt.Errorf("%s is out of range", f.name))
+		}
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("Logger is nil"))
+	}
+	if c.QueueSize > 0 && c.QueueSize < c.MaxEvents {
 		errs = append(errs, fmt.Errorf("QueueSize %d is below MaxEvents %d", c.QueueSize, c.MaxEvents))
 	}
-	return c, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // BatcherStats counts what a Batcher did since it was made.
@@ -200,8 +209,9 @@ type proposal struct {
 
 // NewBatcher starts a batcher. Close stops it.
 func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
-	c, err := cfg.withDefaults()
-	if err != nil {
+	c := cfg
+	c.EnsureDefaults()
+	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("raftstore: batcher config: %w", err)
 	}
 	b := &Batcher{

@@ -22,7 +22,7 @@ type LevelConfig struct {
 	// HighWatermark is the fraction of capacity above which the background
 	// mover starts demoting victims, and LowWatermark the fraction it
 	// demotes down to. Puts that find no room reclaim space themselves.
-	// The defaults are 0.95 and 0.85.
+	// The defaults are 0.95, and 0.85 or HighWatermark if that is lower.
 	HighWatermark, LowWatermark float64
 	// AdmitMinSeen admits a victim from the level above into this level
 	// only if its key was accessed at least this many times lately (a
@@ -44,7 +44,7 @@ type Config struct {
 	// Node is this node's id in the locations the hierarchy publishes. The
 	// default is 1.
 	Node index.NodeID
-	// Levels lists the tiers, fastest first; at least one.
+	// Levels lists the tiers, fastest first; at least one, at most 8.
 	Levels []LevelConfig
 	// NoPromote turns off copying lower-level hits into level 0. The
 	// default (false) promotes them.
@@ -66,7 +66,9 @@ type Config struct {
 // ErrPinned is returned by Delete for a block under an unexpired pin.
 var ErrPinned = errors.New("tiers: block pinned")
 
-func (c *Config) setDefaults() {
+// EnsureDefaults sets every zero field of c, and of each of its levels, to
+// its default. It leaves bad values for Validate to report.
+func (c *Config) EnsureDefaults() {
 	if c.Node == 0 {
 		c.Node = 1
 	}
@@ -90,8 +92,10 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// validate reports every problem with c in one error.
-func (c *Config) validate() error {
+// Validate reports every problem with c in one error that wraps
+// ErrInvalidConfig, or returns nil. Call it after EnsureDefaults: it
+// reports the zero value of a field that has a default as out of range.
+func (c *Config) Validate() error {
 	var probs []string
 	if len(c.Levels) == 0 {
 		probs = append(probs, "no levels")
@@ -99,8 +103,11 @@ func (c *Config) validate() error {
 	if len(c.Levels) > 8 {
 		probs = append(probs, fmt.Sprintf("%d levels, at most 8", len(c.Levels)))
 	}
-	if c.MaxLease < 0 {
-		probs = append(probs, fmt.Sprintf("max lease %v is negative", c.MaxLease))
+	if c.Node == index.AnyNode {
+		probs = append(probs, "node 0 is index.AnyNode, not a node")
+	}
+	if c.MaxLease <= 0 {
+		probs = append(probs, fmt.Sprintf("max lease %v is not positive", c.MaxLease))
 	}
 	seen := map[index.TierKind]bool{}
 	for i, l := range c.Levels {
@@ -112,6 +119,9 @@ func (c *Config) validate() error {
 		}
 		if l.Tier == nil {
 			probs = append(probs, name+": no tier")
+		}
+		if l.Policy == nil {
+			probs = append(probs, name+": no policy")
 		}
 		if l.Kind.String() == fmt.Sprintf("tier(%d)", uint8(l.Kind)) {
 			probs = append(probs, name+": unknown tier kind")
@@ -194,10 +204,14 @@ type promotion struct {
 	meta Meta
 }
 
-// New stacks cfg.Levels and loads what persistent levels already hold.
+// New stacks cfg.Levels and loads what persistent levels already hold. It
+// works on a copy of cfg, levels included, with defaults applied
+// (EnsureDefaults), and fails with an error wrapping ErrInvalidConfig if
+// the copy does not Validate.
 func New(cfg Config) (*Hierarchy, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg.Levels = slices.Clone(cfg.Levels) // EnsureDefaults sets their fields
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	h := &Hierarchy{

@@ -320,6 +320,39 @@ func TestConfigErrorsListEveryProblem(t *testing.T) {
 	}
 }
 
+func TestValidateReportsWhatEnsureDefaultsWouldFill(t *testing.T) {
+	cfg := tiers.Config{Levels: []tiers.LevelConfig{{Kind: index.TierDRAM, Tier: newDRAM(t, 1)}}}
+	err := cfg.Validate()
+	if !errors.Is(err, tiers.ErrInvalidConfig) {
+		t.Fatalf("Validate of a config without defaults = %v", err)
+	}
+	for _, want := range []string{"node 0", "max lease", "no policy", "high watermark 0", "low watermark 0", "admit-min-seen 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate after EnsureDefaults = %v", err)
+	}
+}
+
+// TestNewLeavesTheCallersLevelsAlone checks that the defaults New fills in
+// (a policy, watermarks) go into its copy of the levels, not the caller's
+// slice: a second hierarchy built from the same slice would otherwise share
+// the first one's policy.
+func TestNewLeavesTheCallersLevelsAlone(t *testing.T) {
+	levels := []tiers.LevelConfig{{Kind: index.TierDRAM, Tier: newDRAM(t, 4)}}
+	h1, err := tiers.New(tiers.Config{Inline: true, Levels: levels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h1.Close()
+	if l := levels[0]; l.Policy != nil || l.HighWatermark != 0 || l.LowWatermark != 0 || l.AdmitMinSeen != 0 {
+		t.Fatalf("New changed the caller's level: %+v", l)
+	}
+}
+
 // TestConcurrentUseKeepsDirectoryTrue hammers a small hierarchy with the
 // background mover on, then checks that no read was torn and that a
 // directory listening to the hierarchy's changes lists exactly what each
