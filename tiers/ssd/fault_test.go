@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,12 +23,14 @@ import (
 type faultyDisk struct {
 	*errorfs.FS
 	dir string
-	// What fails while set: the creation of and writes to flush and
-	// compaction outputs; syncs of sstables; reads of blob files, which
-	// hold the blocks' bytes. (A failed sync of a blob file crashes Pebble
-	// v2.1.7: see TestFailedBlobSyncIsAnError.)
-	writes, syncs, reads atomic.Bool
-	injected             atomic.Int64
+	// What fails while set: the creation of flush and compaction outputs
+	// and writes to sstables; syncs of sstables; reads of blob files, which
+	// hold the blocks' bytes. (A failed sync of a blob file, or a failed
+	// write of one that lands in its last flush, crashes Pebble v2.1.7: see
+	// TestFailedBlobSyncIsAnError.) logs fails writes and syncs of the
+	// tier's invalidation logs.
+	writes, syncs, reads, logs atomic.Bool
+	injected                   atomic.Int64
 }
 
 func newFaultyDisk(t *testing.T) *faultyDisk {
@@ -39,11 +42,16 @@ func newFaultyDisk(t *testing.T) *faultyDisk {
 func (d *faultyDisk) maybeError(op errorfs.Op) error {
 	ext := filepath.Ext(op.Path)
 	var fail bool
+	if strings.HasPrefix(filepath.Base(op.Path), invalidatedPrefix) && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+		fail = d.logs.Load()
+	}
 	switch op.Kind {
-	case errorfs.OpCreate, errorfs.OpFileWrite, errorfs.OpFileWriteAt:
+	case errorfs.OpCreate:
 		fail = d.writes.Load() && (ext == ".sst" || ext == ".blob")
+	case errorfs.OpFileWrite, errorfs.OpFileWriteAt:
+		fail = d.writes.Load() && ext == ".sst"
 	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-		fail = d.syncs.Load() && ext == ".sst"
+		fail = fail || d.syncs.Load() && ext == ".sst"
 	case errorfs.OpFileRead, errorfs.OpFileReadAt:
 		fail = d.reads.Load() && ext == ".blob"
 	}
@@ -59,7 +67,11 @@ func (d *faultyDisk) maybeError(op errorfs.Op) error {
 func openFaulty(t *testing.T, disk *faultyDisk, interval time.Duration, d Durability) *Tier {
 	tr := openTest(t, Config{Dir: disk.dir, FS: disk, Capacity: 1 << 30, MaxBlockSize: mib,
 		FlushInterval: interval, Durability: d})
-	t.Cleanup(func() { disk.writes.Store(false); disk.syncs.Store(false); disk.reads.Store(false) })
+	t.Cleanup(func() {
+		for _, on := range []*atomic.Bool{&disk.writes, &disk.syncs, &disk.reads, &disk.logs} {
+			on.Store(false)
+		}
+	})
 	return tr
 }
 
@@ -238,6 +250,40 @@ func TestHierarchyOverAnSSDWhoseWritesFail(t *testing.T) {
 			after.Levels[1].Demotions-before.Levels[1].Demotions, after.Levels[0].Drops-before.Levels[0].Drops)
 	}
 	checkHeld()
+}
+
+// An Invalidate whose log cannot be written falls back to a flush, which
+// makes the deletion durable just the same: the old block does not come
+// back after a reopen. When flushes fail too, Invalidate says so rather
+// than return as if the deletion were durable.
+func TestInvalidateOverAFailingLog(t *testing.T) {
+	disk := newFaultyDisk(t)
+	tr := openFaulty(t, disk, time.Hour, DurabilityFlush)
+	ms := putBlocks(t, tr, 3)
+	must(t, tr.Flush())
+
+	disk.logs.Store(true)
+	if err := within(t, 30*time.Second, "Invalidate over a failing log", func() error { return tr.Invalidate(ms[0].Key) }); err != nil {
+		t.Fatalf("Invalidate over a failing log: %v, want the deletion made durable by a flush", err)
+	}
+	if tr.MayResurrect(ms[0].Key) {
+		t.Fatal("MayResurrect after Invalidate returned")
+	}
+	disk.writes.Store(true)
+	err := within(t, 30*time.Second, "Invalidate over a failing log and flush", func() error { return tr.Invalidate(ms[1].Key) })
+	if !errors.Is(err, ErrWriteFailing) {
+		t.Fatalf("Invalidate while the log and flushes fail: %v, want ErrWriteFailing", err)
+	}
+	disk.writes.Store(false)
+	disk.logs.Store(false)
+	eventuallyTrue(t, 20*time.Second, "the tier recovering", func() bool { return tr.Degraded() == nil })
+	tr = reopen(t, tr)
+	for _, m := range ms[:2] {
+		if _, _, err := tr.Get(m.Key, nil); !errors.Is(err, tiers.ErrNotFound) {
+			t.Fatalf("invalidated block %v after reopening: %v, want ErrNotFound", m.Key, err)
+		}
+	}
+	checkIntact(t, tr, ms[2:])
 }
 
 // TestFailedBlobSyncIsAnError would check that a failed sync of a blob

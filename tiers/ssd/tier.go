@@ -86,7 +86,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,7 +140,7 @@ func Open(cfg Config) (*Tier, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	if err := cfg.FS.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
 	sp := newSpace(&cfg)
@@ -172,7 +171,7 @@ func Open(cfg Config) (*Tier, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
-	t.inval = newInvalLog(cfg.Dir, next)
+	t.inval = newInvalLog(cfg.FS, cfg.Dir, next)
 	if err := t.load(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
