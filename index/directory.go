@@ -1,7 +1,6 @@
 package index
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -352,6 +351,20 @@ func (d *Directory) applyOne(s *dirShard, c Change) {
 	s.mu.Unlock()
 }
 
+// Apply applies one change, as ApplyBatch does a batch of them: a Directory
+// can so listen to the changes of a node's tiers and mirror them. It panics
+// on a change of an unknown kind.
+func (d *Directory) Apply(c Change) {
+	switch c.Kind {
+	case ChangeStored, ChangeRemoved:
+		d.applyOne(d.shard(c.Key), c)
+	case ChangeNodeDropped:
+		d.DropNode(c.Loc.Node)
+	default:
+		panic(fmt.Sprintf("index: Apply: change has unknown kind %d", c.Kind))
+	}
+}
+
 // Get returns a copy of key's entry.
 func (d *Directory) Get(key Key) (Entry, bool) {
 	s := d.shard(key)
@@ -397,59 +410,22 @@ func (d *Directory) Range(fn func(Key, Entry) bool) {
 // holds. Locations for which usable returns false are ignored (a node marked
 // down, say); a nil usable accepts all.
 func (d *Directory) Lookup(ns NamespaceID, chain []Hash, usable func(Location) bool) Prefix {
-	var p Prefix
-	// live are the locations that have held every block so far.
-	var live []Location
-	for i, h := range chain {
+	scan := PrefixScan{Usable: usable}
+	for _, h := range chain {
 		k := Key{NS: ns, Hash: h}
 		s := d.shard(k)
 		s.mu.RLock()
 		e := s.m[k]
-		found := false
-		if e != nil {
-			if i == 0 {
-				for _, l := range e.Locations {
-					if usable == nil || usable(l) {
-						live = append(live, l)
-						found = true
-					}
-				}
-			} else {
-				for _, l := range e.Locations {
-					if usable == nil || usable(l) {
-						found = true
-						break
-					}
-				}
-				// Locations missing block i hold exactly i leading blocks.
-				live = slices.DeleteFunc(live, func(l Location) bool {
-					if slices.Contains(e.Locations, l) {
-						return false
-					}
-					p.ByLocation = append(p.ByLocation, LocationBlocks{Location: l, Blocks: i})
-					return true
-				})
-			}
-		}
 		s.mu.RUnlock()
-		if !found {
+		var locs []Location
+		if e != nil {
+			locs = e.Locations // entries are immutable once stored
+		}
+		if !scan.Next(locs) {
 			break
 		}
-		p.Blocks = i + 1
 	}
-	for _, l := range live {
-		p.ByLocation = append(p.ByLocation, LocationBlocks{Location: l, Blocks: p.Blocks})
-	}
-	slices.SortFunc(p.ByLocation, func(a, b LocationBlocks) int {
-		if c := cmp.Compare(b.Blocks, a.Blocks); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.Location.Tier, b.Location.Tier); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Location.Node, b.Location.Node)
-	})
-	return p
+	return scan.Prefix()
 }
 
 // DirectorySnapshot is a directory as of one instant, unaffected by later

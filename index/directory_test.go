@@ -288,6 +288,25 @@ func TestApplyBatchEndsAsSingleCallsInOrder(t *testing.T) {
 	}
 }
 
+func TestApplyOfEachChangeEndsAsSingleCalls(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	cs := randomChanges(rng, 2000)
+	applied, single := NewDirectory(), NewDirectory()
+	for _, c := range cs {
+		applied.Apply(c)
+	}
+	applyOneByOne(single, cs)
+	if got, want := dump(applied), dump(single); got != want {
+		t.Fatalf("Apply of %d changes differs from single calls:\n%s\nwant\n%s", len(cs), got, want)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Apply accepted a change of kind 9")
+		}
+	}()
+	applied.Apply(Change{Kind: 9})
+}
+
 func TestApplyBatchKeepsTheOrderOfOneKey(t *testing.T) {
 	d := NewDirectory()
 	k := Key{NS: ns, Hash: 7}

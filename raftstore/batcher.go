@@ -63,7 +63,8 @@ const (
 	maxMaxEvents           = 1 << 16
 )
 
-// EnsureDefaults sets c's zero fields to their defaults.
+// EnsureDefaults sets every zero field of c to its default. It leaves
+// bad values for Validate to report.
 func (c *BatcherConfig) EnsureDefaults() {
 	def := func(v *int, d int) {
 		if *v == 0 {
@@ -87,8 +88,9 @@ func (c *BatcherConfig) EnsureDefaults() {
 	}
 }
 
-// Validate reports every bad field of c in one error. Call it after
-// EnsureDefaults.
+// Validate returns an error that names every bad field of c, or nil. Call
+// it after EnsureDefaults: it reports the zero value of a field that has a
+// default as out of range.
 func (c *BatcherConfig) Validate() error {
 	var errs []error
 	if c.Propose == nil {
@@ -110,7 +112,10 @@ func (c *BatcherConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("%s is out of range", f.name))
 		}
 	}
-	if c.QueueSize < c.MaxEvents {
+	if c.Logger == nil {
+		errs = append(errs, errors.New("Logger is nil"))
+	}
+	if c.QueueSize > 0 && c.QueueSize < c.MaxEvents {
 		errs = append(errs, fmt.Errorf("QueueSize %d is below MaxEvents %d", c.QueueSize, c.MaxEvents))
 	}
 	return errors.Join(errs...)

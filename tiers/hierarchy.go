@@ -22,7 +22,7 @@ type LevelConfig struct {
 	// HighWatermark is the fraction of capacity above which the background
 	// mover starts demoting victims, and LowWatermark the fraction it
 	// demotes down to. Puts that find no room reclaim space themselves.
-	// The defaults are 0.95 and 0.85.
+	// The defaults are 0.95, and 0.85 or HighWatermark if that is lower.
 	HighWatermark, LowWatermark float64
 	// AdmitMinSeen admits a victim from the level above into this level
 	// only if its key was accessed at least this many times lately (a
@@ -44,7 +44,7 @@ type Config struct {
 	// Node is this node's id in the locations the hierarchy publishes. The
 	// default is 1.
 	Node index.NodeID
-	// Levels lists the tiers, fastest first; at least one.
+	// Levels lists the tiers, fastest first; at least one, at most 8.
 	Levels []LevelConfig
 	// NoPromote turns off copying lower-level hits into level 0. The
 	// default (false) promotes them.
@@ -54,28 +54,26 @@ type Config struct {
 	// Inline runs demotion and promotion in the calling goroutine instead
 	// of a background mover: deterministic, for simulation and tests.
 	Inline bool
-	// Directory receives the hierarchy's locations, so that lookups can be
-	// answered together with other nodes'. The default is a private one.
-	Directory *index.Directory
-	// OnChange, if set, is told every change the hierarchy makes to its
-	// directory, in order: what a cluster node publishes to the replicated
-	// directory. It is called under the hierarchy's lock: it must be quick
-	// and must not call back into the hierarchy.
+	// OnChange, if set, is told every change of where the hierarchy holds
+	// its blocks, in order: a copy stored at a level's location, or
+	// removed. A cluster node publishes them to the replicated directory;
+	// an index.Directory mirrors them with OnChange: dir.Apply. It is called
+	// under the hierarchy's lock: it must be quick and must not call back
+	// into the hierarchy. The default (nil) tells no one.
 	OnChange func(index.Change)
 }
 
 // ErrPinned is returned by Delete for a block under an unexpired pin.
 var ErrPinned = errors.New("tiers: block pinned")
 
-func (c *Config) setDefaults() {
+// EnsureDefaults sets every zero field of c, and of each of its levels, to
+// its default. It leaves bad values for Validate to report.
+func (c *Config) EnsureDefaults() {
 	if c.Node == 0 {
 		c.Node = 1
 	}
 	if c.MaxLease == 0 {
 		c.MaxLease = 5 * time.Minute
-	}
-	if c.Directory == nil {
-		c.Directory = index.NewDirectory()
 	}
 	for i := range c.Levels {
 		l := &c.Levels[i]
@@ -94,8 +92,10 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// validate reports every problem with c in one error.
-func (c *Config) validate() error {
+// Validate reports every problem with c in one error that wraps
+// ErrInvalidConfig, or returns nil. Call it after EnsureDefaults: it
+// reports the zero value of a field that has a default as out of range.
+func (c *Config) Validate() error {
 	var probs []string
 	if len(c.Levels) == 0 {
 		probs = append(probs, "no levels")
@@ -103,8 +103,11 @@ func (c *Config) validate() error {
 	if len(c.Levels) > 8 {
 		probs = append(probs, fmt.Sprintf("%d levels, at most 8", len(c.Levels)))
 	}
-	if c.MaxLease < 0 {
-		probs = append(probs, fmt.Sprintf("max lease %v is negative", c.MaxLease))
+	if c.Node == index.AnyNode {
+		probs = append(probs, "node 0 is index.AnyNode, not a node")
+	}
+	if c.MaxLease <= 0 {
+		probs = append(probs, fmt.Sprintf("max lease %v is not positive", c.MaxLease))
 	}
 	seen := map[index.TierKind]bool{}
 	for i, l := range c.Levels {
@@ -116,6 +119,9 @@ func (c *Config) validate() error {
 		}
 		if l.Tier == nil {
 			probs = append(probs, name+": no tier")
+		}
+		if l.Policy == nil {
+			probs = append(probs, name+": no policy")
 		}
 		if l.Kind.String() == fmt.Sprintf("tier(%d)", uint8(l.Kind)) {
 			probs = append(probs, name+": unknown tier kind")
@@ -154,7 +160,6 @@ func (c *Config) validate() error {
 type Hierarchy struct {
 	node   index.NodeID
 	levels []*level
-	dir    *index.Directory
 	cfg    Config
 
 	mu       sync.Mutex
@@ -199,15 +204,18 @@ type promotion struct {
 	meta index.Header
 }
 
-// New stacks cfg.Levels and loads what persistent levels already hold.
+// New stacks cfg.Levels and loads what persistent levels already hold. It
+// works on a copy of cfg, levels included, with defaults applied
+// (EnsureDefaults), and fails with an error wrapping ErrInvalidConfig if
+// the copy does not Validate.
 func New(cfg Config) (*Hierarchy, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg.Levels = slices.Clone(cfg.Levels) // EnsureDefaults sets their fields
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	h := &Hierarchy{
 		node:     cfg.Node,
-		dir:      cfg.Directory,
 		cfg:      cfg,
 		entries:  make(map[index.Key]*entry),
 		pins:     make(map[index.Key]*pin),
@@ -269,9 +277,6 @@ func (h *Hierarchy) load() error {
 	}
 	return nil
 }
-
-// Directory returns the directory the hierarchy publishes its locations to.
-func (h *Hierarchy) Directory() *index.Directory { return h.dir }
 
 // Node returns the node id of the hierarchy's locations.
 func (h *Hierarchy) Node() index.NodeID { return h.node }
@@ -461,10 +466,29 @@ func (h *Hierarchy) Find(key index.Key) (index.Header, index.TierKind, error) {
 }
 
 // Lookup returns the longest prefix of chain this node can read — its own
-// tiers and the shared ones — and how many leading blocks each tier holds.
+// tiers and the shared ones — and how many leading blocks each tier holds,
+// at the locations the hierarchy publishes (this node, or index.AnyNode
+// for a shared level). It answers from the hierarchy's own records: a
+// block of a shared level that another node wrote counts once a Get or
+// Find has found it.
 func (h *Hierarchy) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix {
-	node := h.node
-	return h.dir.Lookup(ns, chain, func(l index.Location) bool { return l.Node == node || l.Node == index.AnyNode })
+	var scan index.PrefixScan
+	var locs [8]index.Location // one per level, at most 8
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, hash := range chain {
+		n := 0
+		if e := h.entries[index.Key{NS: ns, Hash: hash}]; e != nil {
+			for in := e.in; in != 0; in &= in - 1 {
+				locs[n] = h.levels[bits.TrailingZeros8(in)].loc
+				n++
+			}
+		}
+		if !scan.Next(locs[:n]) {
+			break
+		}
+	}
+	return scan.Prefix()
 }
 
 // Delete removes a block from every level. It fails with ErrPinned while an
@@ -551,11 +575,10 @@ func (h *Hierarchy) setLocked(e *entry, m index.Header, i int) {
 	h.addedLocked(i, m)
 }
 
-// addedLocked tells level i's policy and the directory about a new copy.
+// addedLocked tells level i's policy and the listener about a new copy.
 func (h *Hierarchy) addedLocked(i int, m index.Header) {
 	l := h.levels[i]
 	l.Policy.Add(policy.Entry{Key: m.Key, Parent: m.Parent, HasParent: m.HasParent, Size: int64(m.Size)})
-	h.dir.Add(m.Key, m.Meta, l.loc)
 	if h.cfg.OnChange != nil {
 		h.cfg.OnChange(index.Change{Kind: index.ChangeStored, Key: m.Key, Meta: m.Meta, Loc: l.loc})
 	}
@@ -565,7 +588,6 @@ func (h *Hierarchy) addedLocked(i int, m index.Header) {
 func (h *Hierarchy) removedLocked(i int, e *entry, key index.Key) {
 	e.in &^= 1 << i
 	h.levels[i].Policy.Remove(key)
-	h.dir.Remove(key, h.levels[i].loc)
 	if h.cfg.OnChange != nil {
 		h.cfg.OnChange(index.Change{Kind: index.ChangeRemoved, Key: key, Loc: h.levels[i].loc})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -319,12 +320,47 @@ func TestConfigErrorsListEveryProblem(t *testing.T) {
 	}
 }
 
+func TestValidateReportsWhatEnsureDefaultsWouldFill(t *testing.T) {
+	cfg := tiers.Config{Levels: []tiers.LevelConfig{{Kind: index.TierDRAM, Tier: newDRAM(t, 1)}}}
+	err := cfg.Validate()
+	if !errors.Is(err, tiers.ErrInvalidConfig) {
+		t.Fatalf("Validate of a config without defaults = %v", err)
+	}
+	for _, want := range []string{"node 0", "max lease", "no policy", "high watermark 0", "low watermark 0", "admit-min-seen 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate after EnsureDefaults = %v", err)
+	}
+}
+
+// TestNewLeavesTheCallersLevelsAlone checks that the defaults New fills in
+// (a policy, watermarks) go into its copy of the levels, not the caller's
+// slice: a second hierarchy built from the same slice would otherwise share
+// the first one's policy.
+func TestNewLeavesTheCallersLevelsAlone(t *testing.T) {
+	levels := []tiers.LevelConfig{{Kind: index.TierDRAM, Tier: newDRAM(t, 4)}}
+	h1, err := tiers.New(tiers.Config{Inline: true, Levels: levels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h1.Close()
+	if l := levels[0]; l.Policy != nil || l.HighWatermark != 0 || l.LowWatermark != 0 || l.AdmitMinSeen != 0 {
+		t.Fatalf("New changed the caller's level: %+v", l)
+	}
+}
+
 // TestConcurrentUseKeepsDirectoryTrue hammers a small hierarchy with the
-// background mover on, then checks that no read was torn and that the
-// directory lists exactly what each tier holds.
+// background mover on, then checks that no read was torn and that a
+// directory listening to the hierarchy's changes lists exactly what each
+// tier holds.
 func TestConcurrentUseKeepsDirectoryTrue(t *testing.T) {
 	dramTier, ssdTier := newDRAM(t, 8), newDRAM(t, 16)
-	h, err := tiers.New(tiers.Config{Levels: []tiers.LevelConfig{
+	dir := index.NewDirectory()
+	h, err := tiers.New(tiers.Config{OnChange: dir.Apply, Levels: []tiers.LevelConfig{
 		{Kind: index.TierDRAM, Tier: dramTier, HighWatermark: 0.75, LowWatermark: 0.5},
 		{Kind: index.TierSSD, Tier: ssdTier},
 	}})
@@ -371,7 +407,7 @@ func TestConcurrentUseKeepsDirectoryTrue(t *testing.T) {
 	}{{dramTier, index.TierDRAM}, {ssdTier, index.TierSSD}} {
 		loc := index.Location{Node: 1, Tier: l.kind}
 		if err := l.tr.Scan(func(m index.Header) bool {
-			e, ok := h.Directory().Get(m.Key)
+			e, ok := dir.Get(m.Key)
 			if !ok || !slices.Contains(e.Locations, loc) {
 				t.Errorf("%v holds %v, the directory does not say so", l.kind, m.Key)
 			}
@@ -382,7 +418,7 @@ func TestConcurrentUseKeepsDirectoryTrue(t *testing.T) {
 		}
 	}
 	listed := map[index.Location]int{}
-	h.Directory().Range(func(_ index.Key, e index.Entry) bool {
+	dir.Range(func(_ index.Key, e index.Entry) bool {
 		for _, l := range e.Locations {
 			listed[l]++
 		}
@@ -393,6 +429,66 @@ func TestConcurrentUseKeepsDirectoryTrue(t *testing.T) {
 	}
 	if s := h.Stats(); s.Levels[0].Used > s.Levels[0].Capacity*3/4 {
 		t.Fatalf("dram above its high watermark after Settle: %+v", s.Levels[0])
+	}
+}
+
+// TestLookupAgreesWithAListeningDirectory runs random puts, gets and
+// deletes through three levels, the last one shared, and checks after each
+// that the hierarchy's Lookup answers what a directory fed by its OnChange
+// answers for the locations this node can read: its own and the shared
+// level's (index.AnyNode). Another node's location in that directory is
+// never counted.
+func TestLookupAgreesWithAListeningDirectory(t *testing.T) {
+	const node = 3
+	dir := index.NewDirectory()
+	other := index.Location{Node: node + 1, Tier: index.TierDRAM}
+	readable := func(l index.Location) bool { return l.Node == node || l.Node == index.AnyNode }
+	h, err := tiers.New(tiers.Config{Node: node, Inline: true, OnChange: dir.Apply, Levels: []tiers.LevelConfig{
+		{Kind: index.TierDRAM, Tier: newDRAM(t, 4), HighWatermark: 1, LowWatermark: 1},
+		{Kind: index.TierSSD, Tier: newDRAM(t, 8), HighWatermark: 1, LowWatermark: 1},
+		{Kind: index.TierS3, Tier: newDRAM(t, 16), Shared: true, HighWatermark: 1, LowWatermark: 1},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	r := rand.New(rand.NewPCG(1, 2))
+	chain := func(from, n int) []index.Hash {
+		c := make([]index.Hash, n)
+		for i := range c {
+			c[i] = index.Hash(from + i)
+		}
+		return c
+	}
+	kinds := []index.TierKind{index.TierDRAM, index.TierSSD, index.TierS3}
+	sawShared := false
+	for step := range 2000 {
+		i := 1 + r.IntN(24)
+		switch op := r.IntN(10); {
+		case op < 5:
+			put(t, h, i)
+		case op < 8:
+			_, _, _, _ = h.Get(key(i), nil)
+		case op < 9:
+			_ = h.DeleteFrom(kinds[r.IntN(len(kinds))], key(i))
+		default:
+			_ = h.Delete(key(i))
+		}
+		if r.IntN(4) == 0 { // another node's copy, which this node cannot read
+			dir.Add(key(i), index.Meta{Size: blockSize}, other)
+		}
+		for range 3 {
+			from := 1 + r.IntN(24)
+			c := chain(from, 1+r.IntN(25-from))
+			got, want := h.Lookup(7, c), dir.Lookup(7, c, readable)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("step %d, chain from %d of %d: hierarchy says %+v, directory %+v", step, from, len(c), got, want)
+			}
+			sawShared = sawShared || got.At(index.Location{Node: index.AnyNode, Tier: index.TierS3}) > 0
+		}
+	}
+	if !sawShared {
+		t.Fatal("no lookup found a block in the shared level")
 	}
 }
 

@@ -114,8 +114,9 @@ type Config struct {
 	// default, 0, is 1/32 of the file system's size, at least 8 MiB and at
 	// most 1 GiB; -1 leaves nothing free.
 	DiskReserve int64
-	// FS is the file system the store lives on. The default is the
-	// operating system's (vfs.Default); tests inject faults with it.
+	// FS is the file system the store lives on: Pebble's files and the
+	// tier's invalidation logs. The default is the operating system's
+	// (vfs.Default); tests inject faults with it.
 	FS vfs.FS
 	// Logger receives Pebble's log lines (informational ones at Debug
 	// level) and the tier's background errors. The default is

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 )
@@ -53,6 +53,9 @@ const invalidatedPrefix = "kvstrata-invalidated-"
 // invalRecordSize is one log record: namespace and hash (little-endian),
 // then xxhash64 of those 16 bytes, so that a torn last record is ignored.
 const invalRecordSize = 24
+
+// invalCategory is the disk-write category of the invalidation logs.
+const invalCategory vfs.DiskWriteCategory = "kvstrata-invalidation"
 
 // deletions tracks the deletes not yet known to be durable.
 type deletions struct {
@@ -251,11 +254,12 @@ func (t *Tier) flushLocked() error {
 // appended by concurrent writers are written and synced by one of them
 // for all (group commit).
 type invalLog struct {
+	fs  vfs.FS
 	dir string
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	f       *os.File // the current log; nil until its first write
+	f       vfs.File // the current log; nil until its first write
 	gen     uint64   // the current log's number
 	old     []string // logs rotated out, removed after the next flush
 	buf     []byte   // records not yet written
@@ -266,8 +270,8 @@ type invalLog struct {
 	err     error  // the current log failed; the next one starts afresh
 }
 
-func newInvalLog(dir string, gen uint64) *invalLog {
-	l := &invalLog{dir: dir, gen: gen}
+func newInvalLog(fs vfs.FS, dir string, gen uint64) *invalLog {
+	l := &invalLog{fs: fs, dir: dir, gen: gen}
 	l.cond = sync.NewCond(&l.mu)
 	return l
 }
@@ -314,15 +318,16 @@ func (l *invalLog) write(key index.Key) error {
 }
 
 // append writes buf to the current log, creating it if f is nil, and
-// syncs it. The caller is the one writer (l.syncing).
-func (l *invalLog) append(f *os.File, buf []byte) (*os.File, error) {
+// syncs it. The caller is the one writer (l.syncing). A log is created
+// once: a number is not used again after its log was written to (rotate).
+func (l *invalLog) append(f vfs.File, buf []byte) (vfs.File, error) {
 	if f == nil {
 		var err error
-		f, err = os.OpenFile(filepath.Join(l.dir, invalName(l.gen)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err = l.fs.Create(l.fs.PathJoin(l.dir, invalName(l.gen)), invalCategory)
 		if err != nil {
 			return nil, fmt.Errorf("create invalidation log: %w", err)
 		}
-		if err := syncDir(l.dir); err != nil {
+		if err := syncDir(l.fs, l.dir); err != nil {
 			return f, err
 		}
 	}
@@ -364,11 +369,11 @@ func (l *invalLog) removeOld() error {
 	}
 	var errs []error
 	for _, name := range old {
-		if err := os.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := l.fs.Remove(l.fs.PathJoin(l.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, syncDir(l.dir))
+	errs = append(errs, syncDir(l.fs, l.dir))
 	return errors.Join(errs...)
 }
 
@@ -388,8 +393,8 @@ func (l *invalLog) close() {
 
 // syncDir syncs a directory, so that files created or removed in it stay
 // so after a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
 	if err != nil {
 		return err
 	}
@@ -404,13 +409,14 @@ func syncDir(dir string) error {
 // in the store's directory name, makes that durable, removes the logs and
 // returns the number the next log takes. It runs in Open, before load.
 func (t *Tier) replayInvalidations() (next uint64, err error) {
-	ents, err := os.ReadDir(t.cfg.Dir)
+	fs := t.cfg.FS
+	ents, err := fs.List(t.cfg.Dir)
 	if err != nil {
 		return 0, err
 	}
 	var names []string
-	for _, e := range ents {
-		n, ok := strings.CutPrefix(e.Name(), invalidatedPrefix)
+	for _, name := range ents {
+		n, ok := strings.CutPrefix(name, invalidatedPrefix)
 		if !ok {
 			continue
 		}
@@ -419,7 +425,7 @@ func (t *Tier) replayInvalidations() (next uint64, err error) {
 			continue
 		}
 		next = max(next, gen+1)
-		names = append(names, e.Name())
+		names = append(names, name)
 	}
 	if len(names) == 0 {
 		return next, nil
@@ -429,7 +435,7 @@ func (t *Tier) replayInvalidations() (next uint64, err error) {
 	defer b.Close()
 	var keys int
 	for _, name := range names {
-		recs, err := readInvalLog(filepath.Join(t.cfg.Dir, name))
+		recs, err := readInvalLog(fs, fs.PathJoin(t.cfg.Dir, name))
 		if err != nil {
 			return 0, err
 		}
@@ -451,11 +457,11 @@ func (t *Tier) replayInvalidations() (next uint64, err error) {
 		return 0, fmt.Errorf("replay invalidations: %w", err)
 	}
 	for _, name := range names {
-		if err := os.Remove(filepath.Join(t.cfg.Dir, name)); err != nil {
+		if err := fs.Remove(fs.PathJoin(t.cfg.Dir, name)); err != nil {
 			return 0, fmt.Errorf("replay invalidations: %w", err)
 		}
 	}
-	if err := syncDir(t.cfg.Dir); err != nil {
+	if err := syncDir(fs, t.cfg.Dir); err != nil {
 		return 0, fmt.Errorf("replay invalidations: %w", err)
 	}
 	t.cfg.Logger.Info("ssd: replayed invalidation logs", "dir", t.cfg.Dir, "logs", len(names), "keys", keys)
@@ -465,8 +471,8 @@ func (t *Tier) replayInvalidations() (next uint64, err error) {
 // readInvalLog returns the keys of a log's intact records, up to the first
 // that is not (torn by a crash while it was written, so never
 // acknowledged).
-func readInvalLog(path string) ([]index.Key, error) {
-	f, err := os.Open(path)
+func readInvalLog(fs vfs.FS, path string) ([]index.Key, error) {
+	f, err := fs.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read invalidation log: %w", err)
 	}

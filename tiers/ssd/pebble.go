@@ -46,8 +46,9 @@ const (
 )
 
 // pebbleOptions translates cfg, with defaults applied, into Pebble's, on
-// filesystem fs; sp hears of flushes and of failures for want of space.
-func pebbleOptions(cfg *Config, fs vfs.FS, sp *space) *pebble.Options {
+// filesystem fs; sp hears of flushes and of failures for want of space,
+// wf of flushes that succeed.
+func pebbleOptions(cfg *Config, fs vfs.FS, sp *space, wf *writeFaults) *pebble.Options {
 	log := pebbleLogger{cfg.Logger}
 	o := &pebble.Options{
 		FS:                 fs,
@@ -60,14 +61,20 @@ func pebbleOptions(cfg *Config, fs vfs.FS, sp *space) *pebble.Options {
 		MaxOpenFiles:       maxOpenFiles,
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
-				if sp.failed(err) { // logged once, when the tier starts refusing puts
+				// Logged once, when the tier starts refusing puts.
+				if sp.failed(err) || wf.failing() != nil {
 					cfg.Logger.Debug("ssd: pebble background error", "dir", cfg.Dir, "err", err)
 					return
 				}
 				cfg.Logger.Error("ssd: pebble background error", "dir", cfg.Dir, "err", err)
 			},
 			FlushBegin: func(pebble.FlushInfo) { sp.flushBegan() },
-			FlushEnd:   func(info pebble.FlushInfo) { sp.flushEnded(info.Err) },
+			FlushEnd: func(info pebble.FlushInfo) {
+				sp.flushEnded(info.Err)
+				if info.Err == nil {
+					wf.recovered()
+				}
+			},
 			// Pebble's default is to exit the process; the tier instead
 			// reports the block as corrupt when a read runs into the damage.
 			DataCorruption: func(info pebble.DataCorruptionInfo) {
@@ -156,12 +163,15 @@ func (s WriteStats) WriteAmp() float64 {
 
 // countingFS counts the bytes Pebble writes, by the category Pebble gives
 // each file it creates, and tells space of writes that fail for want of
-// space (see space.go): it holds back new flush and compaction outputs
-// while the file system is full, and removes an output whose write failed
-// when Pebble closes it (Pebble abandons such a file without deleting it).
+// space (see space.go), faults of those that fail otherwise (fault.go): it
+// holds back new flush and compaction outputs while the file system is
+// full or just failed a write, and removes an output whose write failed
+// for want of space when Pebble closes it (Pebble abandons such a file
+// without deleting it).
 type countingFS struct {
 	vfs.FS
 	space                         *space
+	faults                        *writeFaults
 	wal, flush, compaction, other atomic.Int64
 }
 
@@ -185,10 +195,20 @@ func isOutput(c vfs.DiskWriteCategory) bool {
 
 func (fs *countingFS) wrap(f vfs.File, c vfs.DiskWriteCategory, name string, err error) (vfs.File, error) {
 	if err != nil {
-		fs.space.failed(err)
+		fs.failed(err)
 		return nil, err
 	}
 	return &countingFile{File: f, n: fs.counter(c), fs: fs, name: name}, nil
+}
+
+// failed tells space or faults of a write that failed; it reports whether
+// it failed for want of space.
+func (fs *countingFS) failed(err error) bool {
+	if fs.space.failed(err) {
+		return true
+	}
+	fs.faults.failed(err)
+	return false
 }
 
 func (fs *countingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
@@ -196,6 +216,7 @@ func (fs *countingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, er
 		f, err := fs.FS.Create(name, c)
 		return fs.wrap(f, c, "", err)
 	}
+	fs.faults.pace()
 	if err := fs.space.waitForRoom(name); err != nil {
 		return nil, err
 	}
@@ -232,9 +253,9 @@ type countingFile struct {
 	written atomic.Int64 // bytes written
 }
 
-// note tells space of a failed write.
+// note tells space or faults of a failed write.
 func (f *countingFile) note(err error) error {
-	if err != nil && f.fs.space.failed(err) {
+	if err != nil && f.fs.failed(err) {
 		f.noSpace.Store(true)
 	}
 	return err

@@ -22,7 +22,7 @@ import (
 // tiers.ErrCorrupt when the record fails its checks.
 func (t *Tier) record(key index.Key) (index.Header, error) {
 	rk := makeKey(prefixRecord, key)
-	v, closer, err := t.db.Get(rk[:])
+	v, closer, err := get(t.db, rk[:])
 	if err != nil {
 		return index.Header{}, readError("record", err)
 	}
@@ -40,7 +40,7 @@ func (t *Tier) record(key index.Key) (index.Header, error) {
 // closer is closed.
 func (t *Tier) payload(m index.Header) ([]byte, io.Closer, error) {
 	pk := makeKey(prefixPayload, m.Key)
-	v, closer, err := t.db.Get(pk[:])
+	v, closer, err := get(t.db, pk[:])
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil, fmt.Errorf("payload: %w: missing", tiers.ErrCorrupt)
 	}
@@ -54,6 +54,24 @@ func (t *Tier) payload(m index.Header) ([]byte, io.Closer, error) {
 	if sum := index.Checksum(v); sum != m.Sum {
 		_ = closer.Close()
 		return nil, nil, fmt.Errorf("payload: %w: checksum %016x, record says %016x", tiers.ErrCorrupt, sum, m.Sum)
+	}
+	return v, closer, nil
+}
+
+// get is db.Get that reports a failed read of a value Pebble keeps in a
+// blob file (a block's bytes): Pebble's DB.Get returns such a value as
+// empty, with no error, and keeps the error for the closer (v2.1.7 reads
+// the value with Iterator.Value, which drops it).
+func get(db *pebble.DB, key []byte) ([]byte, io.Closer, error) {
+	v, closer, err := db.Get(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if it, ok := closer.(interface{ Error() error }); ok {
+		if err := it.Error(); err != nil {
+			_ = closer.Close()
+			return nil, nil, err
+		}
 	}
 	return v, closer, nil
 }
@@ -83,7 +101,7 @@ func (t *Tier) deleteKeys(key index.Key) error {
 // checkFormat checks the store's format marker, writing it into an empty
 // store.
 func (t *Tier) checkFormat() error {
-	v, closer, err := t.db.Get(formatKey)
+	v, closer, err := get(t.db, formatKey)
 	if err == nil {
 		ok := bytes.Equal(v, formatVersion)
 		got := string(v)

@@ -60,6 +60,17 @@
 // fails for space, and Pebble leaves no empty output files behind. Open
 // warns when Capacity exceeds what the file system has room for.
 //
+// # Disk faults
+//
+// A write of Pebble's that fails with an I/O error (fault.go) makes the tier
+// refuse puts with ErrWriteFailing and report itself degraded until a
+// flush succeeds; Flush and Close report the failure rather than wait, and
+// Pebble's retries are paced. A read that fails is an error, and the block
+// stays. Pebble v2.1.7 treats a failed write or sync of its write-ahead log
+// or its MANIFEST as fatal (Logger.Fatalf, which the tier turns into a
+// panic), and crashes on a failed sync of a blob file (a nil dereference
+// in its own code); those end the process.
+//
 // # Concurrency
 //
 // A Tier is safe for concurrent use. Operations on one key are serialized
@@ -75,7 +86,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +113,8 @@ type Tier struct {
 	fs  *countingFS
 	// space keeps the tier within its file system's free space (space.go).
 	space *space
+	// faults tracks writes that failed with an I/O error (fault.go).
+	faults *writeFaults
 
 	// life guards closed and with it the use of db: every method holds it
 	// shared while it uses db, Close exclusively.
@@ -134,23 +146,25 @@ func Open(cfg Config) (*Tier, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	if err := cfg.FS.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
 	sp := newSpace(&cfg)
-	fs := &countingFS{FS: cfg.FS, space: sp}
-	db, err := pebble.Open(cfg.Dir, pebbleOptions(&cfg, fs, sp))
+	wf := &writeFaults{dir: cfg.Dir, log: cfg.Logger}
+	fs := &countingFS{FS: cfg.FS, space: sp, faults: wf}
+	db, err := pebble.Open(cfg.Dir, pebbleOptions(&cfg, fs, sp, wf))
 	if err != nil {
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
 	t := &Tier{
-		cfg:   cfg,
-		db:    db,
-		fs:    fs,
-		space: sp,
-		acct:  accounting{capacity: cfg.Capacity},
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		cfg:    cfg,
+		db:     db,
+		fs:     fs,
+		space:  sp,
+		faults: wf,
+		acct:   accounting{capacity: cfg.Capacity},
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	retain := pebble.WithMaxRetainedSizeBytes(int(batchSize(cfg.MaxBlockSize)))
 	t.batches.New = func() any { return db.NewBatch(retain) }
@@ -163,7 +177,7 @@ func Open(cfg Config) (*Tier, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
-	t.inval = newInvalLog(cfg.Dir, next)
+	t.inval = newInvalLog(cfg.FS, cfg.Dir, next)
 	if err := t.load(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
@@ -210,6 +224,9 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 	case err == nil:
 		oldCost, oldBlocks = cost(old.Size), 1
 	case !errors.Is(err, tiers.ErrNotFound):
+		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
+	}
+	if err := t.faults.failing(); err != nil {
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
 	bytes, blocks := cost(m.Size)-oldCost, 1-oldBlocks
@@ -345,13 +362,14 @@ func (t *Tier) Stats() tiers.Stats {
 
 // Degraded returns why the tier refuses puts for now although it can be
 // read — its file system is full: a write failed with ENOSPC, or there is
-// no room for a block of the largest size beside Config.DiskReserve — or
-// nil. The tier recovers by itself once space returns.
+// no room for a block of the largest size beside Config.DiskReserve; or a
+// write failed with an I/O error (ErrWriteFailing, fault.go) — or nil. The
+// tier recovers by itself once space returns, or a flush succeeds.
 func (t *Tier) Degraded() error {
 	if err := t.space.degraded(); err != nil {
 		return fmt.Errorf("ssd: %w", err)
 	}
-	return nil
+	return t.faults.failing()
 }
 
 // Flush makes every write acknowledged so far durable: it flushes Pebble's
@@ -372,13 +390,14 @@ func (t *Tier) Flush() error {
 	return nil
 }
 
-// flushWait flushes the memtable and waits until the flush is done or
-// fails for want of space.
+// flushWait flushes the memtable and waits until the flush is done, fails
+// for want of space, or a write fails with an I/O error.
 func (t *Tier) flushWait() error {
 	_ = t.space.check(0) // clears a failure once space is back
 	if err := t.space.failing(); err != nil {
 		return fmt.Errorf("%w: %v", tiers.ErrNoSpace, err)
 	}
+	start := time.Now()
 	done, err := t.db.AsyncFlush()
 	if err != nil {
 		return err
@@ -393,6 +412,9 @@ func (t *Tier) flushWait() error {
 		case <-tick.C:
 			if err := t.space.failing(); err != nil {
 				return fmt.Errorf("%w: %v", tiers.ErrNoSpace, err)
+			}
+			if err := t.faults.failedSince(start); err != nil {
+				return err
 			}
 		}
 	}
