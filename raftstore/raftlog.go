@@ -21,7 +21,7 @@ type raftLogger struct {
 }
 
 func newRaftLogger(l *slog.Logger) hclog.Logger {
-	return raftLogger{Logger: hclog.NewNullLogger(), l: l.With("component", "raft")}
+	return raftLogger{Logger: hclog.NewNullLogger(), l: l} // its lines start "raft: "
 }
 
 // firstElection is raft's message when a follower's heartbeat timer runs

@@ -18,9 +18,9 @@ func TestRaftLoggerLevels(t *testing.T) {
 	l.With("peer", "3").Error("failed to contact")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	want := []string{
-		`level=INFO msg="raft: heartbeat timeout reached, starting election" component=raft last-leader-addr="" last-leader-id=""`,
-		`level=WARN msg="raft: heartbeat timeout reached, starting election" component=raft last-leader-addr=127.0.0.1:7072 last-leader-id=2`,
-		`level=ERROR msg="raft: failed to contact" component=raft peer=3`,
+		`level=INFO msg="raft: heartbeat timeout reached, starting election" last-leader-addr="" last-leader-id=""`,
+		`level=WARN msg="raft: heartbeat timeout reached, starting election" last-leader-addr=127.0.0.1:7072 last-leader-id=2`,
+		`level=ERROR msg="raft: failed to contact" peer=3`,
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), buf.String())
