@@ -6,8 +6,8 @@
 # path (events published straight into the batchers, no block bytes) and
 # in-process lookups are Go benchmarks:
 #
-#   go test -run '^$' -bench 'Publish|CommitLatency' -benchtime 10s ./api/cluster
-#   go test -run '^$' -bench Lookup256 -benchtime 200000x ./api/cluster
+#   go test -run '^$' -bench 'Publish|CommitLatency' -benchtime 10s ./api/membership
+#   go test -run '^$' -bench Lookup256 -benchtime 200000x ./api/membership
 #
 # It builds kvstrata, kvctl and the benchmark, starts three nodes that
 # bootstrap one cluster in a temporary directory, runs clusterbench, then

@@ -159,13 +159,13 @@ func (c *testCluster) converge() {
 		c.t.Fatalf("barrier: %v", err)
 	}
 	want := l.fsm.AppliedIndex()
-	wantDir, wantCluster := dumpDir(l.fsm.Directory()), fmt.Sprint(l.fsm.Cluster())
+	wantDir, wantCluster := dumpDir(l.fsm.Directory()), fmt.Sprint(l.fsm.Roster())
 	for _, nd := range c.nodes {
 		if nd.raft == nil || nd == l {
 			continue
 		}
 		eventually(c.t, fmt.Sprintf("%s to apply index %d", nd.id, want), func() bool { return nd.fsm.AppliedIndex() >= want })
-		if dumpDir(nd.fsm.Directory()) != wantDir || fmt.Sprint(nd.fsm.Cluster()) != wantCluster {
+		if dumpDir(nd.fsm.Directory()) != wantDir || fmt.Sprint(nd.fsm.Roster()) != wantCluster {
 			c.t.Fatalf("%s holds another state than the leader %s", nd.id, l.id)
 		}
 	}

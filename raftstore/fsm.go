@@ -34,7 +34,7 @@ import (
 // proposer.
 type FSM struct {
 	dir     atomic.Pointer[index.Directory]
-	state   atomic.Pointer[clusterState]
+	state   atomic.Pointer[roster]
 	applied atomic.Uint64
 	events  atomic.Uint64
 	skipped atomic.Uint64
@@ -61,7 +61,7 @@ const maxPending = 64 << 10
 func NewFSM() *FSM {
 	f := &FSM{}
 	f.dir.Store(index.NewDirectory())
-	f.state.Store(newClusterState().seal())
+	f.state.Store(newRoster().seal())
 	return f
 }
 
@@ -221,22 +221,22 @@ func (f *FSM) applyEntry(l *raft.Log) any {
 		f.keepPending(e.events)
 		return nil
 	case EntryMemberUpsert:
-		return f.change(func(s *clusterState) (*clusterState, error) { return s.upsertMember(e.member) })
+		return f.change(func(s *roster) (*roster, error) { return s.upsertMember(e.member) })
 	case EntryMemberRemove:
-		if err := f.change(func(s *clusterState) (*clusterState, error) { return s.removeMember(e.node) }); err != nil {
+		if err := f.change(func(s *roster) (*roster, error) { return s.removeMember(e.node) }); err != nil {
 			return err
 		}
 		f.Directory().DropNode(e.node)
 		return nil
 	case EntryLiveness:
-		return f.change(func(s *clusterState) (*clusterState, error) { return s.setLiveness(e.node, e.liveness) })
+		return f.change(func(s *roster) (*roster, error) { return s.setLiveness(e.node, e.liveness) })
 	case EntryLivenessInTerm:
 		if e.term != l.Term { // the log's term, the same on every replica
 			return fmt.Errorf("liveness of node %d decided in term %d, appended in term %d: %w", e.node, e.term, l.Term, ErrStaleTerm)
 		}
-		return f.change(func(s *clusterState) (*clusterState, error) { return s.setLiveness(e.node, e.liveness) })
+		return f.change(func(s *roster) (*roster, error) { return s.setLiveness(e.node, e.liveness) })
 	case EntryCapacities:
-		return f.change(func(s *clusterState) (*clusterState, error) { return s.setCapacities(e.caps) })
+		return f.change(func(s *roster) (*roster, error) { return s.setCapacities(e.caps) })
 	default: // an unknown ignorable type
 		f.skipped.Add(1)
 		return nil
@@ -268,7 +268,7 @@ func (f *FSM) logger() *slog.Logger {
 // change publishes the cluster state fn makes of the current one, or
 // returns fn's error and changes nothing. The result is an error
 // interface: nil on success, so that raft hands a nil response.
-func (f *FSM) change(fn func(*clusterState) (*clusterState, error)) error {
+func (f *FSM) change(fn func(*roster) (*roster, error)) error {
 	n, err := fn(f.state.Load())
 	if err != nil {
 		return err
@@ -319,7 +319,7 @@ func (f *FSM) Capacities(node index.NodeID) (Capacities, bool) {
 }
 
 // Cluster returns a copy of the whole cluster state.
-func (f *FSM) Cluster() ClusterState { return f.state.Load().public() }
+func (f *FSM) Roster() Roster { return f.state.Load().public() }
 
 // AppliedIndex returns the index of the last entry the FSM applied,
 // counting those a restored snapshot holds: a caller that proposed an

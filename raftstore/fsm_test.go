@@ -171,7 +171,7 @@ func TestFSMRecordsCapacities(t *testing.T) {
 func TestFSMReturnsBusinessErrorsAndChangesNothing(t *testing.T) {
 	a := newApplier(t)
 	a.ok(raftstore.EncodeMemberUpsert(member(1)))
-	before := a.f.Cluster()
+	before := a.f.Roster()
 	cases := []struct {
 		name string
 		data []byte
@@ -188,7 +188,7 @@ func TestFSMReturnsBusinessErrorsAndChangesNothing(t *testing.T) {
 			t.Errorf("%s: result %v, want %v", tc.name, res, tc.want)
 		}
 	}
-	if after := a.f.Cluster(); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := a.f.Roster(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("refused entries changed the state:\n%+v\nwant\n%+v", after, before)
 	}
 }
@@ -237,7 +237,7 @@ func TestFSMAppliesUndecodableEntriesAsCountedNoOps(t *testing.T) {
 		for name, data := range undecodable() {
 			a := newApplier(t)
 			a.ok(raftstore.EncodeMemberUpsert(member(1)))
-			before, dirBefore := fmt.Sprint(a.f.Cluster()), dumpDir(a.f.Directory())
+			before, dirBefore := fmt.Sprint(a.f.Roster()), dumpDir(a.f.Directory())
 			var res any
 			if batch {
 				// The events around it are applied, and none of its own.
@@ -258,7 +258,7 @@ func TestFSMAppliesUndecodableEntriesAsCountedNoOps(t *testing.T) {
 			if err, ok := res.(error); !ok || !errors.Is(err, raftstore.ErrInvalidEntry) || !errors.Is(err, raftstore.ErrBadEntry) {
 				t.Errorf("%s (batch %v): result %v, want ErrInvalidEntry and ErrBadEntry", name, batch, res)
 			}
-			if fmt.Sprint(a.f.Cluster()) != before {
+			if fmt.Sprint(a.f.Roster()) != before {
 				t.Errorf("%s (batch %v): the cluster state changed", name, batch)
 			}
 			if st := a.f.Stats(); st.Invalid != 1 {
@@ -274,7 +274,7 @@ func TestFSMAppliesUndecodableEntriesAsCountedNoOps(t *testing.T) {
 func TestFSMSkipsUnknownIgnorableEntries(t *testing.T) {
 	a := newApplier(t)
 	a.ok(raftstore.EncodeMemberUpsert(member(1)))
-	before := a.f.Cluster()
+	before := a.f.Roster()
 	if res := a.apply([]byte{byte(raftstore.Ignorable | 0x06), 0xde, 0xad}); res != nil {
 		t.Fatalf("ignorable entry: result %v", res)
 	}
@@ -285,7 +285,7 @@ func TestFSMSkipsUnknownIgnorableEntries(t *testing.T) {
 	if got := a.f.Stats().Skipped; got != 2 {
 		t.Fatalf("Stats().Skipped = %d, want 2", got)
 	}
-	if fmt.Sprint(a.f.Cluster()) != fmt.Sprint(before) || a.f.Directory().Len() != 2 {
+	if fmt.Sprint(a.f.Roster()) != fmt.Sprint(before) || a.f.Directory().Len() != 2 {
 		t.Fatal("skipped entries changed the state")
 	}
 }
@@ -319,7 +319,7 @@ func TestFSMApplyBatchEqualsApplyOneByOne(t *testing.T) {
 	if got[len(got)-1] != nil {
 		t.Errorf("configuration entry result %v", got[len(got)-1])
 	}
-	if dumpDir(batched.f.Directory()) != dumpDir(one.f.Directory()) || fmt.Sprint(batched.f.Cluster()) != fmt.Sprint(one.f.Cluster()) {
+	if dumpDir(batched.f.Directory()) != dumpDir(one.f.Directory()) || fmt.Sprint(batched.f.Roster()) != fmt.Sprint(one.f.Roster()) {
 		t.Fatal("ApplyBatch ended in another state than Apply one by one")
 	}
 	if batched.f.AppliedIndex() != 100 {
@@ -350,7 +350,7 @@ func TestFSMReadersRunConcurrentlyWithApplySnapshotAndRestore(t *testing.T) {
 				}
 				a.f.Members()
 				a.f.Alive(1)
-				a.f.Cluster()
+				a.f.Roster()
 				a.f.Directory().Len()
 			}
 		})

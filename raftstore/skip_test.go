@@ -87,8 +87,8 @@ func TestFSMSkipsTheListedUnknownEntries(t *testing.T) {
 		if got := dumpDir(f.Directory()); got != dumpDir(want.Directory()) || got == "" {
 			t.Errorf("batch %v: directory\n%s\nwant\n%s", batch, got, dumpDir(want.Directory()))
 		}
-		if fmt.Sprint(f.Cluster()) != fmt.Sprint(want.Cluster()) {
-			t.Errorf("batch %v: cluster %+v, want %+v", batch, f.Cluster(), want.Cluster())
+		if fmt.Sprint(f.Roster()) != fmt.Sprint(want.Roster()) {
+			t.Errorf("batch %v: cluster %+v, want %+v", batch, f.Roster(), want.Roster())
 		}
 		if st := f.Stats(); st.Skipped != 2 || st.Invalid != 1 || f.AppliedIndex() != 7 {
 			t.Errorf("batch %v: %+v applied to %d, want 2 skipped (listed, ignorable), 1 invalid, applied to 7", batch, st, f.AppliedIndex())

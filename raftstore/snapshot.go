@@ -16,7 +16,7 @@ import (
 // A snapshot, as Persist writes it:
 //
 //	magic "KVSTRDIR", version byte 1
-//	frame S: uvarint applied index, then the cluster state (appendClusterState)
+//	frame S: uvarint applied index, then the cluster state (appendRoster)
 //	frame D, any number: directory entries, back to back, until the frame ends
 //	frame E: uvarint entries, uvarint D frames
 //
@@ -52,7 +52,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // the (immutable) cluster state, captured without copying either.
 type fsmSnapshot struct {
 	dir     *index.DirectorySnapshot
-	state   *clusterState
+	state   *roster
 	applied uint64
 }
 
@@ -84,7 +84,7 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	bw.WriteString(snapMagic)
 	bw.WriteByte(snapVersion)
 	buf := appendUvarint(nil, s.applied)
-	buf = appendClusterState(buf, s.state)
+	buf = appendRoster(buf, s.state)
 	if err := writeFrame(bw, frameState, buf); err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 
 // readSnapshot reads what write wrote. An error wraps ErrCorrupt when
 // the bytes are damaged, the reader's error when reading failed.
-func readSnapshot(r io.Reader) (*index.Directory, *clusterState, uint64, error) {
+func readSnapshot(r io.Reader) (*index.Directory, *roster, uint64, error) {
 	br := bufio.NewReaderSize(r, 256<<10)
 	var head [len(snapMagic) + 1]byte
 	if _, err := io.ReadFull(br, head[:]); err != nil {
@@ -198,7 +198,7 @@ func readSnapshot(r io.Reader) (*index.Directory, *clusterState, uint64, error) 
 	}
 	pr := reader{b: payload}
 	applied := pr.uvarint()
-	state := readClusterState(&pr)
+	state := readRoster(&pr)
 	if err := pr.done(); err != nil {
 		return nil, nil, 0, fmt.Errorf("%w: cluster state: %w", ErrCorrupt, err)
 	}

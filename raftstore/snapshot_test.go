@@ -56,7 +56,7 @@ func busyFSM(t testing.TB) *applier {
 
 // fsmState is everything an FSM holds, as text to compare.
 func fsmState(f *raftstore.FSM) string {
-	return fmt.Sprintf("%s\n%+v\napplied %d", dumpDir(f.Directory()), f.Cluster(), f.AppliedIndex())
+	return fmt.Sprintf("%s\n%+v\napplied %d", dumpDir(f.Directory()), f.Roster(), f.AppliedIndex())
 }
 
 func persist(t testing.TB, snap raft.FSMSnapshot) *memSink {

@@ -237,7 +237,7 @@ func FuzzValidateEntryApplies(f *testing.F) {
 		}
 		batch := raftstore.NewFSM()
 		batch.ApplyBatch(logs)
-		if fmt.Sprint(one.Cluster()) != fmt.Sprint(batch.Cluster()) || dumpDir(one.Directory()) != dumpDir(batch.Directory()) {
+		if fmt.Sprint(one.Roster()) != fmt.Sprint(batch.Roster()) || dumpDir(one.Directory()) != dumpDir(batch.Directory()) {
 			t.Fatal("Apply and ApplyBatch of a valid entry differ")
 		}
 		if one.Stats().Invalid != 0 {

@@ -48,7 +48,7 @@ type Result struct {
 	// down). It matches ErrUnavailable; try again later. A block the node
 	// does not hold has Found false and no Err.
 	Err error
-	// Node is the node that served it, for a Cluster's gets (AnyNode: the
+	// Node is the node that served it, for a ClusterClient's gets (AnyNode: the
 	// shared object store, through the seed).
 	Node index.NodeID
 }

@@ -35,8 +35,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/kvstrata/kvstrata/api/cluster"
 	"github.com/kvstrata/kvstrata/api/dataplane"
+	"github.com/kvstrata/kvstrata/api/membership"
 	"github.com/kvstrata/kvstrata/api/metrics"
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/resp"
@@ -72,7 +72,7 @@ type Node struct {
 	failed chan error  // a server that stopped on its own
 
 	// Set by Start.
-	cl         *cluster.Cluster
+	cl         *membership.Agent
 	h          *tiers.Hierarchy
 	n          *node.Node
 	g          *grpc.Server
@@ -239,7 +239,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	g := grpc.NewServer(grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
 		grpc.MaxRecvMsgSize(16<<20))
 	server.Register(g, n, server.Options{Addrs: addrs, Version: d.opts.Version,
-		Freshness: func() *pb.Freshness { return cluster.FreshnessToPB(cl.Freshness()) }})
+		Freshness: func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) }})
 	cl.Register(g)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until ready

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/kvstrata/kvstrata/api/cluster"
+	"github.com/kvstrata/kvstrata/api/membership"
 	"github.com/kvstrata/kvstrata/api/metrics"
 	"github.com/kvstrata/kvstrata/tiers"
 )
@@ -16,7 +16,7 @@ import (
 // checks are the node's health checks (/readyz, /healthz): the node is
 // started and not stopping, its replica of the directory is current, and
 // — advisory — each tier is available and not degraded.
-func (d *Node) checks(cl *cluster.Cluster, h *tiers.Hierarchy) []metrics.Check {
+func (d *Node) checks(cl *membership.Agent, h *tiers.Hierarchy) []metrics.Check {
 	checks := []metrics.Check{{Name: "node", Fn: func() error {
 		if !d.ready.Load() {
 			return errors.New("starting or shutting down")

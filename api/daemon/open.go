@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvstrata/kvstrata/api/cluster"
+	"github.com/kvstrata/kvstrata/api/membership"
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/units"
@@ -22,7 +22,7 @@ import (
 )
 
 // openCluster starts the node's raft replica of the block directory.
-func openCluster(cfg config.Config, log *slog.Logger) (*cluster.Cluster, error) {
+func openCluster(cfg config.Config, log *slog.Logger) (*membership.Agent, error) {
 	var peers []raftstore.Peer
 	if cfg.Cluster.Bootstrap != "" {
 		listed, _ := config.ParsePeers(cfg.Cluster.Bootstrap) // validated
@@ -36,7 +36,7 @@ func openCluster(cfg config.Config, log *slog.Logger) (*cluster.Cluster, error) 
 		host, _ := os.Hostname()
 		name = fmt.Sprintf("%s-%d", host, cfg.NodeID)
 	}
-	return cluster.Open(cluster.Config{ID: index.NodeID(cfg.NodeID), Name: name, Dir: filepath.Join(cfg.DataDir, "raft"),
+	return membership.Open(membership.Config{ID: index.NodeID(cfg.NodeID), Name: name, Dir: filepath.Join(cfg.DataDir, "raft"),
 		RaftAddr: cfg.Cluster.RaftAddr, Bootstrap: peers, Join: cfg.Cluster.Join,
 		HeartbeatInterval: cfg.Cluster.HeartbeatInterval, LivenessTimeout: cfg.Cluster.LivenessTimeout,
 		SkipEntries: skip, Logger: log.With("component", "cluster")})

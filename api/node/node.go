@@ -60,7 +60,7 @@ type Config struct {
 	// from the slower tiers at once. The default is 16.
 	FetchConcurrency int
 	// Directory, if set, answers lookups for the whole cluster (a cluster
-	// member's replica of the block directory, api/cluster). The default,
+	// member's replica of the block directory, api/membership). The default,
 	// nil, answers them from the node's own tiers.
 	Directory ClusterLookup
 }
@@ -136,7 +136,7 @@ type Node struct {
 }
 
 // ClusterLookup answers lookups across a cluster's replicated directory
-// (api/cluster does).
+// (api/membership does).
 type ClusterLookup interface {
 	Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix
 }

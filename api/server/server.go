@@ -40,7 +40,7 @@ type Options struct {
 	// Version is the version Info reports. The default is "dev".
 	Version string
 	// Freshness, if set, makes Lookup say how current the directory that
-	// answers it is (a cluster member's api/cluster.Cluster.Freshness).
+	// answers it is (a cluster member's api/membership.Agent.Freshness).
 	Freshness func() *pb.Freshness
 }
 

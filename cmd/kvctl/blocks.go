@@ -178,7 +178,7 @@ func (a *app) runGet(ctx context.Context, args []string, dir, out string) error 
 		return err
 	}
 	// Blocks held on other nodes of a cluster are fetched from them.
-	cl := client.NewCluster(c, client.Options{NoDataPlane: true, Timeout: a.timeout})
+	cl := client.NewClusterClient(c, client.Options{NoDataPlane: true, Timeout: a.timeout})
 	defer cl.Close()
 	seed := index.NodeID(c.Info().NodeId)
 	rows := make([]blockRow, len(keys))

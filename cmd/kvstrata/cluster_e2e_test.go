@@ -33,7 +33,7 @@ func TestBlocksPutOnOneNodeAreFoundAndFetchedThroughAnother(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := client.DialCluster(ctx, n3.grpc, client.Options{})
+	cl, err := client.DialClusterClient(ctx, n3.grpc, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

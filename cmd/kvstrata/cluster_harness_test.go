@@ -200,7 +200,7 @@ func fetchedIntact(t *testing.T, p *proc, keys []index.Key, size int) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl := client.NewCluster(p.api(), client.Options{})
+	cl := client.NewClusterClient(p.api(), client.Options{})
 	defer cl.Close()
 	res, err := cl.Get(ctx, keys)
 	if err != nil {

@@ -311,7 +311,7 @@ func (r *faultRun) write(w, node int, stop <-chan struct{}) {
 // acknowledged last.
 func (r *faultRun) read(w int, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(r.seed, uint64(w)))
-	clusters := map[int]*client.Cluster{}
+	clusters := map[int]*client.ClusterClient{}
 	defer func() {
 		for _, cl := range clusters {
 			cl.Close()
@@ -344,7 +344,7 @@ func (r *faultRun) read(w int, stop <-chan struct{}) {
 			continue
 		}
 		if clusters[i] == nil {
-			clusters[i] = client.NewCluster(c, faultClient)
+			clusters[i] = client.NewClusterClient(c, faultClient)
 		}
 		start := time.Now()
 		op := history.Op{Kind: history.Read, Key: k.key, Node: index.NodeID(i + 1), Holder: k.holder, Start: start,

@@ -99,7 +99,7 @@ func TestAHungObjectStoreIsReportedAsUnreachableNotAsAMiss(t *testing.T) {
 			t.Errorf("%s: a block held nowhere: found %v, err %v; want a plain miss", cl.DataPlane(), r.Found, r.Err)
 		}
 	}
-	cluster := client.NewCluster(c, client.Options{NoDataPlane: true})
+	cluster := client.NewClusterClient(c, client.Options{NoDataPlane: true})
 	defer cluster.Close()
 	res, err := cluster.Get(ctx, append(keys, missing))
 	if err != nil {

@@ -19,7 +19,7 @@
 //
 // A Reader asks one node, which knows its own tiers and the shared object
 // store: in a cluster, blocks held only in another node's DRAM or SSD read
-// as misses here (client.Cluster fetches those from their node).
+// as misses here (client.ClusterClient fetches those from their node).
 package s3direct
 
 import (

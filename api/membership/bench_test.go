@@ -1,4 +1,4 @@
-package cluster_test
+package membership_test
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ import (
 // TCP (raft's transport and the gRPC forwarding to the leader). Run them
 // with
 //
-//	go test -run '^$' -bench Publish -benchtime 3000000x ./api/cluster
-//	go test -run '^$' -bench CommitLatency -benchtime 10s ./api/cluster
-//	go test -run '^$' -bench Lookup256 -benchtime 200000x ./api/cluster
+//	go test -run '^$' -bench Publish -benchtime 3000000x ./api/membership
+//	go test -run '^$' -bench CommitLatency -benchtime 10s ./api/membership
+//	go test -run '^$' -bench Lookup256 -benchtime 200000x ./api/membership
 //
 // bench/cluster.sh measures the same over real kvstrata processes.
 

@@ -1,4 +1,4 @@
-package cluster_test
+package membership_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvstrata/kvstrata/api/cluster"
+	"github.com/kvstrata/kvstrata/api/membership"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
 )
@@ -50,7 +50,7 @@ func TestJoinThroughAFollowerAddsAVoterThatCatchesUp(t *testing.T) {
 	before := publishChain(t, tc.leader(), 32)
 
 	n4 := tc.newMember(4)
-	tc.open(n4, cluster.Config{Join: f.grpcAddr}) // Start returns once joined
+	tc.open(n4, membership.Config{Join: f.grpcAddr}) // Start returns once joined
 	tc.waitSettled()
 	// It joined as a non-voter; the leader promotes it once it caught up.
 	waitFor(t, 10*time.Second, "the leader lists node 4 as a voter", func() bool {

@@ -84,15 +84,15 @@ func (c *Client) LocateFresh(ctx context.Context, keys []index.Key) ([]*pb.KeyLo
 	return out, fresh, nil
 }
 
-// Cluster reads blocks wherever in a cluster they are: it asks the node it
+// ClusterClient reads blocks wherever in a cluster they are: it asks the node it
 // dialled (the seed) where each block is, fetches runs of blocks from the
 // node that holds them in its fastest tier, and when a node turns out not to
 // have a block after all (the directory lagged an eviction) tries the next
 // location, then reports a miss. Blocks in the shared object store are read
-// through the seed. A Cluster is safe for concurrent use.
-type Cluster struct {
+// through the seed. A ClusterClient is safe for concurrent use.
+type ClusterClient struct {
 	seed     *Client
-	ownsSeed bool // DialCluster's: Close closes it
+	ownsSeed bool // DialClusterClient's: Close closes it
 	opts     Options
 
 	mu      sync.Mutex
@@ -100,38 +100,38 @@ type Cluster struct {
 	members map[index.NodeID]*pb.Member
 }
 
-// DialCluster dials the node at addr as the cluster's seed.
-func DialCluster(ctx context.Context, addr string, opts Options) (*Cluster, error) {
+// DialClusterClient dials the node at addr as the cluster's seed.
+func DialClusterClient(ctx context.Context, addr string, opts Options) (*ClusterClient, error) {
 	seed, err := Dial(ctx, addr, opts)
 	if err != nil {
 		return nil, err
 	}
-	cl := NewCluster(seed, opts)
+	cl := NewClusterClient(seed, opts)
 	cl.ownsSeed = true
 	return cl, nil
 }
 
-// NewCluster makes a cluster client around a client of one of its nodes
+// NewClusterClient makes a cluster client around a client of one of its nodes
 // (which stays the caller's to close); other nodes are dialled with opts
 // when a block is on them. A block has other places to come from (the next
 // location, or a miss the engine recomputes), so where opts leave
 // RetryBudget unset those nodes are retried for FallbackRetryBudget only.
-func NewCluster(seed *Client, opts Options) *Cluster {
+func NewClusterClient(seed *Client, opts Options) *ClusterClient {
 	if opts.RetryBudget == 0 {
 		opts.RetryBudget = FallbackRetryBudget
 	}
-	return &Cluster{seed: seed, opts: opts, nodes: map[index.NodeID]*Client{}}
+	return &ClusterClient{seed: seed, opts: opts, nodes: map[index.NodeID]*Client{}}
 }
 
-// FallbackRetryBudget is how long a Cluster retries a node other than its
+// FallbackRetryBudget is how long a ClusterClient retries a node other than its
 // seed before it tries a block's next location, unless Options say.
 const FallbackRetryBudget = 500 * time.Millisecond
 
-// Seed is the client of the node DialCluster dialled.
-func (cl *Cluster) Seed() *Client { return cl.seed }
+// Seed is the client of the node DialClusterClient dialled.
+func (cl *ClusterClient) Seed() *Client { return cl.seed }
 
 // Close closes every connection.
-func (cl *Cluster) Close() error {
+func (cl *ClusterClient) Close() error {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	var errs []error
@@ -145,7 +145,7 @@ func (cl *Cluster) Close() error {
 }
 
 // node returns a client of member id, dialling it on first use.
-func (cl *Cluster) node(ctx context.Context, id index.NodeID) (*Client, error) {
+func (cl *ClusterClient) node(ctx context.Context, id index.NodeID) (*Client, error) {
 	if id == index.AnyNode || id == index.NodeID(cl.seed.Info().NodeId) {
 		return cl.seed, nil
 	}
@@ -189,7 +189,7 @@ func (cl *Cluster) node(ctx context.Context, id index.NodeID) (*Client, error) {
 // Get fetches keys from wherever they are; Result.Found is false for the
 // ones no node has, and for the ones only held out of reach (Result.Err
 // set, as Client.Get).
-func (cl *Cluster) Get(ctx context.Context, keys []index.Key) ([]Result, error) {
+func (cl *ClusterClient) Get(ctx context.Context, keys []index.Key) ([]Result, error) {
 	out := make([]Result, len(keys))
 	err := cl.GetFunc(ctx, keys, GetOptions{}, func(i int, r Result) error {
 		out[i] = r
@@ -203,7 +203,7 @@ var tierRank = map[string]int{"hbm": 0, "dram": 1, "ssd": 2, "s3": 3}
 
 // GetFunc is Client.GetFunc across the cluster: fn sees the blocks in key
 // order.
-func (cl *Cluster) GetFunc(ctx context.Context, keys []index.Key, opts GetOptions, fn func(i int, r Result) error) error {
+func (cl *ClusterClient) GetFunc(ctx context.Context, keys []index.Key, opts GetOptions, fn func(i int, r Result) error) error {
 	locs, err := cl.seed.Locate(ctx, keys)
 	var ce *Error
 	if errors.As(err, &ce) && ce.Code == codes.Unimplemented { // a node outside any cluster
@@ -253,7 +253,7 @@ func (cl *Cluster) GetFunc(ctx context.Context, keys []index.Key, opts GetOption
 
 // fetchRun fetches keys[i:j] from their best node, falling back key by key
 // to the next candidates for the ones it lacks.
-func (cl *Cluster) fetchRun(ctx context.Context, keys []index.Key, cands [][]index.NodeID, i, j int, opts GetOptions,
+func (cl *ClusterClient) fetchRun(ctx context.Context, keys []index.Key, cands [][]index.NodeID, i, j int, opts GetOptions,
 	emit func(int, Result) error, stopped *bool) error {
 	got := make([]bool, j-i)
 	missed := make([]Result, j-i) // the best node's answer for the keys it did not return
@@ -300,7 +300,7 @@ func (cl *Cluster) fetchRun(ctx context.Context, keys []index.Key, cands [][]ind
 // fallback fetches keys[i] from its candidates after the first, then
 // reports it not found: as miss says (the first candidate's answer), or as
 // out of reach if a candidate held it but could not read it (Result.Err).
-func (cl *Cluster) fallback(ctx context.Context, keys []index.Key, cands [][]index.NodeID, i, from int, miss Result,
+func (cl *ClusterClient) fallback(ctx context.Context, keys []index.Key, cands [][]index.NodeID, i, from int, miss Result,
 	emit func(int, Result) error) error {
 	for _, id := range cands[i][min(from, len(cands[i])):] {
 		c, err := cl.node(ctx, id)

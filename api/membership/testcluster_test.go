@@ -1,4 +1,4 @@
-package cluster_test
+package membership_test
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvstrata/kvstrata/api/cluster"
+	"github.com/kvstrata/kvstrata/api/membership"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/raftstore"
 )
 
-// This file runs clusters of api/cluster members in one process, each with
+// This file runs clusters of api/membership agents in one process, each with
 // its raft on a real TCP transport and its Cluster service on a real gRPC
 // server, all on loopback: bootstrap, forwarding to the leader, join,
 // remove and liveness, as a node's wiring does them. The tests of whole
@@ -39,8 +39,8 @@ type member struct {
 	dir      string
 	raftAddr string
 	grpcAddr string
-	cfg      cluster.Config
-	c        *cluster.Cluster
+	cfg      membership.Config
+	c        *membership.Agent
 	srv      *grpc.Server
 	conn     *grpc.ClientConn
 }
@@ -73,7 +73,7 @@ func startCluster(t testing.TB, n int) *testCluster {
 		peers = append(peers, raftstore.Peer{ID: m.id, RaftAddr: m.raftAddr})
 	}
 	for _, m := range tc.members {
-		tc.open(m, cluster.Config{Bootstrap: peers})
+		tc.open(m, membership.Config{Bootstrap: peers})
 	}
 	tc.waitSettled()
 	return tc
@@ -89,13 +89,13 @@ func (tc *testCluster) newMember(id index.NodeID) *member {
 // open starts m's cluster membership with cfg (its identity, addresses and
 // the test timings are filled in) and its gRPC server; a member opened
 // again keeps its directory and addresses.
-func (tc *testCluster) open(m *member, cfg cluster.Config) {
+func (tc *testCluster) open(m *member, cfg membership.Config) {
 	t := tc.t
 	t.Helper()
 	cfg.ID, cfg.Dir, cfg.RaftAddr, cfg.Logger = m.id, m.dir, m.raftAddr, quiet
 	cfg.HeartbeatInterval, cfg.LivenessTimeout = testHeartbeat, testLiveness
 	m.cfg = cfg
-	c, err := cluster.Open(cfg)
+	c, err := membership.Open(cfg)
 	if err != nil {
 		t.Fatalf("node %d: %v", m.id, err)
 	}

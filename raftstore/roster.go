@@ -43,18 +43,18 @@ type Capacities struct {
 	Tiers []TierUsage
 }
 
-// ClusterState is a copy of the cluster state an FSM holds.
-type ClusterState struct {
+// Roster is a copy of the cluster state an FSM holds.
+type Roster struct {
 	Members    []Member // by ID
 	Liveness   map[index.NodeID]Liveness
 	Capacities map[index.NodeID]Capacities
 }
 
-// clusterState is the FSM's cluster state. A value is never changed once
+// roster is the FSM's cluster state. A value is never changed once
 // published: a change makes a changed copy (the state is small, and its
 // changes rare), so readers load it with no lock and a snapshot keeps a
 // pointer.
-type clusterState struct {
+type roster struct {
 	members    map[index.NodeID]Member
 	liveness   map[index.NodeID]Liveness
 	capacities map[index.NodeID]Capacities
@@ -63,8 +63,8 @@ type clusterState struct {
 	usable func(index.Location) bool
 }
 
-func newClusterState() *clusterState {
-	return &clusterState{
+func newRoster() *roster {
+	return &roster{
 		members:    map[index.NodeID]Member{},
 		liveness:   map[index.NodeID]Liveness{},
 		capacities: map[index.NodeID]Capacities{},
@@ -72,8 +72,8 @@ func newClusterState() *clusterState {
 }
 
 // clone returns a copy of s to change and then seal.
-func (s *clusterState) clone() *clusterState {
-	return &clusterState{
+func (s *roster) clone() *roster {
+	return &roster{
 		members:    maps.Clone(s.members),
 		liveness:   maps.Clone(s.liveness),
 		capacities: maps.Clone(s.capacities),
@@ -81,7 +81,7 @@ func (s *clusterState) clone() *clusterState {
 }
 
 // seal computes what is derived from s, before s is published.
-func (s *clusterState) seal() *clusterState {
+func (s *roster) seal() *roster {
 	down := map[index.NodeID]bool{}
 	for id, l := range s.liveness {
 		if !l.Up {
@@ -96,21 +96,21 @@ func (s *clusterState) seal() *clusterState {
 }
 
 // alive reports whether node is not marked down.
-func (s *clusterState) alive(node index.NodeID) bool {
+func (s *roster) alive(node index.NodeID) bool {
 	l, ok := s.liveness[node]
 	return !ok || l.Up
 }
 
 // sortedMembers returns the members by ID.
-func (s *clusterState) sortedMembers() []Member {
+func (s *roster) sortedMembers() []Member {
 	ms := slices.Collect(maps.Values(s.members))
 	slices.SortFunc(ms, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 	return ms
 }
 
 // public returns a copy of s for callers.
-func (s *clusterState) public() ClusterState {
-	c := ClusterState{
+func (s *roster) public() Roster {
+	c := Roster{
 		Members:    s.sortedMembers(),
 		Liveness:   maps.Clone(s.liveness),
 		Capacities: make(map[index.NodeID]Capacities, len(s.capacities)),
@@ -124,7 +124,7 @@ func (s *clusterState) public() ClusterState {
 
 // The changes below return the changed state, or s and a business error.
 
-func (s *clusterState) upsertMember(m Member) (*clusterState, error) {
+func (s *roster) upsertMember(m Member) (*roster, error) {
 	if m.ID == index.AnyNode {
 		return s, fmt.Errorf("%w: node id 0 stands for cluster-wide storage", ErrInvalidMember)
 	}
@@ -134,7 +134,7 @@ func (s *clusterState) upsertMember(m Member) (*clusterState, error) {
 }
 
 // removeMember forgets the member and its liveness and capacities.
-func (s *clusterState) removeMember(id index.NodeID) (*clusterState, error) {
+func (s *roster) removeMember(id index.NodeID) (*roster, error) {
 	if _, ok := s.members[id]; !ok {
 		return s, fmt.Errorf("remove node %d: %w", id, ErrUnknownMember)
 	}
@@ -145,7 +145,7 @@ func (s *clusterState) removeMember(id index.NodeID) (*clusterState, error) {
 	return n.seal(), nil
 }
 
-func (s *clusterState) setLiveness(id index.NodeID, l Liveness) (*clusterState, error) {
+func (s *roster) setLiveness(id index.NodeID, l Liveness) (*roster, error) {
 	if _, ok := s.members[id]; !ok {
 		return s, fmt.Errorf("liveness of node %d: %w", id, ErrUnknownMember)
 	}
@@ -154,7 +154,7 @@ func (s *clusterState) setLiveness(id index.NodeID, l Liveness) (*clusterState, 
 	return n.seal(), nil
 }
 
-func (s *clusterState) setCapacities(c Capacities) (*clusterState, error) {
+func (s *roster) setCapacities(c Capacities) (*roster, error) {
 	if _, ok := s.members[c.Node]; !ok {
 		return s, fmt.Errorf("capacities of node %d: %w", c.Node, ErrUnknownMember)
 	}
@@ -163,10 +163,10 @@ func (s *clusterState) setCapacities(c Capacities) (*clusterState, error) {
 	return n.seal(), nil
 }
 
-// appendClusterState appends the snapshot encoding of s: the members,
+// appendRoster appends the snapshot encoding of s: the members,
 // liveness records and capacities, each by node id, each in the encoding
 // of its entry type without the type byte.
-func appendClusterState(dst []byte, s *clusterState) []byte {
+func appendRoster(dst []byte, s *roster) []byte {
 	dst = appendUvarint(dst, uint64(len(s.members)))
 	for _, m := range s.sortedMembers() {
 		dst = appendMember(dst, m)
@@ -182,9 +182,9 @@ func appendClusterState(dst []byte, s *clusterState) []byte {
 	return dst
 }
 
-// readClusterState decodes what appendClusterState encoded.
-func readClusterState(r *reader) *clusterState {
-	s := newClusterState()
+// readRoster decodes what appendRoster encoded.
+func readRoster(r *reader) *roster {
+	s := newRoster()
 	for n := r.count(); n > 0; n-- {
 		m := readMember(r)
 		s.members[m.ID] = m

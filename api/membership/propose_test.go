@@ -1,4 +1,4 @@
-package cluster_test
+package membership_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"errors"
@@ -47,7 +47,7 @@ func (f Freshness) Current() bool { return f.Err == nil }
 const freshTick = 100 * time.Millisecond
 
 // freshTracker holds the commit index a replica must have applied to be
-// caught up. Guarded by Cluster.mu.
+// caught up. Guarded by Agent.mu.
 type freshTracker struct {
 	target, last uint64 // the commit index this node knew one tick ago, and now
 	// The leader's commit index as its answers to this node's last two
@@ -62,7 +62,7 @@ type freshTracker struct {
 
 // leaderCommitted records the commit index leader gave in its answer to a
 // heartbeat.
-func (c *Cluster) leaderCommitted(leader index.NodeID, commit uint64) {
+func (c *Agent) leaderCommitted(leader index.NodeID, commit uint64) {
 	c.mu.Lock()
 	if c.fresh.leader != leader {
 		c.fresh.leader, c.fresh.leaderTarget = leader, 0
@@ -74,7 +74,7 @@ func (c *Cluster) leaderCommitted(leader index.NodeID, commit uint64) {
 }
 
 // trackFreshness samples the commit index every freshTick.
-func (c *Cluster) trackFreshness() {
+func (c *Agent) trackFreshness() {
 	defer c.wg.Done()
 	t := time.NewTicker(freshTick)
 	defer t.Stop()
@@ -99,7 +99,7 @@ func (c *Cluster) trackFreshness() {
 }
 
 // Freshness reports how current the node's replica is.
-func (c *Cluster) Freshness() Freshness {
+func (c *Agent) Freshness() Freshness {
 	f := Freshness{Leader: c.rep.Leader(), AppliedIndex: c.rep.FSM.AppliedIndex(), CommitIndex: c.rep.Raft.CommitIndex()}
 	leads := c.rep.IsLeader()
 	if !leads {
@@ -134,7 +134,7 @@ func (c *Cluster) Freshness() Freshness {
 // Ready returns nil when the node's replica is current, else why not
 // (wrapping ErrNoLeader, ErrOutOfTouch or ErrCatchingUp): what the node's
 // readiness and health report.
-func (c *Cluster) Ready() error { return c.Freshness().Err }
+func (c *Agent) Ready() error { return c.Freshness().Err }
 
 // FreshnessToPB turns f into its message in lookup answers.
 func FreshnessToPB(f Freshness) *pb.Freshness {

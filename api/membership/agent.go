@@ -1,4 +1,4 @@
-// Package cluster makes a cache node a member of a kvstrata cluster. It
+// Package membership makes a cache node a member of a kvstrata cluster. It
 // runs the node's Raft replica of the global block directory
 // (raftstore), bootstraps or joins, publishes the node's tier changes to
 // the directory in batches, forwards what only the leader may do to the
@@ -16,8 +16,8 @@
 // more: Freshness says so, lookup answers carry it, and the node is not
 // ready (Ready) meanwhile.
 //
-// A Cluster is safe for concurrent use.
-package cluster
+// An Agent is safe for concurrent use.
+package membership
 
 import (
 	"context"
@@ -39,7 +39,7 @@ import (
 	"github.com/kvstrata/kvstrata/raftstore"
 )
 
-// Config configures a Cluster. Open copies it, fills zero fields with
+// Config configures an Agent. Open copies it, fills zero fields with
 // their defaults (EnsureDefaults), then checks it (Validate).
 type Config struct {
 	// ID is the node's id in the cluster, > 0. Required.
@@ -118,8 +118,8 @@ func (c *Config) Validate() error {
 	return fmt.Errorf("cluster: config: %s", strings.Join(probs, "; "))
 }
 
-// Cluster is a node's membership.
-type Cluster struct {
+// Agent is a node's membership of the cluster.
+type Agent struct {
 	cfg     Config
 	rep     *raftstore.Replica
 	batcher *raftstore.Batcher
@@ -148,7 +148,7 @@ type Cluster struct {
 
 // Open starts the node's replica and its event batcher. Call Start once the
 // node's addresses are known.
-func Open(cfg Config) (*Cluster, error) {
+func Open(cfg Config) (*Agent, error) {
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -163,7 +163,7 @@ func Open(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Cluster{cfg: cfg, rep: rep, log: cfg.Logger, conns: map[string]*grpc.ClientConn{},
+	c := &Agent{cfg: cfg, rep: rep, log: cfg.Logger, conns: map[string]*grpc.ClientConn{},
 		caps: map[index.NodeID]time.Time{}, progress: map[index.NodeID]progress{}, started: make(chan struct{}),
 		ctx: ctx, cancel: cancel}
 	c.batcher, err = raftstore.NewBatcher(raftstore.BatcherConfig{Propose: c.proposeEvents, Logger: cfg.Logger,
@@ -181,7 +181,7 @@ func Open(cfg Config) (*Cluster, error) {
 // forwardTimeout bounds one forward to the leader: a few election
 // timeouts, the time a cluster takes to replace a leader that stopped
 // answering. A forward is also cut short as soon as the leader changes.
-func (c *Cluster) forwardTimeout() time.Duration { return forwardElections * c.rep.ElectionTimeout() }
+func (c *Agent) forwardTimeout() time.Duration { return forwardElections * c.rep.ElectionTimeout() }
 
 const (
 	// forwardElections is forwardTimeout in election timeouts.
@@ -193,7 +193,7 @@ const (
 
 // followLeader lets the batcher retry at once when the leader changes,
 // rather than after its backoff.
-func (c *Cluster) followLeader() {
+func (c *Agent) followLeader() {
 	defer c.wg.Done()
 	for {
 		select {
@@ -207,23 +207,23 @@ func (c *Cluster) followLeader() {
 
 // Publish queues one change of the node's tiers for the directory; it never
 // blocks (a full queue drops and counts the change).
-func (c *Cluster) Publish(ch index.Change) { c.batcher.Add(ch) }
+func (c *Agent) Publish(ch index.Change) { c.batcher.Add(ch) }
 
 // FSM is the node's replica of the directory and the cluster state.
-func (c *Cluster) FSM() *raftstore.FSM { return c.rep.FSM }
+func (c *Agent) FSM() *raftstore.FSM { return c.rep.FSM }
 
 // Leader returns the leader's node id, or 0 while none is known.
-func (c *Cluster) Leader() index.NodeID { return c.rep.Leader() }
+func (c *Agent) Leader() index.NodeID { return c.rep.Leader() }
 
 // Lookup answers a longest-prefix lookup across the cluster from the local
 // replica, ignoring nodes marked down.
-func (c *Cluster) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix {
+func (c *Agent) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix {
 	return c.rep.FSM.Lookup(ns, chain)
 }
 
 // Sync waits until every change published before the call is committed
 // and applied to this node's replica, so that its lookups list them.
-func (c *Cluster) Sync(ctx context.Context) error {
+func (c *Agent) Sync(ctx context.Context) error {
 	if err := c.batcher.Flush(ctx); err != nil {
 		return err
 	}
@@ -249,13 +249,13 @@ func (c *Cluster) Sync(ctx context.Context) error {
 }
 
 // BatcherStats reports the publishing of the node's changes.
-func (c *Cluster) BatcherStats() raftstore.BatcherStats { return c.batcher.Stats() }
+func (c *Agent) BatcherStats() raftstore.BatcherStats { return c.batcher.Stats() }
 
 // Start records the node's addresses: it joins through Config.Join when
 // the replica has no cluster yet, keeps its member record current, and
 // heartbeats, telling the leader the node's tier usage as usage reports
 // it (nil: none).
-func (c *Cluster) Start(self raftstore.Member, usage func() []raftstore.TierUsage) error {
+func (c *Agent) Start(self raftstore.Member, usage func() []raftstore.TierUsage) error {
 	self.ID, self.RaftAddr = c.cfg.ID, c.cfg.RaftAddr
 	if self.Name == "" {
 		self.Name = c.cfg.Name
@@ -277,7 +277,7 @@ func (c *Cluster) Start(self raftstore.Member, usage func() []raftstore.TierUsag
 
 // join asks the cluster at Config.Join to add this node, retrying while no
 // leader answers, unless the replica already belongs to a cluster.
-func (c *Cluster) join() error {
+func (c *Agent) join() error {
 	if voters, err := c.rep.Voters(); err == nil && len(voters) > 0 {
 		return nil // a restart: the replica has its cluster
 	}
@@ -304,7 +304,7 @@ func (c *Cluster) join() error {
 // which knows the node's addresses): the directory then never lists blocks
 // of a node that clients cannot dial and the monitor cannot mark down,
 // which it only does to members.
-func (c *Cluster) proposeEvents(ctx context.Context, data []byte) error {
+func (c *Agent) proposeEvents(ctx context.Context, data []byte) error {
 	if !c.registered.Load() {
 		select {
 		case <-c.started:
@@ -329,7 +329,7 @@ func (c *Cluster) proposeEvents(ctx context.Context, data []byte) error {
 // while no leader is known it waits for one, up to ctx's deadline. An
 // entry may thus be committed twice; every entry the cluster proposes
 // this way may (events, member records, capacities).
-func (c *Cluster) propose(ctx context.Context, data []byte) error {
+func (c *Agent) propose(ctx context.Context, data []byte) error {
 	for {
 		changed := c.rep.LeaderChanged()
 		var err error
@@ -362,7 +362,7 @@ func (c *Cluster) propose(ctx context.Context, data []byte) error {
 
 // forward sends a proposal to the leader, for up to forwardTimeout, and
 // abandons it when changed is closed.
-func (c *Cluster) forward(ctx context.Context, changed <-chan struct{}, data []byte) error {
+func (c *Agent) forward(ctx context.Context, changed <-chan struct{}, data []byte) error {
 	conn, err := c.leaderConn()
 	if err != nil {
 		return err
@@ -400,7 +400,7 @@ const proposerKey = "kvstrata-proposer"
 var ErrNoLeader = errors.New("cluster: no leader known")
 
 // leaderConn returns a connection to the leader's gRPC endpoint.
-func (c *Cluster) leaderConn() (*grpc.ClientConn, error) {
+func (c *Agent) leaderConn() (*grpc.ClientConn, error) {
 	id := c.rep.Leader()
 	if id == 0 {
 		return nil, ErrNoLeader
@@ -413,7 +413,7 @@ func (c *Cluster) leaderConn() (*grpc.ClientConn, error) {
 }
 
 // conn returns a cached client connection to addr.
-func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
+func (c *Agent) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cc := c.conns[addr]; cc != nil {
@@ -428,7 +428,7 @@ func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 }
 
 // Close publishes what is queued (for up to a second), then leaves raft.
-func (c *Cluster) Close() error {
+func (c *Agent) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = c.batcher.Flush(ctx)
 	cancel()

@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"context"
@@ -20,11 +20,11 @@ import (
 )
 
 // Register serves the Cluster service for c on g.
-func (c *Cluster) Register(g *grpc.Server) { pb.RegisterClusterServer(g, &service{c: c}) }
+func (c *Agent) Register(g *grpc.Server) { pb.RegisterClusterServer(g, &service{c: c}) }
 
 type service struct {
 	pb.UnimplementedClusterServer
-	c *Cluster
+	c *Agent
 }
 
 // forward sends a leader-only call to the leader; call runs it there.

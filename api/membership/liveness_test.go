@@ -1,4 +1,4 @@
-package cluster_test
+package membership_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kvstrata/kvstrata/api/cluster"
+	"github.com/kvstrata/kvstrata/api/membership"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/raftstore"
@@ -145,7 +145,7 @@ func TestANodeWithoutALeaderIsNotReady(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "the lone member loses its leader", func() bool { return last.c.Leader() == 0 })
-	if err := last.c.Ready(); !errors.Is(err, cluster.ErrNoLeader) {
+	if err := last.c.Ready(); !errors.Is(err, membership.ErrNoLeader) {
 		t.Errorf("Ready without a leader: %v, want ErrNoLeader", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

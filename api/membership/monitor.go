@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"context"
@@ -15,7 +15,7 @@ const capacitiesEvery = 5 * time.Second
 
 // heartbeats tells the leader, every HeartbeatInterval, that this node is
 // alive and how full its tiers are.
-func (c *Cluster) heartbeats() {
+func (c *Agent) heartbeats() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
@@ -53,7 +53,7 @@ func (c *Cluster) heartbeats() {
 
 // heard records, on the leader, a heartbeat of node, and proposes its tier
 // usage when the last record is old.
-func (c *Cluster) heard(node index.NodeID, usage []raftstore.TierUsage) {
+func (c *Agent) heard(node index.NodeID, usage []raftstore.TierUsage) {
 	now := time.Now()
 	c.mu.Lock()
 	if c.lead.seen != nil {
@@ -94,7 +94,7 @@ type leadership struct {
 // replicas apply it only if this leader appended it in that term
 // (raftstore.EntryLivenessInTerm). A deposed leader that wakes up with old
 // observations thus changes nothing.
-func (c *Cluster) monitor() {
+func (c *Agent) monitor() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
@@ -130,7 +130,7 @@ func (c *Cluster) monitor() {
 
 // livenessChanges returns the members whose liveness the leader of term
 // should change at now, and whether each is up.
-func (c *Cluster) livenessChanges(term uint64, now time.Time) ([]raftstore.Member, []bool) {
+func (c *Agent) livenessChanges(term uint64, now time.Time) ([]raftstore.Member, []bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := &c.lead
@@ -157,7 +157,7 @@ func (c *Cluster) livenessChanges(term uint64, now time.Time) ([]raftstore.Membe
 
 // registerSelf proposes this node's member record while the replica's
 // differs from it (a new node, or one whose addresses changed).
-func (c *Cluster) registerSelf() {
+func (c *Agent) registerSelf() {
 	c.mu.Lock()
 	self := c.self
 	c.mu.Unlock()
@@ -173,7 +173,7 @@ func (c *Cluster) registerSelf() {
 }
 
 // proposeNow commits one entry outside the batcher.
-func (c *Cluster) proposeNow(entry []byte) error {
+func (c *Agent) proposeNow(entry []byte) error {
 	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
 	defer cancel()
 	return c.propose(ctx, entry)

@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"time"
@@ -27,7 +27,7 @@ type progress struct {
 
 // heardApplied records, on the leader, the applied index a heartbeat of
 // node reported.
-func (c *Cluster) heardApplied(node index.NodeID, applied uint64) {
+func (c *Agent) heardApplied(node index.NodeID, applied uint64) {
 	c.mu.Lock()
 	c.progress[node] = progress{applied: applied, at: time.Now()}
 	c.mu.Unlock()
@@ -36,7 +36,7 @@ func (c *Cluster) heardApplied(node index.NodeID, applied uint64) {
 // promote, on the leader, makes voters of the non-voters that have caught
 // up: heard within the liveness timeout, with an applied index within
 // promoteLag of the commit index.
-func (c *Cluster) promote() {
+func (c *Agent) promote() {
 	servers, err := c.rep.Servers()
 	if err != nil {
 		return
