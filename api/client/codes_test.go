@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -15,21 +14,10 @@ import (
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/nodetest"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/freeport"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
-
-// freeAddr returns a loopback address nothing listens on (for now).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
 
 // nodeWithDataAt serves a node whose Info names data as its data-plane
 // address, where the test serves (or does not serve) the data plane.
@@ -52,7 +40,7 @@ func listenData(t *testing.T, n *nodetest.Node, addr string, maxBlockSize, maxCo
 // A data plane that refuses the connection once came back as Unknown, not
 // retried and not ErrUnavailable.
 func TestRefusedDataPlaneIsUnavailableAfterTheRetryBudget(t *testing.T) {
-	n := nodeWithDataAt(t, freeAddr(t), node.Config{})
+	n := nodeWithDataAt(t, freeport.Addr(t), node.Config{})
 	c := dial(t, n.Addr, client.Options{RetryBudget: 300 * time.Millisecond, Backoff: 20 * time.Millisecond})
 	_, blocks := chain(2, 1000)
 	start := time.Now()
@@ -76,7 +64,7 @@ func TestRefusedDataPlaneIsUnavailableAfterTheRetryBudget(t *testing.T) {
 // A data plane that comes up while a call is retrying serves it: the
 // caller does not retry.
 func TestACallRidesOutADataPlaneThatComesBack(t *testing.T) {
-	addr := freeAddr(t)
+	addr := freeport.Addr(t)
 	n := nodeWithDataAt(t, addr, node.Config{})
 	c := dial(t, n.Addr, client.Options{})
 	up := make(chan transfer.Listener, 1)
@@ -107,7 +95,7 @@ func TestACallRidesOutADataPlaneThatComesBack(t *testing.T) {
 // refused"), which no client retries; it is Unavailable, retried, and says
 // which limit.
 func TestConnectionLimitIsUnavailableNotInvalid(t *testing.T) {
-	addr := freeAddr(t)
+	addr := freeport.Addr(t)
 	n := nodeWithDataAt(t, addr, node.Config{})
 	listenData(t, n, addr, int(n.Config().MaxBlockSize), 1)
 	holder := dial(t, n.Addr, client.Options{})
@@ -137,7 +125,7 @@ func TestConnectionLimitIsUnavailableNotInvalid(t *testing.T) {
 // transport's is higher) came back as Unknown; it is ErrInvalid and says
 // why.
 func TestABlockTheNodeRefusesIsInvalidOverTheDataPlane(t *testing.T) {
-	addr := freeAddr(t)
+	addr := freeport.Addr(t)
 	n := nodeWithDataAt(t, addr, node.Config{MaxBlockSize: 64 << 10})
 	listenData(t, n, addr, 1<<20, 8)
 	c := dial(t, n.Addr, client.Options{})

@@ -12,26 +12,17 @@ import (
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/api/daemon"
 	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/internal/freeport"
 	"github.com/kvstrata/kvstrata/internal/lifecycle"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // newConfig is a lone node's configuration in dir, on loopback ports.
 func newConfig(t *testing.T, dir string, flags map[string]string) config.Config {
 	t.Helper()
 	all := map[string]string{"data-dir": dir, "dram-capacity": "16MiB", "ssd-capacity": "64MiB",
 		"listen-grpc": "127.0.0.1:0", "listen-data": "127.0.0.1:0", "listen-resp": "127.0.0.1:0", "listen-http": "127.0.0.1:0",
-		"cluster-raft-addr": freeAddr(t)}
+		"cluster-raft-addr": freeport.Addr(t)}
 	for k, v := range flags {
 		all[k] = v
 	}
@@ -95,7 +86,7 @@ func TestNodeRunsUnderARunner(t *testing.T) {
 // A start that fails — here a port taken — closes what it opened: the
 // same directory and raft address start again at once.
 func TestAFailedStartClosesWhatItOpened(t *testing.T) {
-	dir, taken := t.TempDir(), freeAddr(t)
+	dir, taken := t.TempDir(), freeport.Addr(t)
 	l, err := net.Listen("tcp", taken)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/membership"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/freeport"
 )
 
 // The behaviour of cluster members in one process over real loopback
@@ -30,7 +31,7 @@ func TestANodesBlocksAreNeverListedBeforeItsAddress(t *testing.T) {
 	tc := startCluster(t, 3)
 	m := tc.follower()
 	tc.stop(m)
-	m.grpcAddr = freeAddr(t) // it comes back somewhere else
+	m.grpcAddr = freeport.Addr(t) // it comes back somewhere else
 	tc.reopen(m)
 	publishChain(t, m, 4) // before its first liveness tick
 	var l *member

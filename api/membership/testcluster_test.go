@@ -15,6 +15,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/membership"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/freeport"
 	"github.com/kvstrata/kvstrata/raftstore"
 )
 
@@ -51,17 +52,6 @@ type testCluster struct {
 	members []*member
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startCluster starts n members that bootstrap a cluster together, and
 // waits until they agree on a leader and every one is registered.
 func startCluster(t testing.TB, n int) *testCluster {
@@ -81,7 +71,7 @@ func startCluster(t testing.TB, n int) *testCluster {
 
 // newMember adds a member with fresh addresses, not started.
 func (tc *testCluster) newMember(id index.NodeID) *member {
-	m := &member{id: id, dir: tc.t.TempDir(), raftAddr: freeAddr(tc.t), grpcAddr: freeAddr(tc.t)}
+	m := &member{id: id, dir: tc.t.TempDir(), raftAddr: freeport.Addr(tc.t), grpcAddr: freeport.Addr(tc.t)}
 	tc.members = append(tc.members, m)
 	return m
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/client"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/freeport"
 )
 
 // The harness of the cluster tests (cluster_e2e_test.go): clusters of real
@@ -47,7 +48,7 @@ func startCluster(t *testing.T, hosts []nodeHost, extra ...string) []*proc {
 	t.Helper()
 	addr := func(h nodeHost, port int) string {
 		if h.ip == "" {
-			return freeAddr(t)
+			return freeport.Addr(t)
 		}
 		return net.JoinHostPort(h.ip, strconv.Itoa(port))
 	}

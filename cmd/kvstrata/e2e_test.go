@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/freeport"
 )
 
 // The end-to-end tests run the real kvstrata binary, built once by
@@ -58,25 +59,14 @@ type proc struct {
 	cl     *client.Client // api's
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startNode starts kvstrata serve in dir with extra flags and waits until
 // it is ready.
 func startNode(t *testing.T, dir string, extra ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, dir: dir, grpc: freeAddr(t), resp: freeAddr(t), http: freeAddr(t)}
+	p := &proc{t: t, dir: dir, grpc: freeport.Addr(t), resp: freeport.Addr(t), http: freeport.Addr(t)}
 	p.args = append([]string{"serve", "--data-dir", dir, "--dram-capacity", "64MiB", "--ssd-capacity", "512MiB",
-		"--listen-grpc", p.grpc, "--listen-data", freeAddr(t), "--listen-resp", p.resp, "--listen-http", p.http,
-		"--cluster-raft-addr", freeAddr(t)}, extra...)
+		"--listen-grpc", p.grpc, "--listen-data", freeport.Addr(t), "--listen-resp", p.resp, "--listen-http", p.http,
+		"--cluster-raft-addr", freeport.Addr(t)}, extra...)
 	p.start()
 	return p
 }

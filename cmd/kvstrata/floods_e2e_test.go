@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/freeport"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
@@ -153,7 +154,7 @@ func rssBytes(t *testing.T, pid int) int64 {
 // connections here, 1,024 in the measurements.)
 func TestFloodsOfStalledRequestsStarveNoClient(t *testing.T) {
 	const conns = 128
-	dataAddr := freeAddr(t)
+	dataAddr := freeport.Addr(t)
 	p := startNode(t, t.TempDir(), "--listen-data", dataAddr, "--limits-max-connections", strconv.Itoa(conns))
 	floodDial(t, p.resp, conns, []byte(floodStallSET))
 	for i := range 70 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/freeport"
 )
 
 // TestCallsDuringARestartSucceedOnceTheNodeIsBack kills a node under a
@@ -119,7 +120,7 @@ func TestCallsDuringARestartSucceedOnceTheNodeIsBack(t *testing.T) {
 func TestEveryConfigurationProblemIsFoundBeforeAnythingStarts(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	cmd := exec.Command(binary, "serve", "--data-dir", dir, "--dram-high-watermark", "NaN",
-		"--listen-resp", "127.0.0.1:99999", "--dram-capacity", "999TiB", "--cluster-raft-addr", freeAddr(t))
+		"--listen-resp", "127.0.0.1:99999", "--dram-capacity", "999TiB", "--cluster-raft-addr", freeport.Addr(t))
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 		t.Fatalf("exit %v, want status 2:\n%s", err, out)

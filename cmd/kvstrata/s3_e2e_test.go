@@ -12,6 +12,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/client"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/freeport"
 	"github.com/kvstrata/kvstrata/tiers/s3/s3test"
 )
 
@@ -186,7 +187,7 @@ func TestRequireAtStartRefusesToStartWithTheObjectStoreDown(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.Stop()
 	cmd := exec.Command(binary, append([]string{"serve", "--data-dir", t.TempDir(), "--s3-require-at-start",
-		"--listen-grpc", freeAddr(t), "--listen-data", freeAddr(t), "--listen-resp", "", "--listen-http", ""}, s3Flags(srv)...)...)
+		"--listen-grpc", freeport.Addr(t), "--listen-data", freeport.Addr(t), "--listen-resp", "", "--listen-http", ""}, s3Flags(srv)...)...)
 	out, err := cmd.CombinedOutput()
 	if _, ok := err.(*exec.ExitError); !ok || !strings.Contains(string(out), "s3 tier at "+srv.Endpoint()) {
 		t.Fatalf("serve --s3-require-at-start with the store down: %v\n%s", err, out)

@@ -16,12 +16,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"go/build"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +28,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/kvstrata/kvstrata/internal/freeport"
 	"github.com/kvstrata/kvstrata/tiers/s3"
 )
 
@@ -94,7 +93,7 @@ func Start(tb testing.TB) *Server {
 	}
 	var err error
 	for range 3 { // a free port may be taken before the server binds it
-		if s.addr, err = freeAddr(); err != nil {
+		if s.addr, err = freeport.Get(); err != nil {
 			tb.Fatal(err)
 		}
 		if err = s.start(); err == nil {
@@ -251,15 +250,6 @@ func (s *Server) start() error {
 			return nil
 		}
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
 }
 
 func randomHex(n int) string {
