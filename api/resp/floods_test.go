@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,15 +101,19 @@ func TestStalledCommandsDoNotLockOutOthers(t *testing.T) {
 		t.Errorf("%d connections evicted for 5 new ones", st.EvictedClients)
 	}
 	// An evicted client is told why.
-	var told int
-	for _, nc := range stalled {
-		nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		line, _ := bufio.NewReader(nc).ReadString('\n')
-		if strings.HasPrefix(line, "-ERR connection closed for a new client") {
-			told++
-		}
+	var told atomic.Int64
+	var wg sync.WaitGroup
+	for _, nc := range stalled { // all at once: those not evicted wait out the deadline
+		wg.Go(func() {
+			nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+			line, _ := bufio.NewReader(nc).ReadString('\n')
+			if strings.HasPrefix(line, "-ERR connection closed for a new client") {
+				told.Add(1)
+			}
+		})
 	}
-	if told != int(st.EvictedClients) {
+	wg.Wait()
+	if told := told.Load(); told != int64(st.EvictedClients) {
 		t.Errorf("%d evicted clients were told why, want %d", told, st.EvictedClients)
 	}
 }
