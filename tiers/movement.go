@@ -82,9 +82,9 @@ func (h *Hierarchy) canDemoteLocked(i int, key index.Key, e *entry) bool {
 }
 
 // demoteBelow copies level i's copy of a block into level i+1 or, when
-// that level's device is out of space (ErrNoSpace), into the next level
-// below that takes it, so that a full disk is passed over rather than
-// waited for. Levels past i+1 are tried only if they admit the key, unless
+// that level's device is out of space or failing writes (ErrNoSpace,
+// ErrDeviceFailing), into the next level below that takes it, so that a
+// full or failing disk is passed over rather than waited for. Levels past i+1 are tried only if they admit the key, unless
 // force is set (an operator's demotion). It returns the level that took
 // the copy, or the last error.
 func (h *Hierarchy) demoteBelow(i int, m index.Header, force bool) (int, error) {
@@ -98,7 +98,7 @@ func (h *Hierarchy) demoteBelow(i int, m index.Header, force bool) (int, error) 
 				break
 			}
 		}
-		if err = h.copyDown(i, j, m); !errors.Is(err, ErrNoSpace) {
+		if err = h.copyDown(i, j, m); !errors.Is(err, ErrNoSpace) && !errors.Is(err, ErrDeviceFailing) {
 			return j, err
 		}
 	}

@@ -39,6 +39,11 @@ var (
 	// the tier reclaims it, later, so the caller puts the block in a lower
 	// level or drops it rather than evicting and waiting.
 	ErrNoSpace = errors.New("tiers: no space left on the tier's device")
+	// ErrDeviceFailing marks a Put refused because the device under the
+	// tier failed writes lately for another reason than space (an I/O
+	// error). As with ErrNoSpace, evicting from the tier does not help: the
+	// caller puts the block in a lower level or drops it.
+	ErrDeviceFailing = errors.New("tiers: the tier's device is failing writes")
 	// ErrInvalid marks a request that breaks the API contract (a Header whose
 	// size or checksum does not match the bytes, say).
 	ErrInvalid = errors.New("tiers: invalid request")

@@ -1,11 +1,12 @@
 package ssd
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/kvstrata/kvstrata/tiers"
 )
 
 // This file handles writes of Pebble's that fail for another reason than
@@ -28,9 +29,10 @@ import (
 // to return; the tier's logger panics with Pebble's message (pebble.go).
 
 // ErrWriteFailing marks a Put refused because the tier's disk failed a
-// write lately for another reason than space (an I/O error). The tier
-// takes puts again by itself once a flush succeeds.
-var ErrWriteFailing = errors.New("ssd: disk writes failing")
+// write lately for another reason than space (an I/O error); it wraps
+// tiers.ErrDeviceFailing, so a hierarchy passes the block to a lower level.
+// The tier takes puts again by itself once a flush succeeds.
+var ErrWriteFailing = fmt.Errorf("ssd: disk writes failing: %w", tiers.ErrDeviceFailing)
 
 // faultHold is how long a failed write keeps the tier refusing puts when
 // no flush succeeds meanwhile. Pebble retries a failing flush every

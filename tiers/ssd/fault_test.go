@@ -252,6 +252,55 @@ func TestHierarchyOverAnSSDWhoseWritesFail(t *testing.T) {
 	checkHeld()
 }
 
+// With a level below it, an SSD whose writes fail is passed over as a
+// full one is: DRAM's victims go to the level below instead of being
+// dropped.
+func TestVictimsPassOverAnSSDWhoseWritesFail(t *testing.T) {
+	const size = 64 << 10
+	disk := newFaultyDisk(t)
+	ssdTier := openFaulty(t, disk, 50*time.Millisecond, DurabilityFlush)
+	newDRAM := func(blocks int64) tiers.Tier {
+		d, err := dram.New(dram.Config{Capacity: blocks * size, MaxBlockSize: size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	h, err := tiers.New(tiers.Config{Inline: true, Levels: []tiers.LevelConfig{
+		{Kind: index.TierDRAM, Tier: newDRAM(4), HighWatermark: 1, LowWatermark: 1},
+		{Kind: index.TierSSD, Tier: ssdTier},
+		{Kind: index.TierS3, Tier: newDRAM(64), HighWatermark: 1, LowWatermark: 1}, // stands in for an object store
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	i := 1
+	put := func() {
+		m, b := tiertest.Block(index.Hash(i), size)
+		if err := within(t, 10*time.Second, "a hierarchy put", func() error { return h.Put(m, b) }); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		i++
+	}
+	disk.writes.Store(true)
+	eventuallyTrue(t, 20*time.Second, "the SSD level reporting itself degraded", func() bool {
+		put()
+		return errors.Is(h.Stats().Levels[1].Degraded, tiers.ErrDeviceFailing)
+	})
+	before := h.Stats()
+	for range 8 {
+		put()
+	}
+	after := h.Stats()
+	if got := after.Levels[2].Demotions - before.Levels[2].Demotions; got != 8 {
+		t.Errorf("8 victims while the SSD refused writes: %d went to the level below, want 8", got)
+	}
+	if got := after.Levels[0].Drops - before.Levels[0].Drops; got != 0 {
+		t.Errorf("%d victims dropped with a level below the failing SSD, want 0", got)
+	}
+}
+
 // An Invalidate whose log cannot be written falls back to a flush, which
 // makes the deletion durable just the same: the old block does not come
 // back after a reopen. When flushes fail too, Invalidate says so rather
