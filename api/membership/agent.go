@@ -174,7 +174,7 @@ func Open(cfg Config) (*Agent, error) {
 	}
 	c.wg.Add(2)
 	go c.followLeader()
-	go c.trackFreshness()
+	go c.every(freshTick, c.sampleFreshness)
 	return c, nil
 }
 
@@ -270,8 +270,8 @@ func (c *Agent) Start(self raftstore.Member, usage func() []raftstore.TierUsage)
 		}
 	}
 	c.wg.Add(2)
-	go c.heartbeats()
-	go c.monitor()
+	go c.every(c.cfg.HeartbeatInterval, c.heartbeat)
+	go c.every(c.cfg.HeartbeatInterval, c.monitorOnce)
 	return nil
 }
 
@@ -441,4 +441,20 @@ func (c *Agent) Close() error {
 	}
 	c.mu.Unlock()
 	return err
+}
+
+// every calls fn every interval until the agent closes; the caller has
+// added it to c.wg.
+func (c *Agent) every(interval time.Duration, fn func()) {
+	defer c.wg.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
 }

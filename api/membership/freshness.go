@@ -73,29 +73,19 @@ func (c *Agent) leaderCommitted(leader index.NodeID, commit uint64) {
 	c.mu.Unlock()
 }
 
-// trackFreshness samples the commit index every freshTick.
-func (c *Agent) trackFreshness() {
-	defer c.wg.Done()
-	t := time.NewTicker(freshTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-		}
-		commit := c.rep.Raft.CommitIndex()
-		// A node that leads, knows no leader or is out of touch with it
-		// forgets the leader's answers: once in touch again, it is
-		// current only after two fresh ones.
-		forget := c.rep.IsLeader() || c.rep.Leader() == 0 || time.Since(c.rep.Raft.LastContact()) > c.rep.ElectionTimeout()
-		c.mu.Lock()
-		c.fresh.target, c.fresh.last = c.fresh.last, commit
-		if forget {
-			c.fresh.leader, c.fresh.leaderTarget, c.fresh.leaderLast = 0, 0, 0
-		}
-		c.mu.Unlock()
+// sampleFreshness samples the commit index (every freshTick).
+func (c *Agent) sampleFreshness() {
+	commit := c.rep.Raft.CommitIndex()
+	// A node that leads, knows no leader or is out of touch with it
+	// forgets the leader's answers: once in touch again, it is
+	// current only after two fresh ones.
+	forget := c.rep.IsLeader() || c.rep.Leader() == 0 || time.Since(c.rep.Raft.LastContact()) > c.rep.ElectionTimeout()
+	c.mu.Lock()
+	c.fresh.target, c.fresh.last = c.fresh.last, commit
+	if forget {
+		c.fresh.leader, c.fresh.leaderTarget, c.fresh.leaderLast = 0, 0, 0
 	}
+	c.mu.Unlock()
 }
 
 // Freshness reports how current the node's replica is.

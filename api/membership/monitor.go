@@ -13,41 +13,31 @@ import (
 // the replicated state.
 const capacitiesEvery = 5 * time.Second
 
-// heartbeats tells the leader, every HeartbeatInterval, that this node is
-// alive and how full its tiers are.
-func (c *Agent) heartbeats() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-		}
-		var usage []raftstore.TierUsage
-		c.mu.Lock()
-		usageFn := c.usage
-		c.mu.Unlock()
-		if usageFn != nil {
-			usage = usageFn()
-		}
-		if c.rep.IsLeader() {
-			c.heard(c.cfg.ID, usage)
-			continue
-		}
-		leader := c.rep.Leader()
-		conn, err := c.leaderConn()
-		if err != nil {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.HeartbeatInterval)
-		resp, err := pb.NewClusterClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{Id: uint32(c.cfg.ID), Tiers: usageToPB(usage),
-			AppliedIndex: c.rep.FSM.AppliedIndex()})
-		cancel()
-		if err == nil {
-			c.leaderCommitted(leader, resp.CommitIndex)
-		}
+// heartbeat tells the leader that this node is alive and how full its
+// tiers are (every HeartbeatInterval).
+func (c *Agent) heartbeat() {
+	var usage []raftstore.TierUsage
+	c.mu.Lock()
+	usageFn := c.usage
+	c.mu.Unlock()
+	if usageFn != nil {
+		usage = usageFn()
+	}
+	if c.rep.IsLeader() {
+		c.heard(c.cfg.ID, usage)
+		return
+	}
+	leader := c.rep.Leader()
+	conn, err := c.leaderConn()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.HeartbeatInterval)
+	resp, err := pb.NewClusterClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{Id: uint32(c.cfg.ID), Tiers: usageToPB(usage),
+		AppliedIndex: c.rep.FSM.AppliedIndex()})
+	cancel()
+	if err == nil {
+		c.leaderCommitted(leader, resp.CommitIndex)
 	}
 }
 
@@ -82,9 +72,10 @@ type leadership struct {
 	seen  map[index.NodeID]time.Time // last heartbeat of each node
 }
 
-// monitor runs on every node and acts while it leads: it keeps this node's
-// member record current and marks members down when they fall silent for
-// LivenessTimeout, and up when they are heard again.
+// monitorOnce runs on every node, every HeartbeatInterval, and acts while
+// it leads: it keeps this node's member record current and marks members
+// down when they fall silent for LivenessTimeout, and up when they are
+// heard again.
 //
 // A decision rests only on what this node observed while leading in the
 // current term: the observations start afresh on each new term and after
@@ -94,36 +85,26 @@ type leadership struct {
 // replicas apply it only if this leader appended it in that term
 // (raftstore.EntryLivenessInTerm). A deposed leader that wakes up with old
 // observations thus changes nothing.
-func (c *Agent) monitor() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
+func (c *Agent) monitorOnce() {
+	c.registerSelf()
+	term := c.rep.Term()
+	if !c.rep.IsLeader() {
+		c.mu.Lock()
+		c.lead = leadership{}
+		c.mu.Unlock()
+		return
+	}
+	c.promote()
+	changes, up := c.livenessChanges(term, time.Now())
+	for i, m := range changes {
+		if !c.rep.IsLeader() || c.rep.Term() != term {
+			break // deposed meanwhile: the next leader decides
 		}
-		c.registerSelf()
-		term := c.rep.Term()
-		if !c.rep.IsLeader() {
-			c.mu.Lock()
-			c.lead = leadership{}
-			c.mu.Unlock()
-			continue
-		}
-		c.promote()
-		changes, up := c.livenessChanges(term, time.Now())
-		for i, m := range changes {
-			if !c.rep.IsLeader() || c.rep.Term() != term {
-				break // deposed meanwhile: the next leader decides
-			}
-			ctx, cancel := context.WithTimeout(c.ctx, c.forwardTimeout())
-			err := c.rep.Propose(ctx, raftstore.EncodeLivenessInTerm(term, m.ID, up[i], time.Now()))
-			cancel()
-			if err == nil {
-				c.log.Info("liveness", "node", m.ID, "up", up[i], "term", term)
-			}
+		ctx, cancel := context.WithTimeout(c.ctx, c.forwardTimeout())
+		err := c.rep.Propose(ctx, raftstore.EncodeLivenessInTerm(term, m.ID, up[i], time.Now()))
+		cancel()
+		if err == nil {
+			c.log.Info("liveness", "node", m.ID, "up", up[i], "term", term)
 		}
 	}
 }
