@@ -92,15 +92,8 @@ func (c *conn) handshake(ctx context.Context) error {
 	if _, err := io.ReadFull(c.nc, msg); err != nil {
 		return c.ioError(hsCtx, "handshake with "+c.addr, err)
 	}
-	switch {
-	case st == frame.StatusRefused:
-		return fmt.Errorf("tcp: dial %s: %w: %s", c.addr, transfer.ErrRefused, msg)
-	case st == frame.StatusUnavailable:
-		return fmt.Errorf("tcp: dial %s: %w: %s", c.addr, transfer.ErrUnavailable, msg)
-	case st != frame.StatusOK:
-		return fmt.Errorf("tcp: dial %s: the node answered: %s", c.addr, msg)
-	case ver != version:
-		return fmt.Errorf("tcp: dial %s: the node speaks protocol version %d, this client %d", c.addr, ver, version)
+	if err := frame.HelloAnswer(st, ver, version, msg); err != nil {
+		return fmt.Errorf("tcp: dial %s: %w", c.addr, err)
 	}
 	return nil
 }

@@ -131,15 +131,8 @@ func (c *conn) handshake(ctx context.Context) error {
 		return fail(err)
 	}
 	msg, peer := rest[:msgLen], rest[msgLen:]
-	switch {
-	case st == frame.StatusRefused:
-		return fmt.Errorf("ucx: dial %s: %w: %s", c.addr, transfer.ErrRefused, msg)
-	case st == frame.StatusUnavailable:
-		return fmt.Errorf("ucx: dial %s: %w: %s", c.addr, transfer.ErrUnavailable, msg)
-	case st != frame.StatusOK:
-		return fmt.Errorf("ucx: dial %s: the node answered: %s", c.addr, msg)
-	case ver != version:
-		return fmt.Errorf("ucx: dial %s: the node speaks protocol version %d, this client %d", c.addr, ver, version)
+	if err := frame.HelloAnswer(st, ver, version, msg); err != nil {
+		return fmt.Errorf("ucx: dial %s: %w", c.addr, err)
 	}
 	c.id, c.chunk = id, chunk
 	c.w.mu.Lock()
