@@ -126,11 +126,11 @@ func (x *served) Cut() {
 }
 
 // begin marks a request in flight; it reports false once the connection
-// drains.
+// or the listener drains.
 func (x *served) begin() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.over {
+	if x.over || x.l.srv.Draining() {
 		return false
 	}
 	x.busy = true

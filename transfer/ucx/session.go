@@ -203,7 +203,7 @@ func (s *session) nextRequest() (*op, error) {
 	deadline := time.Now().Add(s.opts.IdleTimeout)
 	for {
 		s.mu.Lock()
-		if s.draining {
+		if s.draining || s.l.srv.Draining() {
 			s.mu.Unlock()
 			return nil, errDraining
 		}
