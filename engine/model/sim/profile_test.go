@@ -169,3 +169,25 @@ func FuzzParseProfile(f *testing.F) {
 		}
 	})
 }
+
+// TestProfileFilesInTestdata: the default profile as a file, which a
+// worker, a replay and the planner read, is the one built in; the table
+// example parses.
+func TestProfileFilesInTestdata(t *testing.T) {
+	p, err := ReadProfile("testdata/dynamo-mocker.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := p.Marshal()
+	want, _ := DefaultProfile().Marshal()
+	if !bytes.Equal(got, want) {
+		t.Errorf("testdata/dynamo-mocker.json reads as\n%s\nthe built-in default is\n%s", got, want)
+	}
+	tab, err := ReadProfile("testdata/table.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tab.Decode.At(0.5, 10); !near(got, ms(26.3+0.2)) {
+		t.Errorf("table decode at p=0.5 with 10 sequences: %v, want 26.5 ms", got)
+	}
+}

@@ -18,9 +18,11 @@
 // time.
 //
 // The KV bytes are real bytes that move through kvstrata, derived from the
-// block's name (see Fill and Verify), and the tokens it generates are a
-// function of the sequence's tokens: two runs, two workers, or a worker and
-// a test agree on both.
+// block's name (see Fill and Verify): each layer's slice has the size the
+// layout says but no K/V structure; a partial block has none until it is
+// full. The tokens it generates (Model.Next) are a function of the
+// sequence's tokens: two runs, two workers, or a worker and a test agree
+// on both.
 //
 // A Model is used by one engine loop at a time, as model.Model says.
 package sim

@@ -268,3 +268,29 @@ func TestDefaultLayout(t *testing.T) {
 		t.Errorf("block bytes %d, the namespace says %d", l.BlockBytes(), l.Namespace.BlockBytes())
 	}
 }
+
+// BenchmarkDecode64 is the sim model's own cost of a decode step of 64
+// sequences of 1024 tokens, in virtual time: what it adds to the modelled
+// step.
+func BenchmarkDecode64(b *testing.B) {
+	clk := NewVirtualClock(epoch)
+	m, err := New(Config{Sleep: clk.Sleep})
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := make([]model.Seq, 64)
+	for i := range batch {
+		toks := prompt(1024, uint32(i))
+		res, err := m.Prefill(context.Background(), []model.Seq{{Tokens: toks[:1023]}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		batch[i] = model.Seq{Tokens: toks, Cached: 1023, Prefix: res.Blocks[0]}
+	}
+	b.ResetTimer()
+	for range b.N {
+		if _, err := m.Decode(context.Background(), batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
