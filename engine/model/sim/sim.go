@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -150,7 +151,10 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := *cfg.Profile
+	p := *cfg.Profile // a copy the caller cannot change under the model
+	for _, c := range []*Curve{&p.Prefill, &p.Decode} {
+		c.Poly, c.Points = slices.Clone(c.Poly), slices.Clone(c.Points)
+	}
 	cfg.Profile = &p
 	l := model.Layout{
 		Namespace: index.Namespace{
