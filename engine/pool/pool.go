@@ -18,7 +18,7 @@
 // the listener given in Config, from inside the call that caused it.
 //
 // A Pool is not safe for concurrent use: the engine loop owns it. Every
-// operation costs O(1) per block it touches.
+// operation but Reset costs O(1) per block it is given or returns.
 package pool
 
 import (
