@@ -82,11 +82,16 @@ func (m *model) cache(table []BlockID, tokens []uint32) {
 		m.events = append(m.events, e)
 		run = nil
 	}
-	for i, h := range all {
-		id := table[i]
-		if m.hashed[id] {
-			continue
+	from := len(all)
+	for ; from > 0; from-- {
+		id := table[from-1]
+		if _, ok := m.cached[m.key[id]]; m.hashed[id] && ok {
+			break
 		}
+	}
+	for i, h := range all[from:] {
+		i += from
+		id := table[i]
 		k := index.Key{NS: ns, Hash: h}
 		m.hashed[id], m.key[id] = true, k
 		if _, dup := m.cached[k]; dup {
@@ -213,6 +218,9 @@ func TestRandomAgainstModel(t *testing.T) {
 			for _, e := range got {
 				switch e.Kind {
 				case BlockStored:
+					if e.HasParent && !live[e.Parent] {
+						t.Fatalf("seed %d op %d: %v stored under parent %v, which is not cached", seed, op, e.Hashes, e.Parent)
+					}
 					for _, h := range e.Hashes {
 						if live[h] {
 							t.Fatalf("seed %d op %d: %v stored twice", seed, op, h)

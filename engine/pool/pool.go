@@ -230,18 +230,21 @@ func (p *Pool) Allocate(n int) ([]BlockID, error) {
 
 // Cache names the blocks of a sequence that have become full. blocks is the
 // sequence's block table in order and tokens its tokens so far; the first
-// len(tokens)/BlockTokens blocks are full. Full blocks not yet hashed (those
-// after the last hashed one) get their chained hashes,
+// len(tokens)/BlockTokens blocks are full. The full blocks after the last
+// one findable by its hash get their chained hashes,
 //
 //	h[i] = index.ChainHash(h[i-1], tokens of block i), h[-1] = ns,
 //
 // become findable, and are reported as BlockStored, one event per run of
-// consecutive new hashes with the hash before the run as its parent. A hash
-// that another block already holds is not stored twice: that block stays
-// unfindable and no event is sent for it. Cache returns the hashes of the
-// blocks it named, in order (nil if none). It checks everything before it
-// changes anything: every block must be held, and the hashed ones must be
-// of namespace ns.
+// consecutive new hashes with the hash before the run as its parent (so a
+// parent is always cached when its child is stored). A hash that another
+// block already holds is not stored twice: that block stays unfindable and
+// no event is sent for it; should the other block be evicted while this
+// one is the last of the sequence's findable prefix, the next Cache stores
+// it again. Cache returns the hashes of the blocks it named, in order (nil
+// if none). It checks everything before it changes anything: every full
+// block must be held, and the block before the first it names must be of
+// namespace ns.
 func (p *Pool) Cache(ns index.NamespaceID, blocks []BlockID, tokens []uint32) ([]index.Hash, error) {
 	bt := p.cfg.BlockTokens
 	full := len(tokens) / bt
@@ -253,11 +256,15 @@ func (p *Pool) Cache(ns index.NamespaceID, blocks []BlockID, tokens []uint32) ([
 			return nil, fmt.Errorf("%w: block %d is not held", ErrBadBlock, id)
 		}
 	}
-	// The hashed blocks are a prefix of the table: walk back from the
-	// last full block to the first one already named.
+	// The findable blocks are a prefix of the table, but for copies (see
+	// above): walk back from the last full block to the last findable one.
 	from := full
-	for from > 0 && !p.blocks[blocks[from-1]].hashed {
-		from--
+	for ; from > 0; from-- {
+		if b := &p.blocks[blocks[from-1]]; b.hashed {
+			if _, ok := p.cached[b.key]; ok {
+				break
+			}
+		}
 	}
 	if from == full {
 		return nil, nil

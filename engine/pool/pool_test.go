@@ -371,3 +371,43 @@ func TestUsageAndCounters(t *testing.T) {
 	}
 	_ = p.Free(b)
 }
+
+func TestCopyIsStoredWhenItsOriginalIsEvicted(t *testing.T) {
+	p, r := newPool(t, 6, 2)
+	a, _ := p.Allocate(1)
+	b, _ := p.Allocate(1)
+	// Both compute the same first block; only a's is findable.
+	_, _ = p.Cache(ns, a, seq(0, 2))
+	_, _ = p.Cache(ns, b, seq(0, 2))
+	_ = p.Free(a)
+	// Reuse the free blocks up to a's: its hash is evicted though b still
+	// holds a copy.
+	others, err := p.Allocate(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Free(others[:1]) // room for b's next block
+	h := hashes(append(seq(0, 2), 7, 8), 2)
+	if p.Match(ns, h) != 0 {
+		t.Fatal("the evicted hash is still findable")
+	}
+	r.take()
+	// b's next block fills. Its parent must be cached for its event to
+	// make sense, so b's copy is stored with it.
+	more, err := p.Allocate(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, more...)
+	got, err := p.Cache(ns, b, append(seq(0, 2), 7, 8))
+	if err != nil || !slices.Equal(got, h) {
+		t.Fatalf("Cache = %v, %v; want both hashes %v", got, err, h)
+	}
+	want := []Event{{Kind: BlockStored, NS: ns, Hashes: h, Tokens: append(seq(0, 2), 7, 8), BlockTokens: 2}}
+	if ev := r.take(); !reflect.DeepEqual(ev, want) {
+		t.Errorf("events %+v, want %+v", ev, want)
+	}
+	if p.Match(ns, h) != 2 {
+		t.Error("b's blocks are not findable")
+	}
+}
