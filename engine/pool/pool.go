@@ -38,9 +38,9 @@ var (
 	ErrNoSpace = errors.New("pool: not enough free blocks")
 	// ErrInUse: Reset while some request still holds blocks; nothing changed.
 	ErrInUse = errors.New("pool: blocks in use")
-	// ErrBadBlock: a block id out of range, or a block in a state the call
-	// does not allow (freed more often than held, cached twice); nothing
-	// changed.
+	// ErrBadBlock: a block id out of range, or a block table the call
+	// cannot take (a block not held, freed more often than held, fewer
+	// blocks than the tokens fill); nothing changed.
 	ErrBadBlock = errors.New("pool: bad block")
 )
 
@@ -242,25 +242,25 @@ func (p *Pool) Allocate(n int) ([]BlockID, error) {
 // no event is sent for it; should the other block be evicted while this
 // one is the last of the sequence's findable prefix, the next Cache stores
 // it again. Cache returns the hashes of the blocks it named, in order (nil
-// if none). It checks everything before it changes anything: every full
-// block must be held, and the block before the first it names must be of
-// namespace ns.
+// if none). It checks everything before it changes anything: the blocks
+// it names and the one before them must be held, that one of namespace ns.
 func (p *Pool) Cache(ns index.NamespaceID, blocks []BlockID, tokens []uint32) ([]index.Hash, error) {
 	bt := p.cfg.BlockTokens
 	full := len(tokens) / bt
 	if full > len(blocks) {
 		return nil, fmt.Errorf("%w: %d tokens fill %d blocks, the table has %d", ErrBadBlock, len(tokens), full, len(blocks))
 	}
-	for _, id := range blocks[:full] {
+	// The findable blocks are a prefix of the table, but for copies (see
+	// above): walk back from the last full block to the last findable one,
+	// checking the blocks on the way, and no others: a decode step costs
+	// O(1), not the length of the sequence.
+	from := full
+	for ; from > 0; from-- {
+		id := blocks[from-1]
 		if id < 0 || int(id) >= len(p.blocks) || p.blocks[id].ref == 0 {
 			return nil, fmt.Errorf("%w: block %d is not held", ErrBadBlock, id)
 		}
-	}
-	// The findable blocks are a prefix of the table, but for copies (see
-	// above): walk back from the last full block to the last findable one.
-	from := full
-	for ; from > 0; from-- {
-		if b := &p.blocks[blocks[from-1]]; b.hashed {
+		if b := &p.blocks[id]; b.hashed {
 			if _, ok := p.cached[b.key]; ok {
 				break
 			}
