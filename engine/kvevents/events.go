@@ -1,7 +1,8 @@
 // Package kvevents holds vLLM's KV cache events as vLLM publishes them:
 // the events (BlockStored, BlockRemoved, AllBlocksCleared), the batch that
-// carries them, their msgpack encodings and the ZeroMQ message framing of
-// vLLM's ZmqEventPublisher.
+// carries them, their msgpack encodings, the ZeroMQ message framing of
+// vLLM's ZmqEventPublisher, and a Publisher that does what it does (PUB
+// socket, replay ROUTER socket) over pure-Go ZeroMQ.
 //
 // vLLM has encoded its events in two ways. Older versions declare them as
 // msgspec structs with array_like=True and tag=True, so an event is an
@@ -11,7 +12,8 @@
 // written as a map ({"ts", "events", "data_parallel_rank"}), as the newest
 // vLLM writes it.
 //
-// Everything here is a plain value or a pure function: safe to use from
+// Apart from the Publisher (whose methods are safe for concurrent use),
+// everything here is a plain value or a pure function: safe to use from
 // any number of goroutines as long as no one modifies a value being encoded.
 package kvevents
 
