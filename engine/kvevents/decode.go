@@ -452,8 +452,17 @@ func (d *decoder) hash(what string) (Hash, error) {
 	}
 	switch {
 	case msgpcode.IsBin(c):
-		b, err := d.d.DecodeBytes()
+		// Not DecodeBytes: it allocates whatever length the payload
+		// claims before reading it.
+		n, err := d.d.DecodeBytesLen()
 		if err != nil {
+			return Hash{}, fmt.Errorf("%s: %w", what, truncated(err))
+		}
+		if n > d.r.Len() {
+			return Hash{}, fmt.Errorf("%s: %d bytes, longer than the payload", what, n)
+		}
+		b := make([]byte, n)
+		if err := d.d.ReadFull(b); err != nil {
 			return Hash{}, fmt.Errorf("%s: %w", what, truncated(err))
 		}
 		return BytesHash(b), nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -208,6 +209,27 @@ func TestDecodeMalformed(t *testing.T) {
 		}
 		t.Logf("%s: %v", name, err)
 	}
+}
+
+// TestDecodeForgedLength: a byte-string hash that claims 4 GiB in a
+// payload of a few bytes is refused without allocating what it claims.
+func TestDecodeForgedLength(t *testing.T) {
+	str := func(s string) string { return fmt.Sprintf("%02x", 0xa0+len(s)) + hex.EncodeToString([]byte(s)) }
+	p, err := hex.DecodeString("920091" + "92" + str("BlockRemoved") + "91" + "c6ffffffff00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = Decode(p)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Decode err = %v, want ErrMalformed", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Fatalf("decoding a %d-byte payload allocated %d bytes", len(p), n)
+	}
+	t.Log(err)
 }
 
 // TestDecodeSkipsWhatItDoesNotKnow: fields newer vLLM adds (lora_name,

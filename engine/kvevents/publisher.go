@@ -25,12 +25,19 @@ type PublisherConfig struct {
 	// BufferSteps is how many past batches the replay socket can resend.
 	// The default is 10000, as vLLM's buffer_steps.
 	BufferSteps int
+	// HWM is how many messages the PUB socket queues before it drops new
+	// ones (subscribers see a gap in the sequence numbers and replay it).
+	// The default is 100000, as vLLM's hwm.
+	HWM int
 }
 
 // EnsureDefaults fills zero fields with their documented defaults.
 func (c *PublisherConfig) EnsureDefaults() {
 	if c.BufferSteps == 0 {
 		c.BufferSteps = 10000
+	}
+	if c.HWM == 0 {
+		c.HWM = 100000
 	}
 }
 
@@ -45,6 +52,9 @@ func (c *PublisherConfig) Validate() error {
 	}
 	if c.BufferSteps < 0 {
 		errs = append(errs, fmt.Errorf("kvevents: BufferSteps: %d is negative", c.BufferSteps))
+	}
+	if c.HWM < 0 {
+		errs = append(errs, fmt.Errorf("kvevents: HWM: %d is negative", c.HWM))
 	}
 	return errors.Join(errs...)
 }
@@ -79,6 +89,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, err
 	}
 	p := &Publisher{cfg: cfg, pub: zmq4.NewPub(context.Background()), done: make(chan struct{})}
+	if err := p.pub.SetOption(zmq4.OptionHWM, cfg.HWM); err != nil {
+		p.pub.Close()
+		return nil, fmt.Errorf("kvevents: PUB high-water mark %d: %w", cfg.HWM, err)
+	}
 	if err := p.pub.Listen(cfg.Endpoint); err != nil {
 		p.pub.Close()
 		return nil, fmt.Errorf("kvevents: listen %s: %w", cfg.Endpoint, err)

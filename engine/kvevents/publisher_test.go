@@ -117,8 +117,8 @@ publishing:
 }
 
 func TestPublisherConfig(t *testing.T) {
-	if _, err := NewPublisher(PublisherConfig{Encoding: Encoding(9), BufferSteps: -1}); err == nil {
-		t.Fatal("accepted a config without endpoint, with a bad encoding and a negative buffer")
+	if _, err := NewPublisher(PublisherConfig{Encoding: Encoding(9), BufferSteps: -1, HWM: -1}); err == nil {
+		t.Fatal("accepted a config without endpoint, with a bad encoding, a negative buffer and high-water mark")
 	} else {
 		t.Log(err)
 	}
