@@ -136,10 +136,28 @@ func (d *decoder) fields(what string, field func(key string) error) error {
 	return nil
 }
 
-// skip skips n values (none if n <= 0).
+// skip skips n values (none if n <= 0). It walks nested arrays and maps
+// itself, without recursion (msgpack's Skip recurses once per level, so
+// deeply nested garbage could exhaust the stack); every value it counts
+// takes a byte at least, so it ends with the payload.
 func (d *decoder) skip(n int, what string) error {
-	for range n {
-		if err := d.d.Skip(); err != nil {
+	for pending := int64(n); pending > 0; pending-- {
+		k, err := d.kind()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		var m int
+		switch k {
+		case 'a':
+			m, err = d.d.DecodeArrayLen()
+			pending += int64(m)
+		case 'm':
+			m, err = d.d.DecodeMapLen()
+			pending += 2 * int64(m)
+		default:
+			err = d.d.Skip()
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %w", what, truncated(err))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -230,6 +231,22 @@ func TestDecodeForgedLength(t *testing.T) {
 		t.Fatalf("decoding a %d-byte payload allocated %d bytes", len(p), n)
 	}
 	t.Log(err)
+}
+
+// TestDecodeDeepNesting: an unknown value nested a million levels deep
+// is skipped without recursion (with msgpack's recursive Skip, the stack
+// limit set here is exceeded and the program dies).
+func TestDecodeDeepNesting(t *testing.T) {
+	defer debug.SetMaxStack(debug.SetMaxStack(8 << 20))
+	const depth = 1 << 20
+	p := append([]byte{0x94, 0x00, 0x90, 0xc0}, bytes.Repeat([]byte{0x91}, depth)...) // [0, [], nil, [[[...
+	b, err := Decode(append(p, 0xc0))
+	if err != nil || describe(b) != "ts=0 rank=nil" {
+		t.Fatalf("Decode = %v, %v", b, err)
+	}
+	if _, err := Decode(p); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("truncated: Decode err = %v, want ErrMalformed", err)
+	}
 }
 
 // TestDecodeSkipsWhatItDoesNotKnow: fields newer vLLM adds (lora_name,
