@@ -294,14 +294,11 @@ func (d *decoder) mapEvent() (Event, error) {
 	// Read the fields into every event kind's slots, then keep the one the
 	// "type" names: the tag need not come first.
 	var (
-		s                   BlockStored
-		r                   BlockRemoved
-		tag                 string
-		seen                = map[string]bool{}
-		hashes              []Hash
-		medium              *string
-		haveTag, haveHashes bool
-		haveStore           bool
+		s      BlockStored
+		tag    string
+		hashes []Hash
+		medium *string
+		seen   = map[string]bool{}
 	)
 	err := d.fields("event", func(key string) error {
 		if seen[key] {
@@ -311,17 +308,14 @@ func (d *decoder) mapEvent() (Event, error) {
 		var err error
 		switch key {
 		case "type":
-			haveTag = true
 			tag, err = d.str("type")
 		case "block_hashes":
-			haveHashes = true
 			hashes, err = d.hashes("block_hashes")
 		case "parent_block_hash":
 			s.ParentBlockHash, err = d.optHash("parent_block_hash")
 		case "token_ids":
 			s.TokenIDs, err = d.ints("token_ids")
 		case "block_size":
-			haveStore = true
 			s.BlockSize, err = d.int("block_size")
 		case "lora_id":
 			s.LoraID, err = d.optInt("lora_id")
@@ -335,22 +329,21 @@ func (d *decoder) mapEvent() (Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !haveTag {
+	if !seen["type"] {
 		return nil, errors.New(`map without a "type" key`)
 	}
 	switch tag {
 	case TagBlockStored:
-		if !haveHashes || !seen["parent_block_hash"] || !seen["token_ids"] || !haveStore {
+		if !seen["block_hashes"] || !seen["parent_block_hash"] || !seen["token_ids"] || !seen["block_size"] {
 			return nil, errors.New("BlockStored: map without block_hashes, parent_block_hash, token_ids or block_size")
 		}
 		s.BlockHashes, s.Medium = hashes, medium
 		return &s, nil
 	case TagBlockRemoved:
-		if !haveHashes {
+		if !seen["block_hashes"] {
 			return nil, errors.New("BlockRemoved: map without block_hashes")
 		}
-		r.BlockHashes, r.Medium = hashes, medium
-		return &r, nil
+		return &BlockRemoved{BlockHashes: hashes, Medium: medium}, nil
 	case TagAllBlocksCleared:
 		return &AllBlocksCleared{}, nil
 	}
