@@ -1,0 +1,186 @@
+package kvevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// PublisherConfig configures a Publisher. Its zero value is not usable:
+// Endpoint is required.
+type PublisherConfig struct {
+	// Endpoint is where the PUB socket listens, e.g. "tcp://127.0.0.1:5557"
+	// (vLLM's default port). Required.
+	Endpoint string
+	// ReplayEndpoint is where the ROUTER socket answering replay requests
+	// listens, e.g. "tcp://127.0.0.1:5558". Empty: no replay socket.
+	ReplayEndpoint string
+	// Topic is the first frame of every message. The default is "", as vLLM's.
+	Topic string
+	// Encoding is how events are written. The default is TaggedArrays.
+	Encoding Encoding
+	// BufferSteps is how many past batches the replay socket can resend.
+	// The default is 10000, as vLLM's buffer_steps.
+	BufferSteps int
+	// HWM is how many messages the PUB socket queues before it drops new
+	// ones (subscribers see a gap in the sequence numbers and replay it).
+	// The default is 100000, as vLLM's hwm.
+	HWM int
+}
+
+// EnsureDefaults fills zero fields with their documented defaults.
+func (c *PublisherConfig) EnsureDefaults() {
+	if c.BufferSteps == 0 {
+		c.BufferSteps = 10000
+	}
+	if c.HWM == 0 {
+		c.HWM = 100000
+	}
+}
+
+// Validate reports what is wrong with c.
+func (c *PublisherConfig) Validate() error {
+	var errs []error
+	if c.Endpoint == "" {
+		errs = append(errs, errors.New("kvevents: Endpoint: required"))
+	}
+	if c.Encoding != TaggedArrays && c.Encoding != Maps {
+		errs = append(errs, fmt.Errorf("kvevents: Encoding: unknown %v", c.Encoding))
+	}
+	if c.BufferSteps < 0 {
+		errs = append(errs, fmt.Errorf("kvevents: BufferSteps: %d is negative", c.BufferSteps))
+	}
+	if c.HWM < 0 {
+		errs = append(errs, fmt.Errorf("kvevents: HWM: %d is negative", c.HWM))
+	}
+	return errors.Join(errs...)
+}
+
+// Publisher publishes event batches as vLLM's ZmqEventPublisher does: on
+// a PUB socket, each batch one message of Frames(topic, seq, payload)
+// with sequence numbers from 0; and, when configured, answers replay
+// requests on a ROUTER socket from a buffer of the last batches. Publish
+// may be called from any goroutine; batches go out in the order of the
+// calls.
+type Publisher struct {
+	cfg    PublisherConfig
+	pub    zmq4.Socket
+	replay zmq4.Socket // nil without a replay endpoint
+	done   chan struct{}
+
+	mu   sync.Mutex
+	seq  int64     // the next batch's sequence number
+	ring []message // the last BufferSteps messages, oldest first
+}
+
+type message struct {
+	seq     int64
+	payload []byte
+}
+
+// NewPublisher opens the sockets that cfg names (a copy of cfg, with
+// defaults filled in, is kept).
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Publisher{cfg: cfg, pub: zmq4.NewPub(context.Background()), done: make(chan struct{})}
+	if err := p.pub.SetOption(zmq4.OptionHWM, cfg.HWM); err != nil {
+		p.pub.Close()
+		return nil, fmt.Errorf("kvevents: PUB high-water mark %d: %w", cfg.HWM, err)
+	}
+	if err := p.pub.Listen(cfg.Endpoint); err != nil {
+		p.pub.Close()
+		return nil, fmt.Errorf("kvevents: listen %s: %w", cfg.Endpoint, err)
+	}
+	if cfg.ReplayEndpoint == "" {
+		close(p.done)
+		return p, nil
+	}
+	p.replay = zmq4.NewRouter(context.Background())
+	if err := p.replay.Listen(cfg.ReplayEndpoint); err != nil {
+		p.pub.Close()
+		p.replay.Close()
+		return nil, fmt.Errorf("kvevents: listen %s: %w", cfg.ReplayEndpoint, err)
+	}
+	go p.serveReplay()
+	return p, nil
+}
+
+// Addr is where the PUB socket listens (with the port chosen, for ":0").
+func (p *Publisher) Addr() string { return p.pub.Addr().String() }
+
+// ReplayAddr is where the replay socket listens; "" without one.
+func (p *Publisher) ReplayAddr() string {
+	if p.replay == nil {
+		return ""
+	}
+	return p.replay.Addr().String()
+}
+
+// Publish encodes b, sends it and keeps it for replay. It returns the
+// batch's sequence number.
+func (p *Publisher) Publish(b *Batch) (int64, error) {
+	payload, err := Encode(b, p.cfg.Encoding)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seq := p.seq
+	if err := p.pub.SendMulti(zmq4.NewMsgFrom(Frames(p.cfg.Topic, seq, payload)...)); err != nil {
+		return 0, fmt.Errorf("kvevents: publish %d: %w", seq, err)
+	}
+	p.seq++
+	if p.cfg.BufferSteps > 0 {
+		if len(p.ring) == p.cfg.BufferSteps {
+			p.ring = p.ring[1:] // append moves what is left when it grows
+		}
+		p.ring = append(p.ring, message{seq, payload})
+	}
+	return seq, nil
+}
+
+// serveReplay answers replay requests until the socket is closed. A
+// malformed request is ignored, as vLLM ignores it.
+func (p *Publisher) serveReplay() {
+	defer close(p.done)
+	for {
+		msg, err := p.replay.Recv()
+		if err != nil {
+			return
+		}
+		id, start, err := ParseReplayRequest(msg.Frames)
+		if err != nil {
+			continue
+		}
+		p.mu.Lock()
+		var out []message
+		for _, m := range p.ring {
+			if m.seq >= start {
+				out = append(out, m)
+			}
+		}
+		p.mu.Unlock()
+		for _, m := range append(out, message{EndSeq, nil}) {
+			frames := append([][]byte{id, {}}, ReplayReply(m.seq, m.payload)...)
+			if err := p.replay.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
+				break
+			}
+		}
+	}
+}
+
+// Close closes the sockets.
+func (p *Publisher) Close() error {
+	err := p.pub.Close()
+	if p.replay != nil {
+		err = errors.Join(err, p.replay.Close())
+	}
+	<-p.done
+	return err
+}
