@@ -304,19 +304,16 @@ func (s *Server[C]) Shutdown(ctx context.Context) error {
 		s.wg.Wait()
 		return nil
 	case open:
-		// Draining is set before the listeners close, and connections
-		// check it before they start a request: a client that finds the
-		// listener closed finds its connection draining too. Idle
-		// connections are closed after the listeners: a client that finds
-		// its connection closed finds the listener closed too.
+		// Every connection is told before a client can see the listener
+		// closed: one that sees it finds its connection draining too.
 		s.draining.Store(true)
 		s.stopLocked(drain)
-		err = s.closeListenersLocked()
 		for c, gone := range s.live {
 			if !gone {
 				c.Drain()
 			}
 		}
+		err = s.closeListenersLocked()
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})

@@ -126,11 +126,11 @@ func (x *served) Cut() {
 }
 
 // begin marks a request in flight; it reports false once the connection
-// or the listener drains.
+// drains.
 func (x *served) begin() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.over || x.l.srv.Draining() {
+	if x.over {
 		return false
 	}
 	x.busy = true

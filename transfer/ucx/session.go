@@ -203,7 +203,7 @@ func (s *session) nextRequest() (*op, error) {
 	deadline := time.Now().Add(s.opts.IdleTimeout)
 	for {
 		s.mu.Lock()
-		if s.draining || s.l.srv.Draining() {
+		if s.draining {
 			s.mu.Unlock()
 			return nil, errDraining
 		}
