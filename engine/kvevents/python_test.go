@@ -39,6 +39,25 @@ func runPython(t *testing.T, py, script string, args ...string) {
 	t.Logf("python3: %s", out)
 }
 
+// writeExpected writes batches as plain JSON (jsonBatch) to dir, for a
+// Python peer to compare with what it decodes, and returns the file's path.
+func writeExpected(t *testing.T, dir string, batches []*Batch) string {
+	t.Helper()
+	var want []any
+	for _, b := range batches {
+		want = append(want, jsonBatch(b))
+	}
+	j, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expected := filepath.Join(dir, "expected.json")
+	if err := os.WriteFile(expected, j, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return expected
+}
+
 // jsonBatch is a batch as plain JSON, independent of either msgpack
 // encoding: hashes are numbers, or {"hex": ...} for byte strings.
 func jsonBatch(b *Batch) map[string]any {
@@ -119,18 +138,7 @@ func TestPythonDecodesOurBatches(t *testing.T) {
 	py := needPython(t)
 	dir := t.TempDir()
 	batches := sampleBatches()
-	var want []any
-	for _, b := range batches {
-		want = append(want, jsonBatch(b))
-	}
-	j, err := json.Marshal(want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	expected := filepath.Join(dir, "expected.json")
-	if err := os.WriteFile(expected, j, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	expected := writeExpected(t, dir, batches)
 	for _, enc := range []Encoding{TaggedArrays, Maps} {
 		var stream []byte
 		for _, b := range batches {

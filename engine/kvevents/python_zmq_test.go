@@ -3,10 +3,7 @@ package kvevents
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -64,20 +61,8 @@ func TestPythonZMQSubscribes(t *testing.T) {
 	if exec.Command(py, "-c", "import zmq").Run() != nil {
 		t.Skip("python3-zmq is not installed (apt-get install -y python3-zmq): skipping the ZeroMQ interop test")
 	}
-	dir := t.TempDir()
 	batches := sampleBatches()
-	var want []any
-	for _, b := range batches {
-		want = append(want, jsonBatch(b))
-	}
-	j, err := json.Marshal(want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	expected := filepath.Join(dir, "expected.json")
-	if err := os.WriteFile(expected, j, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	expected := writeExpected(t, t.TempDir(), batches)
 	for _, enc := range []Encoding{TaggedArrays, Maps} {
 		p, err := NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv", Encoding: enc})
 		if err != nil {
