@@ -64,6 +64,13 @@ type Seq struct {
 	// hash chain without rehashing the prefix, and a nil Prefix is fine
 	// there.
 	Prefix []Block
+	// Temperature and Seed choose the next token: 0 is greedy (argmax);
+	// above 0 the token is sampled from softmax(logits/Temperature) by a
+	// generator seeded from (Seed, len(Tokens)), so that a sequence's
+	// output depends neither on how its steps were batched nor on where
+	// its prefix's KV came from. A backend without logits may ignore them.
+	Temperature float64
+	Seed        uint64
 }
 
 // Block is the KV of one block of a sequence.

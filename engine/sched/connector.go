@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 
+	"github.com/kvstrata/kvstrata/engine/pool"
 	"github.com/kvstrata/kvstrata/index"
 )
 
@@ -26,4 +27,16 @@ type Connector interface {
 	// Store stores blocks now, at node if not empty, and returns once they
 	// are stored: disaggregated prefill's write-through.
 	Store(ctx context.Context, node string, ns index.NamespaceID, blocks []Block) error
+}
+
+// EventSink receives the worker's block pool events (engine/kvevents
+// implements it, publishing them as vLLM's KV events). Both methods are
+// called from the engine loop and must return at once.
+type EventSink interface {
+	// Event is one pool event, in the order the pool made them; the sink
+	// owns its slices.
+	Event(pool.Event)
+	// Flush ends an engine step that produced events: what the sink holds
+	// is one batch.
+	Flush()
 }
