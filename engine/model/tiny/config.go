@@ -42,8 +42,13 @@ type Config struct {
 	RopeTheta float64
 	// NormEps is RMSNorm's epsilon. The default is 1e-5.
 	NormEps float64
-	// Seed chooses the weights (see weights.go). The default is 1.
+	// Seed chooses the weights (see weights.go) when Weights is empty.
+	// The default is 1.
 	Seed uint64
+	// Weights, when set, is the path of a safetensors file the weights
+	// are read from instead (see safetensors.go); its tensors must have
+	// the shapes this config gives.
+	Weights string
 	// Workers is how many goroutines a step's independent rows are
 	// spread over; the result does not depend on it. The default is
 	// runtime.GOMAXPROCS(0).

@@ -2,9 +2,10 @@
 // the CPU: token embedding, RMSNorm, rotary position embedding (RoPE),
 // grouped-query attention, a SwiGLU MLP, a final RMSNorm and an output
 // projection tied to the embedding; greedy and temperature sampling. Its
-// weights come from a seed (see weights.go); they are not trained, so its
-// text is noise, but its arithmetic is a transformer's, and its KV cache is
-// real K/V tensors in model.go's per-block layout (see kv.go).
+// weights come from a seed (see weights.go) or a safetensors file (see
+// safetensors.go); seeded ones are not trained, so its text is noise, but
+// its arithmetic is a transformer's, and its KV cache is real K/V tensors
+// in model.go's per-block layout (see kv.go).
 //
 // What it is for: the correctness of KV reuse. A prompt whose prefix KV is
 // restored (Seq.Prefix: from the worker's pool, from kvstrata, from another
@@ -43,8 +44,9 @@ type Model struct {
 var _ model.Model = (*Model)(nil)
 
 // New returns a tiny model of cfg, its zero fields defaulted, with
-// weights generated from cfg.Seed. With the default config that takes
-// about a tenth of a second and 52 MB (the embedding).
+// weights generated from cfg.Seed, or read from cfg.Weights (errors wrap
+// ErrBadWeights). With the default config that takes about a tenth of a
+// second and 52 MB (the embedding).
 func New(cfg Config) (*Model, error) {
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -60,10 +62,17 @@ func New(cfg Config) (*Model, error) {
 		},
 		DTypeBytes: 4,
 	}
-	if err := l.Validate(); err != nil {
+	err := l.Validate()
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	return &Model{cfg: cfg, layout: l, w: seededWeights(cfg), rope: newRope(cfg.ContextLen, cfg.HeadDim, cfg.RopeTheta)}, nil
+	var w *weights
+	if cfg.Weights == "" {
+		w = seededWeights(cfg)
+	} else if w, err = readSafetensors(cfg.Weights, cfg); err != nil {
+		return nil, err
+	}
+	return &Model{cfg: cfg, layout: l, w: w, rope: newRope(cfg.ContextLen, cfg.HeadDim, cfg.RopeTheta)}, nil
 }
 
 // Layout is the model's KV layout: fp32 (4 bytes), Layers layers, KVHeads
