@@ -34,11 +34,13 @@ type Config struct {
 	OffloadBatch int
 	// OffloadTimeout bounds one offloading Put. The default is 10 s.
 	OffloadTimeout time.Duration
-	// OffloadBackoff is the offloader's pause after a failed Put, doubled
-	// after each further failure up to OffloadMaxBackoff, so that a down
-	// cache is neither hammered nor piled up on. Defaults 100 ms and 5 s
-	// (or OffloadBackoff, if longer).
-	OffloadBackoff, OffloadMaxBackoff time.Duration
+	// Backoff is how long a node found unreachable is left alone, doubled
+	// after each further failure up to MaxBackoff: meanwhile Lookup, Load
+	// and Store fail at once (ErrCacheDown), and the offloader pauses as
+	// long before it tries again, so that a down cache is neither waited
+	// on by the engine loop, nor hammered, nor piled up on. Defaults
+	// 100 ms and 5 s (or Backoff, if longer).
+	Backoff, MaxBackoff time.Duration
 	// CloseTimeout bounds how long Close waits for queued blocks to be
 	// offloaded before it drops the rest. The default is 5 s.
 	CloseTimeout time.Duration
@@ -57,8 +59,8 @@ const (
 	DefaultOffloadQueueBytes = 256 << 20
 	DefaultOffloadBatch      = 64
 	DefaultOffloadTimeout    = 10 * time.Second
-	DefaultOffloadBackoff    = 100 * time.Millisecond
-	DefaultOffloadMaxBackoff = 5 * time.Second
+	DefaultBackoff           = 100 * time.Millisecond
+	DefaultMaxBackoff        = 5 * time.Second
 	DefaultCloseTimeout      = 5 * time.Second
 	DefaultClientTimeout     = 5 * time.Second
 )
@@ -84,11 +86,11 @@ func (c *Config) EnsureDefaults() {
 	if c.OffloadTimeout == 0 {
 		c.OffloadTimeout = DefaultOffloadTimeout
 	}
-	if c.OffloadBackoff == 0 {
-		c.OffloadBackoff = DefaultOffloadBackoff
+	if c.Backoff == 0 {
+		c.Backoff = DefaultBackoff
 	}
-	if c.OffloadMaxBackoff == 0 {
-		c.OffloadMaxBackoff = max(DefaultOffloadMaxBackoff, c.OffloadBackoff)
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = max(DefaultMaxBackoff, c.Backoff)
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = DefaultCloseTimeout
@@ -117,14 +119,14 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"OffloadTimeout", c.OffloadTimeout}, {"OffloadBackoff", c.OffloadBackoff},
-		{"OffloadMaxBackoff", c.OffloadMaxBackoff}, {"CloseTimeout", c.CloseTimeout}} {
+	}{{"OffloadTimeout", c.OffloadTimeout}, {"Backoff", c.Backoff},
+		{"MaxBackoff", c.MaxBackoff}, {"CloseTimeout", c.CloseTimeout}} {
 		if d.v < 0 {
 			probs = append(probs, fmt.Sprintf("%s is %v, must not be negative", d.name, d.v))
 		}
 	}
-	if c.OffloadMaxBackoff < c.OffloadBackoff {
-		probs = append(probs, fmt.Sprintf("OffloadMaxBackoff %v is shorter than OffloadBackoff %v", c.OffloadMaxBackoff, c.OffloadBackoff))
+	if c.MaxBackoff < c.Backoff {
+		probs = append(probs, fmt.Sprintf("MaxBackoff %v is shorter than Backoff %v", c.MaxBackoff, c.Backoff))
 	}
 	if len(probs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(probs, "; "))

@@ -59,8 +59,8 @@ func New(ctx context.Context, cfg Config) (*Conn, error) {
 	if err := m.register(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("kvconn: register metrics: %w", err)
 	}
-	c := &Conn{cfg: cfg, m: m, peers: newPeers(cfg.Client)}
-	if _, err := c.peers.get(ctx, cfg.Addr); err != nil {
+	c := &Conn{cfg: cfg, m: m, peers: newPeers(cfg)}
+	if _, err := c.peers.get(ctx, cfg.Addr, true); err != nil {
 		cfg.Logger.Warn("kvstrata cache not reachable yet; the worker recomputes until it is", "addr", cfg.Addr, "err", err)
 	}
 	c.off = newOffloader(c)
@@ -75,12 +75,13 @@ func (c *Conn) Lookup(ctx context.Context, ns index.NamespaceID, hashes []index.
 	if len(hashes) == 0 {
 		return 0, nil
 	}
-	seed, err := c.peers.get(ctx, c.cfg.Addr)
+	seed, err := c.peers.get(ctx, c.cfg.Addr, false)
 	if err != nil {
 		c.m.errors.WithLabelValues(opLookup).Inc()
 		return 0, err
 	}
 	resp, err := seed.Lookup(ctx, ns, hashes)
+	c.peers.report(c.cfg.Addr, err)
 	if err != nil {
 		c.m.errors.WithLabelValues(opLookup).Inc()
 		return 0, fmt.Errorf("kvconn: lookup: %w", err)
@@ -107,6 +108,10 @@ func (c *Conn) Load(ctx context.Context, node string, ns index.NamespaceID, hash
 		return 0, nil
 	}
 	start := time.Now()
+	addr := node
+	if addr == "" {
+		addr = c.cfg.Addr
+	}
 	get, tierOf, err := c.source(ctx, node)
 	if err != nil {
 		c.m.errors.WithLabelValues(opLoad).Inc()
@@ -153,6 +158,7 @@ func (c *Conn) Load(ctx context.Context, node string, ns index.NamespaceID, hash
 	if errors.Is(err, errStop) {
 		err = stop
 	}
+	c.peers.report(addr, err)
 	if loaded > 0 {
 		c.m.onboardSeconds.Observe(time.Since(start).Seconds())
 	}
@@ -170,13 +176,13 @@ type getFunc func(ctx context.Context, keys []index.Key, opts client.GetOptions,
 // the tier that served each.
 func (c *Conn) source(ctx context.Context, node string) (getFunc, func(client.Result) string, error) {
 	if node != "" && node != c.cfg.Addr {
-		cl, err := c.peers.get(ctx, node)
+		cl, err := c.peers.get(ctx, node, false)
 		if err != nil {
 			return nil, nil, err
 		}
 		return cl.GetFunc, func(r client.Result) string { return tierName(r.Tier, "remote") }, nil
 	}
-	seed, err := c.peers.get(ctx, c.cfg.Addr)
+	seed, err := c.peers.get(ctx, c.cfg.Addr, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -219,7 +225,7 @@ func (c *Conn) Store(ctx context.Context, node string, ns index.NamespaceID, blo
 	if node == "" {
 		node = c.cfg.Addr
 	}
-	err := c.put(ctx, node, ns, blocks)
+	err := c.put(ctx, node, false, ns, blocks)
 	if err != nil {
 		c.m.errors.WithLabelValues(opStore).Inc()
 		return fmt.Errorf("kvconn: store %d blocks at %s: %w", len(blocks), node, err)
@@ -227,12 +233,13 @@ func (c *Conn) Store(ctx context.Context, node string, ns index.NamespaceID, blo
 	return nil
 }
 
-// put stores blocks at addr and counts what was stored.
-func (c *Conn) put(ctx context.Context, addr string, ns index.NamespaceID, blocks []sched.Block) error {
+// put stores blocks at addr and counts what was stored; a probe goes to a
+// node that is backing off.
+func (c *Conn) put(ctx context.Context, addr string, probe bool, ns index.NamespaceID, blocks []sched.Block) error {
 	if len(blocks) == 0 {
 		return nil
 	}
-	cl, err := c.peers.get(ctx, addr)
+	cl, err := c.peers.get(ctx, addr, probe)
 	if err != nil {
 		return err
 	}
@@ -241,6 +248,7 @@ func (c *Conn) put(ctx context.Context, addr string, ns index.NamespaceID, block
 		out[i] = client.Block{Key: index.Key{NS: ns, Hash: b.Hash}, Parent: b.Parent, HasParent: b.HasParent, Data: b.Data}
 	}
 	err = cl.Put(ctx, out)
+	c.peers.report(addr, err)
 	var be *client.BatchError
 	stored, bytes := 0, 0
 	for i, b := range blocks {

@@ -92,7 +92,7 @@ func newConn(t *testing.T, addr string, tune func(*Config)) (*Conn, *prometheus.
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := Config{Addr: addr, Registerer: reg, ModelName: "test-model",
-		OffloadBackoff: 20 * time.Millisecond, OffloadMaxBackoff: 200 * time.Millisecond}
+		Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
 	if tune != nil {
 		tune(&cfg)
 	}

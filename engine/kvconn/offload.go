@@ -123,7 +123,7 @@ func (o *offloader) remove(n int) {
 
 func (o *offloader) run() {
 	defer close(o.done)
-	wait := o.c.cfg.OffloadBackoff
+	wait := o.c.cfg.Backoff
 	down := false // the last Put failed on an unreachable cache
 	for {
 		ns, batch := o.next()
@@ -131,14 +131,14 @@ func (o *offloader) run() {
 			break
 		}
 		ctx, cancel := context.WithTimeout(o.ctx, o.c.cfg.OffloadTimeout)
-		err := o.c.put(ctx, o.c.cfg.Addr, ns, batch)
+		err := o.c.put(ctx, o.c.cfg.Addr, true, ns, batch)
 		cancel()
 		switch {
 		case err == nil:
 			if down {
 				o.c.cfg.Logger.Info("kvstrata cache is back; offloading again", "addr", o.c.cfg.Addr)
 			}
-			down, wait = false, o.c.cfg.OffloadBackoff
+			down, wait = false, o.c.cfg.Backoff
 			o.remove(len(batch))
 		case retryable(err) && o.ctx.Err() == nil:
 			o.c.m.errors.WithLabelValues(opOffload).Inc()
@@ -151,7 +151,7 @@ func (o *offloader) run() {
 			case <-time.After(wait):
 			case <-o.ctx.Done():
 			}
-			wait = min(2*wait, o.c.cfg.OffloadMaxBackoff)
+			wait = min(2*wait, o.c.cfg.MaxBackoff)
 		default: // refused, or Close's time is up: the batch is lost
 			o.c.m.errors.WithLabelValues(opOffload).Inc()
 			var be *client.BatchError

@@ -5,19 +5,33 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/kvstrata/kvstrata/api/client"
 )
 
-// ErrClosed is returned by a Conn's methods after Close.
-var ErrClosed = errors.New("kvconn: closed")
+var (
+	// ErrClosed is returned by a Conn's methods after Close.
+	ErrClosed = errors.New("kvconn: closed")
+	// ErrCacheDown is returned, with client.ErrUnavailable, by a call
+	// that was not tried because the node was found unreachable a moment
+	// ago (see Config.Backoff).
+	ErrCacheDown = errors.New("kvconn: cache down")
+)
 
 // peers keeps one client per cache node address, dialled on first use and
 // reused after: the worker's own node, and the nodes disaggregated
 // requests name. A node that cannot be reached is dialled again at its
 // next use, so a cache that comes up after the worker is found then.
+//
+// A node found unreachable is not asked again for a backoff (Config.Backoff,
+// doubled after each further failure up to Config.MaxBackoff): calls fail
+// at once with ErrCacheDown meanwhile, so that a down cache costs the
+// engine loop nothing but a recompute. Probes (the offloader's calls) go
+// through regardless, and a success ends the backoff.
 type peers struct {
-	opts client.Options
+	opts                client.Options
+	backoff, maxBackoff time.Duration
 
 	mu     sync.Mutex
 	nodes  map[string]*peer
@@ -29,15 +43,19 @@ type peers struct {
 // making their own.
 type peer struct {
 	dial chan struct{}
-	c    *client.Client // guarded by peers.mu; nil until dialled
+	// Guarded by peers.mu:
+	c         *client.Client // nil until dialled
+	downUntil time.Time      // no call but probes before then
+	wait      time.Duration  // the next backoff
 }
 
-func newPeers(opts client.Options) *peers {
-	return &peers{opts: opts, nodes: map[string]*peer{}}
+func newPeers(cfg Config) *peers {
+	return &peers{opts: cfg.Client, backoff: cfg.Backoff, maxBackoff: cfg.MaxBackoff, nodes: map[string]*peer{}}
 }
 
 // get returns the client of addr, dialling it within ctx if it has none.
-func (ps *peers) get(ctx context.Context, addr string) (*client.Client, error) {
+// Unless probe, it fails at once while addr is backing off.
+func (ps *peers) get(ctx context.Context, addr string, probe bool) (*client.Client, error) {
 	ps.mu.Lock()
 	if ps.closed {
 		ps.mu.Unlock()
@@ -45,8 +63,12 @@ func (ps *peers) get(ctx context.Context, addr string) (*client.Client, error) {
 	}
 	p := ps.nodes[addr]
 	if p == nil {
-		p = &peer{dial: make(chan struct{}, 1)}
+		p = &peer{dial: make(chan struct{}, 1), wait: ps.backoff}
 		ps.nodes[addr] = p
+	}
+	if left := time.Until(p.downUntil); !probe && left > 0 {
+		ps.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s was unreachable; next try in %v: %w", ErrCacheDown, addr, left.Round(time.Millisecond), client.ErrUnavailable)
 	}
 	c := p.c
 	ps.mu.Unlock()
@@ -68,6 +90,9 @@ func (ps *peers) get(ctx context.Context, addr string) (*client.Client, error) {
 	}
 	c, err := client.Dial(ctx, addr, ps.opts)
 	if err != nil {
+		if ctx.Err() == nil || errors.Is(err, client.ErrUnavailable) {
+			ps.down(addr)
+		}
 		return nil, fmt.Errorf("kvconn: dial %s: %w", addr, err)
 	}
 	ps.mu.Lock()
@@ -78,6 +103,31 @@ func (ps *peers) get(ctx context.Context, addr string) (*client.Client, error) {
 	}
 	p.c = c
 	return c, nil
+}
+
+// report takes the outcome of a call to addr: a node found unreachable
+// backs off, one that answered does not.
+func (ps *peers) report(addr string, err error) {
+	switch {
+	case err == nil:
+		ps.mu.Lock()
+		if p := ps.nodes[addr]; p != nil {
+			p.downUntil, p.wait = time.Time{}, ps.backoff
+		}
+		ps.mu.Unlock()
+	case errors.Is(err, client.ErrUnavailable) && !errors.Is(err, ErrCacheDown):
+		ps.down(addr)
+	}
+}
+
+// down starts addr's next backoff.
+func (ps *peers) down(addr string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.nodes[addr]; p != nil {
+		p.downUntil = time.Now().Add(p.wait)
+		p.wait = min(2*p.wait, ps.maxBackoff)
+	}
 }
 
 // close closes every client; get fails with ErrClosed after.
