@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/engine/sched"
 	"github.com/kvstrata/kvstrata/index"
@@ -38,8 +40,9 @@ type Conn struct {
 	peers *peers
 	off   *offloader
 
-	mu      sync.Mutex
-	cluster *client.ClusterClient // around the seed's client, once dialled
+	mu         sync.Mutex
+	cluster    *client.ClusterClient // around the seed's client, once dialled, if in a cluster
+	standalone bool                  // the seed is in no cluster
 
 	closeOnce sync.Once
 	closeErr  error
@@ -189,8 +192,12 @@ func (c *Conn) source(ctx context.Context, node string) (getFunc, func(client.Re
 	if node != "" {
 		return seed.GetFunc, func(r client.Result) string { return tierName(r.Tier, "cache") }, nil
 	}
+	get, err := c.fetcher(ctx, seed)
+	if err != nil {
+		return nil, nil, err
+	}
 	self := index.NodeID(seed.Info().GetNodeId())
-	return c.clusterOf(seed).GetFunc, func(r client.Result) string {
+	return get, func(r client.Result) string {
 		if r.Node != index.AnyNode && r.Node != self {
 			return tierName(r.Tier, "remote")
 		}
@@ -207,14 +214,30 @@ func tierName(tier, unknown string) string {
 	return tier
 }
 
-// clusterOf returns the cluster client seeded with seed's client.
-func (c *Conn) clusterOf(seed *client.Client) *client.ClusterClient {
+// fetcher returns how to fetch blocks wherever they are in the cluster
+// of the worker's node: a cluster client seeded with seed, or seed itself
+// when its node is in no cluster (found once, by asking it where a block
+// is), which saves that question on every Load.
+func (c *Conn) fetcher(ctx context.Context, seed *client.Client) (getFunc, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cluster == nil {
-		c.cluster = client.NewClusterClient(seed, c.cfg.Client)
+	if c.cluster != nil {
+		return c.cluster.GetFunc, nil
 	}
-	return c.cluster
+	if c.standalone {
+		return seed.GetFunc, nil
+	}
+	_, err := seed.Locate(ctx, []index.Key{{}})
+	var ce *client.Error
+	switch {
+	case errors.As(err, &ce) && ce.Code == codes.Unimplemented:
+		c.standalone = true
+		return seed.GetFunc, nil
+	case err != nil:
+		return nil, err
+	}
+	c.cluster = client.NewClusterClient(seed, c.cfg.Client)
+	return c.cluster.GetFunc, nil
 }
 
 // Store stores blocks at node (the worker's own if empty) and returns once
