@@ -39,6 +39,7 @@ type Conn struct {
 	m     *metrics
 	peers *peers
 	off   *offloader
+	hints tierHints
 
 	mu         sync.Mutex
 	cluster    *client.ClusterClient // around the seed's client, once dialled, if in a cluster
@@ -89,7 +90,13 @@ func (c *Conn) Lookup(ctx context.Context, ns index.NamespaceID, hashes []index.
 		c.m.errors.WithLabelValues(opLookup).Inc()
 		return 0, fmt.Errorf("kvconn: lookup: %w", err)
 	}
-	return min(int(resp.GetBlocks()), len(hashes)), nil
+	held := min(int(resp.GetBlocks()), len(hashes))
+	runs := make([]tierRun, 0, len(resp.GetTiers()))
+	for _, tb := range resp.GetTiers() {
+		runs = append(runs, tierRun{tier: tb.GetTier(), blocks: int(tb.GetBlocks())})
+	}
+	c.hints.learn(ns, hashes[:held], runs)
+	return held, nil
 }
 
 // errStop ends a Load's fetch at a block it will not use.
@@ -154,7 +161,7 @@ func (c *Conn) Load(ctx context.Context, node string, ns index.NamespaceID, hash
 		if len(d) > 0 && &r.Data[0] != &d[0] { // fetched into a buffer of its own (a fallback's)
 			copy(d, r.Data)
 		}
-		c.m.onboard(tierOf(r), len(d))
+		c.m.onboard(tierOf(keys[i], r), len(d))
 		loaded++
 		return nil
 	})
@@ -176,42 +183,47 @@ func (c *Conn) Load(ctx context.Context, node string, ns index.NamespaceID, hash
 type getFunc func(ctx context.Context, keys []index.Key, opts client.GetOptions, fn func(int, client.Result) error) error
 
 // source returns how to fetch blocks for a Load at node, and how to name
-// the tier that served each.
-func (c *Conn) source(ctx context.Context, node string) (getFunc, func(client.Result) string, error) {
+// the tier that served each: as the node said (gRPC), else as a recent
+// Lookup said (the data plane does not say), else "remote" for a block
+// from another node than the worker's own and "cache" for one from it.
+func (c *Conn) source(ctx context.Context, node string) (getFunc, func(index.Key, client.Result) string, error) {
 	if node != "" && node != c.cfg.Addr {
 		cl, err := c.peers.get(ctx, node, false)
 		if err != nil {
 			return nil, nil, err
 		}
-		return cl.GetFunc, func(r client.Result) string { return tierName(r.Tier, "remote") }, nil
+		return cl.GetFunc, func(k index.Key, r client.Result) string { return c.tierName(k, r.Tier, "remote") }, nil
 	}
 	seed, err := c.peers.get(ctx, c.cfg.Addr, false)
 	if err != nil {
 		return nil, nil, err
 	}
 	if node != "" {
-		return seed.GetFunc, func(r client.Result) string { return tierName(r.Tier, "cache") }, nil
+		return seed.GetFunc, func(k index.Key, r client.Result) string { return c.tierName(k, r.Tier, "cache") }, nil
 	}
 	get, err := c.fetcher(ctx, seed)
 	if err != nil {
 		return nil, nil, err
 	}
 	self := index.NodeID(seed.Info().GetNodeId())
-	return get, func(r client.Result) string {
+	return get, func(k index.Key, r client.Result) string {
 		if r.Node != index.AnyNode && r.Node != self {
-			return tierName(r.Tier, "remote")
+			return c.tierName(k, r.Tier, "remote")
 		}
-		return tierName(r.Tier, "cache")
+		return c.tierName(k, r.Tier, "cache")
 	}, nil
 }
 
-// tierName is the tier label of a block: the tier the node named, or
-// unknown's (the data plane does not say).
-func tierName(tier, unknown string) string {
-	if tier == "" {
-		return unknown
+// tierName is the tier label of block k: tier, the one the node named;
+// else the one a recent Lookup named; else unknown.
+func (c *Conn) tierName(k index.Key, tier, unknown string) string {
+	if tier != "" {
+		return tier
 	}
-	return tier
+	if tier = c.hints.tier(k); tier != "" {
+		return tier
+	}
+	return unknown
 }
 
 // fetcher returns how to fetch blocks wherever they are in the cluster

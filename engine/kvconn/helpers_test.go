@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -91,7 +92,7 @@ func checkLoaded(t *testing.T, got pool, p prompt, n int) {
 func newConn(t *testing.T, addr string, tune func(*Config)) (*Conn, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	cfg := Config{Addr: addr, Registerer: reg, ModelName: "test-model",
+	cfg := Config{Addr: addr, Registerer: reg, ModelName: "test-model", Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
 	if tune != nil {
 		tune(&cfg)

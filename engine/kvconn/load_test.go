@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/api/client"
+	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/nodetest"
 	"github.com/kvstrata/kvstrata/index"
 )
@@ -44,11 +45,11 @@ func TestOffloadThenLookupThenLoad(t *testing.T) {
 	}
 	checkLoaded(t, dst, p, 8)
 
-	// The data plane does not name the tier; the worker's own node served it.
-	if got := metric(t, reg, "kvstrata_engine_onboard_blocks_total", "tier", "cache"); got != 8 {
+	// The data plane does not name the tier; the Lookup before did.
+	if got := metric(t, reg, "kvstrata_engine_onboard_blocks_total", "tier", "dram"); got != 8 {
 		t.Fatalf("onboard blocks %v, want 8", got)
 	}
-	if got := metric(t, reg, "kvstrata_engine_onboard_bytes_total", "tier", "cache"); got != 8*blockSize {
+	if got := metric(t, reg, "kvstrata_engine_onboard_bytes_total", "tier", "dram"); got != 8*blockSize {
 		t.Fatalf("onboard bytes %v, want %d", got, 8*blockSize)
 	}
 	if got := metric(t, reg, "kvstrata_engine_onboard_seconds"); got != 1 {
@@ -87,7 +88,7 @@ func TestPartialChainLoadsItsPrefix(t *testing.T) {
 			t.Fatalf("block %d's buffer was written past the prefix", i)
 		}
 	}
-	if got := metric(t, reg, "kvstrata_engine_onboard_blocks_total", "tier", "cache"); got != 3 {
+	if got := metric(t, reg, "kvstrata_engine_onboard_blocks_total", "tier", "dram"); got != 3 {
 		t.Fatalf("onboard blocks %v, want 3", got)
 	}
 }
@@ -158,6 +159,44 @@ func TestCorruptBlockStopsTheLoad(t *testing.T) {
 	}
 	if got := metric(t, reg, "kvstrata_engine_cache_errors_total", "op", "load"); got != 1 {
 		t.Fatalf("load errors %v, want 1", got)
+	}
+}
+
+// Blocks are counted by the tier that holds them, as the Lookup before the
+// Load named it (the data plane does not say); without a Lookup, as from
+// the worker's own node.
+func TestOnboardCountedByTier(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{Inline: true})
+	c, reg := newConn(t, n.Addr, nil)
+	p := newPrompt(7, 12, 3)
+	if err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	ns := p.ns
+	if _, err := n.Evict(node.Selector{Namespace: &ns, Tier: index.TierDRAM, Demote: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	if held, err := c.Lookup(ctx5(t), p.ns, p.hashes); err != nil || held != 3 {
+		t.Fatalf("Lookup = %d, %v; want 3", held, err)
+	}
+	dst := newPool(3)
+	if loaded, err := c.Load(ctx5(t), "", p.ns, p.hashes, dst.dst); err != nil || loaded != 3 {
+		t.Fatalf("Load = %d, %v; want 3", loaded, err)
+	}
+	checkLoaded(t, dst, p, 3)
+
+	other := newPrompt(8, 13, 1) // in DRAM, and never looked up
+	if err := c.Store(ctx5(t), "", other.ns, other.blocks(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if loaded, err := c.Load(ctx5(t), "", other.ns, other.hashes, newPool(1).dst); err != nil || loaded != 1 {
+		t.Fatalf("Load = %d, %v; want 1", loaded, err)
+	}
+	for tier, want := range map[string]float64{"ssd": 3, "cache": 1, "dram": 0} {
+		if got := metric(t, reg, "kvstrata_engine_onboard_blocks_total", "tier", tier); got != want {
+			t.Errorf("onboard blocks from %s: %v, want %v", tier, got, want)
+		}
 	}
 }
 
