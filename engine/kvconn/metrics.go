@@ -69,8 +69,12 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	if r == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{m.onboardBlocks, m.onboardBytes, m.offloadBlocks, m.offloadBytes, m.dropped, m.errors, m.onboardSeconds} {
+	cs := []prometheus.Collector{m.onboardBlocks, m.onboardBytes, m.offloadBlocks, m.offloadBytes, m.dropped, m.errors, m.onboardSeconds}
+	for i, c := range cs {
 		if err := r.Register(c); err != nil {
+			for _, done := range cs[:i] { // all or none
+				r.Unregister(done)
+			}
 			return err
 		}
 	}
