@@ -85,6 +85,9 @@ func (o *offloader) signal() {
 func (o *offloader) next() (index.NamespaceID, []sched.Block) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.ctx.Err() != nil {
+		return 0, nil
+	}
 	for len(o.queue) == 0 {
 		if o.closing {
 			return 0, nil
@@ -140,7 +143,8 @@ func (o *offloader) run() {
 			}
 			down, wait = false, o.c.cfg.Backoff
 			o.remove(len(batch))
-		case retryable(err) && o.ctx.Err() == nil:
+		case o.ctx.Err() != nil: // Close's time is up: dropped below
+		case retryable(err):
 			o.c.m.errors.WithLabelValues(opOffload).Inc()
 			if !down {
 				o.c.cfg.Logger.Warn("kvstrata cache unreachable; offloads wait, and are dropped past the queue bound",
@@ -152,7 +156,7 @@ func (o *offloader) run() {
 			case <-o.ctx.Done():
 			}
 			wait = min(2*wait, o.c.cfg.MaxBackoff)
-		default: // refused, or Close's time is up: the batch is lost
+		default: // refused: the batch is lost
 			o.c.m.errors.WithLabelValues(opOffload).Inc()
 			var be *client.BatchError
 			dropped := len(batch)
@@ -165,9 +169,7 @@ func (o *offloader) run() {
 				}
 			}
 			o.c.m.dropped.Add(float64(dropped))
-			if o.ctx.Err() == nil {
-				o.c.cfg.Logger.Warn("kvstrata refused offloaded blocks; dropped", "blocks", dropped, "err", err)
-			}
+			o.c.cfg.Logger.Warn("kvstrata refused offloaded blocks; dropped", "blocks", dropped, "err", err)
 			o.remove(len(batch))
 		}
 	}
