@@ -245,3 +245,23 @@ func TestStoreThenLoadFromAnotherConn(t *testing.T) {
 		t.Fatalf("store errors %v, want 1", got)
 	}
 }
+
+// A block the node refuses is dropped and counted, and the offloader goes
+// on with the next ones.
+func TestOffloadRefusedBlockIsDropped(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{Limits: node.Config{MaxBlockSize: blockSize}})
+	c, reg := newConn(t, n.Addr, nil)
+	p := newPrompt(7, 14, 3)
+	blocks := p.blocks(0, 3) // one batch
+	blocks[0].Data = make([]byte, 2*blockSize)
+	c.Offload(p.ns, blocks)
+	eventually(t, "the two blocks after the refused one offloaded", func() bool {
+		return metric(t, reg, "kvstrata_engine_offload_blocks_total") == 2
+	})
+	if got := metric(t, reg, "kvstrata_engine_offload_dropped_blocks_total"); got != 1 {
+		t.Fatalf("dropped %v blocks, want the refused one", got)
+	}
+	if got := metric(t, reg, "kvstrata_engine_cache_errors_total", "op", "offload"); got != 1 {
+		t.Fatalf("offload errors %v, want 1", got)
+	}
+}

@@ -156,18 +156,9 @@ func (o *offloader) run() {
 			case <-o.ctx.Done():
 			}
 			wait = min(2*wait, o.c.cfg.MaxBackoff)
-		default: // refused: the batch is lost
+		default: // refused: the refused blocks are lost
 			o.c.m.errors.WithLabelValues(opOffload).Inc()
-			var be *client.BatchError
-			dropped := len(batch)
-			if errors.As(err, &be) {
-				dropped = 0
-				for _, e := range be.Errs {
-					if e != nil {
-						dropped++
-					}
-				}
-			}
+			dropped := o.refused(ns, batch, err)
 			o.c.m.dropped.Add(float64(dropped))
 			o.c.cfg.Logger.Warn("kvstrata refused offloaded blocks; dropped", "blocks", dropped, "err", err)
 			o.remove(len(batch))
@@ -179,6 +170,35 @@ func (o *offloader) run() {
 	o.queue, o.bytes = nil, 0
 	o.mu.Unlock()
 	o.c.m.dropped.Add(float64(left))
+}
+
+// refused returns how many blocks of a batch the node refused with err.
+// A *client.BatchError names them; a batch refused as a whole (one block
+// over the node's limits fails the call) is tried again block by block,
+// so that only the offending blocks are lost.
+func (o *offloader) refused(ns index.NamespaceID, batch []sched.Block, err error) int {
+	var be *client.BatchError
+	if errors.As(err, &be) {
+		n := 0
+		for _, e := range be.Errs {
+			if e != nil {
+				n++
+			}
+		}
+		return n
+	}
+	if len(batch) == 1 {
+		return 1
+	}
+	n := 0
+	for i := range batch {
+		ctx, cancel := context.WithTimeout(o.ctx, o.c.cfg.OffloadTimeout)
+		if o.c.put(ctx, o.c.cfg.Addr, true, ns, batch[i:i+1]) != nil {
+			n++
+		}
+		cancel()
+	}
+	return n
 }
 
 // retryable reports whether a failed offload may succeed later: the cache
