@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 
 	"github.com/kvstrata/kvstrata/api/dataplane"
@@ -120,8 +119,12 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, want ...string)
 		if mf.GetName() != name {
 			continue
 		}
-		for _, m := range mf.Metric {
-			if !hasLabels(m, want) {
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			if !hasLabels(have, want) {
 				continue
 			}
 			if h := m.GetHistogram(); h != nil {
@@ -133,13 +136,9 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, want ...string)
 	return 0
 }
 
-// hasLabels reports whether m has every name=value pair of kv (name,
+// hasLabels reports whether have holds every name=value pair of kv (name,
 // value, name, value, …), and model_name test-model.
-func hasLabels(m *dto.Metric, kv []string) bool {
-	have := map[string]string{}
-	for _, l := range m.Label {
-		have[l.GetName()] = l.GetValue()
-	}
+func hasLabels(have map[string]string, kv []string) bool {
 	if have["model_name"] != "test-model" {
 		return false
 	}
