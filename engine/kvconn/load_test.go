@@ -127,38 +127,47 @@ func TestLoadFromNamedNode(t *testing.T) {
 	}
 }
 
-// A block whose bytes no longer match their checksum ends the load there:
-// the blocks before it are loaded, it and the rest are not counted, and
-// the error says why.
+// A block whose bytes no longer match their checksum ends the load there,
+// over the data plane and over gRPC alike: the blocks before it are
+// loaded, it and the rest are not counted, and the error says why.
 func TestCorruptBlockStopsTheLoad(t *testing.T) {
-	n := nodetest.Start(t, nodetest.Options{})
-	c, reg := newConn(t, n.Addr, nil)
-	p := newPrompt(7, 4, 5)
-	if err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 5)); err != nil {
-		t.Fatal(err)
-	}
-	// DRAM trusts memory: a byte flipped in its arena is served as it is,
-	// with the block's checksum, and found out by the client on arrival.
-	v, _, err := n.View(index.Key{NS: p.ns, Hash: p.hashes[2]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Bytes()[blockSize/2] ^= 0xff
-	if err := v.Release(); err != nil {
-		t.Fatal(err)
-	}
+	for _, grpcOnly := range []bool{false, true} {
+		name := map[bool]string{false: "data-plane", true: "grpc"}[grpcOnly]
+		t.Run(name, func(t *testing.T) {
+			n := nodetest.Start(t, nodetest.Options{})
+			c, reg := newConn(t, n.Addr, func(cfg *Config) { cfg.Client.NoDataPlane = grpcOnly })
+			p := newPrompt(7, 4, 5)
+			if err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 5)); err != nil {
+				t.Fatal(err)
+			}
+			// DRAM trusts memory: a byte flipped in its arena is served as
+			// it is, with the block's checksum, and found out by the client
+			// on arrival.
+			v, _, err := n.View(index.Key{NS: p.ns, Hash: p.hashes[2]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.Bytes()[blockSize/2] ^= 0xff
+			if err := v.Release(); err != nil {
+				t.Fatal(err)
+			}
 
-	dst := newPool(5)
-	loaded, err := c.Load(ctx5(t), "", p.ns, p.hashes, dst.dst)
-	if loaded != 2 || !errors.Is(err, client.ErrCorrupt) {
-		t.Fatalf("Load = %d, %v; want 2 blocks and client.ErrCorrupt", loaded, err)
-	}
-	checkLoaded(t, dst, p, 2)
-	if got := metric(t, reg, "kvstrata_engine_onboard_blocks_total", "tier", "cache"); got != 2 {
-		t.Fatalf("onboard blocks %v, want 2: a corrupt block is never counted", got)
-	}
-	if got := metric(t, reg, "kvstrata_engine_cache_errors_total", "op", "load"); got != 1 {
-		t.Fatalf("load errors %v, want 1", got)
+			dst := newPool(5)
+			loaded, err := c.Load(ctx5(t), "", p.ns, p.hashes, dst.dst)
+			if loaded != 2 || !errors.Is(err, client.ErrCorrupt) {
+				t.Fatalf("Load = %d, %v; want 2 blocks and client.ErrCorrupt", loaded, err)
+			}
+			checkLoaded(t, dst, p, 2)
+			// Over gRPC the node names the tier; over the data plane it is
+			// unknown (no Lookup came first): the worker's own node.
+			tier := map[bool]string{false: "cache", true: "dram"}[grpcOnly]
+			if got := metric(t, reg, "kvstrata_engine_onboard_blocks_total", "tier", tier); got != 2 {
+				t.Fatalf("onboard blocks from %s %v, want 2: a corrupt block is never counted", tier, got)
+			}
+			if got := metric(t, reg, "kvstrata_engine_cache_errors_total", "op", "load"); got != 1 {
+				t.Fatalf("load errors %v, want 1", got)
+			}
+		})
 	}
 }
 
