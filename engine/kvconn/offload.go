@@ -29,8 +29,8 @@ type queued struct {
 // Config.OffloadBatch at a time, at the worker's node. A batch that fails
 // because the cache is unreachable stays at the head of the queue and is
 // tried again after a backoff, one goroutine and one Put at a time, while
-// new blocks are dropped once the queue is full; a batch the node refuses
-// is dropped.
+// new blocks are dropped once the queue is full; blocks the node refuses
+// are dropped.
 type offloader struct {
 	c    *Conn
 	wake chan struct{} // a token when blocks were queued or Close began
