@@ -221,7 +221,8 @@ func covers(t *testing.T, lines []string) {
 type collector struct {
 	mu     sync.Mutex
 	seqs   []int64
-	lines  []string
+	descs  []string // describe of each batch
+	lines  []string // eventLine of each event
 	ranks  []int64
 	resets int
 	lost   [][2]int64
@@ -231,6 +232,7 @@ func (c *collector) batch(seq int64, b *Batch) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seqs = append(c.seqs, seq)
+	c.descs = append(c.descs, describe(b))
 	if b.DataParallelRank == nil {
 		c.ranks = append(c.ranks, -1)
 	} else {
@@ -245,7 +247,7 @@ func (c *collector) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.resets++
-	c.seqs, c.lines = nil, nil
+	c.seqs, c.descs, c.lines = nil, nil, nil
 }
 
 func (c *collector) lose(first, end int64) {
