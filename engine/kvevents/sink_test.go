@@ -436,3 +436,31 @@ func TestSinkConfig(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// BenchmarkPoolSinkFlush: what the engine loop pays per step for its
+// events: one BlockStored of one 16-token block and one BlockRemoved,
+// then Flush (encode, number, keep for replay, queue).
+func BenchmarkPoolSinkFlush(b *testing.B) {
+	for _, enc := range []Encoding{TaggedArrays, Maps} {
+		b.Run(enc.String(), func(b *testing.B) {
+			pub, err := NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Encoding: enc, BufferSteps: 1000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer pub.Close()
+			sink, err := NewPoolSink(pub, SinkConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sink.Close()
+			tokens := make([]uint32, 16)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				h := index.Hash(i)
+				sink.Event(pool.Event{Kind: pool.BlockStored, NS: testNS, Hashes: []index.Hash{h}, Parent: h - 1, HasParent: true, Tokens: tokens, BlockTokens: 16})
+				sink.Event(pool.Event{Kind: pool.BlockRemoved, NS: testNS, Hashes: []index.Hash{h - 100}})
+				sink.Flush()
+			}
+		})
+	}
+}

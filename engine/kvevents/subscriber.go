@@ -146,8 +146,12 @@ func (s *Subscriber) Run(ctx context.Context, fn func(seq int64, b *Batch)) erro
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err != nil {
-			continue // a lost connection: the socket dials again
+		if err != nil { // a lost connection: the socket dials again
+			select {
+			case <-time.After(s.cfg.RetryInterval):
+			case <-ctx.Done():
+			}
+			continue
 		}
 		s.onMessage(ctx, msg.Frames, fn)
 	}
