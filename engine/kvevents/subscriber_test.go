@@ -241,3 +241,37 @@ func TestSubscriberConfig(t *testing.T) {
 		t.Fatalf("Subscribe with a cancelled context = %v", err)
 	}
 }
+
+// BenchmarkSubscriberIngest: a router's cost to take in a worker's
+// message — parse the frames, decode, order — of 32 BlockStored events
+// of one 16-token block each; block events/s is reported.
+func BenchmarkSubscriberIngest(b *testing.B) {
+	for _, enc := range []Encoding{TaggedArrays, Maps} {
+		b.Run(enc.String(), func(b *testing.B) {
+			batch := &Batch{TS: 1, DataParallelRank: new(int64)}
+			medium := MediumGPU
+			for i := range 32 {
+				parent := UintHash(uint64(i) << 40)
+				batch.Events = append(batch.Events, &BlockStored{BlockHashes: []Hash{UintHash(uint64(i+1) << 40)},
+					ParentBlockHash: &parent, TokenIDs: make([]int64, 16), BlockSize: 16, Medium: &medium})
+			}
+			p, err := Encode(batch, enc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := NewSubscriber(SubscriberConfig{Endpoint: "tcp://127.0.0.1:1"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var events int
+			fn := func(_ int64, b *Batch) { events += len(b.Events) }
+			b.ReportAllocs()
+			var seq int64
+			for b.Loop() {
+				s.onMessage(context.Background(), Frames("", seq, p), fn)
+				seq++
+			}
+			b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
+}
