@@ -125,9 +125,9 @@ func (d *decoder) fields(what string, field func(key string) error) error {
 		return fmt.Errorf("%s: %w", what, truncated(err))
 	}
 	for range n {
-		key, err := d.str(what + " key")
+		key, err := d.str("key")
 		if err != nil {
-			return err
+			return fmt.Errorf("%s %w", what, err) // "event key: …"
 		}
 		if err := field(key); err != nil {
 			return err
@@ -432,9 +432,9 @@ func (d *decoder) ints(what string) ([]int64, error) {
 	}
 	vs := make([]int64, 0, n)
 	for i := range n {
-		v, err := d.int(fmt.Sprintf("%s[%d]", what, i))
-		if err != nil {
-			return nil, err
+		v, err := d.int(what)
+		if err != nil { // named here, not before: a label per element costs more than the element
+			return nil, fmt.Errorf("element %d of %w", i, err)
 		}
 		vs = append(vs, v)
 	}
@@ -511,9 +511,9 @@ func (d *decoder) hashes(what string) ([]Hash, error) {
 	}
 	hs := make([]Hash, 0, n)
 	for i := range n {
-		h, err := d.hash(fmt.Sprintf("%s[%d]", what, i))
+		h, err := d.hash(what)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("element %d of %w", i, err)
 		}
 		hs = append(hs, h)
 	}

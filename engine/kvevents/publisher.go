@@ -71,9 +71,12 @@ type Publisher struct {
 	replay zmq4.Socket // nil without a replay endpoint
 	done   chan struct{}
 
-	mu   sync.Mutex
-	seq  int64     // the next batch's sequence number
-	ring []message // the last BufferSteps messages, oldest first
+	// sendMu is held from a batch's sequence number to its send, so that
+	// Publish calls send in the order of their numbers.
+	sendMu sync.Mutex
+	mu     sync.Mutex
+	seq    int64     // the next batch's sequence number
+	ring   []message // the last BufferSteps messages, oldest first
 }
 
 type message struct {
@@ -123,26 +126,41 @@ func (p *Publisher) ReplayAddr() string {
 }
 
 // Publish encodes b, sends it and keeps it for replay. It returns the
-// batch's sequence number.
+// batch's sequence number. A batch that fails to send keeps its number
+// and its place in the replay buffer: subscribers see a gap and replay it.
 func (p *Publisher) Publish(b *Batch) (int64, error) {
 	payload, err := Encode(b, p.cfg.Encoding)
 	if err != nil {
 		return 0, err
 	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	m := p.record(payload)
+	return m.seq, p.send(m)
+}
+
+// record numbers an encoded batch and keeps it for replay, without
+// sending it.
+func (p *Publisher) record(payload []byte) message {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	seq := p.seq
-	if err := p.pub.SendMulti(zmq4.NewMsgFrom(Frames(p.cfg.Topic, seq, payload)...)); err != nil {
-		return 0, fmt.Errorf("kvevents: publish %d: %w", seq, err)
-	}
+	m := message{p.seq, payload}
 	p.seq++
 	if p.cfg.BufferSteps > 0 {
 		if len(p.ring) == p.cfg.BufferSteps {
 			p.ring = p.ring[1:] // append moves what is left when it grows
 		}
-		p.ring = append(p.ring, message{seq, payload})
+		p.ring = append(p.ring, m)
 	}
-	return seq, nil
+	return m
+}
+
+// send sends a recorded batch on the PUB socket.
+func (p *Publisher) send(m message) error {
+	if err := p.pub.SendMulti(zmq4.NewMsgFrom(Frames(p.cfg.Topic, m.seq, m.payload)...)); err != nil {
+		return fmt.Errorf("kvevents: publish %d: %w", m.seq, err)
+	}
+	return nil
 }
 
 // serveReplay answers replay requests until the socket is closed. A

@@ -54,13 +54,21 @@ assert n > 0
 print(enc, "subscribed and replayed", n, "batches")
 `
 
-// TestPythonZMQSubscribes: a libzmq subscriber (pyzmq) hears a Publisher
-// and replays its buffer, and every batch decodes to what was published.
-func TestPythonZMQSubscribes(t *testing.T) {
+// needPythonZMQ returns a Python interpreter with the msgpack and zmq
+// modules, or skips the test.
+func needPythonZMQ(t *testing.T) string {
+	t.Helper()
 	py := needPython(t)
 	if exec.Command(py, "-c", "import zmq").Run() != nil {
 		t.Skip("python3-zmq is not installed (apt-get install -y python3-zmq): skipping the ZeroMQ interop test")
 	}
+	return py
+}
+
+// TestPythonZMQSubscribes: a libzmq subscriber (pyzmq) hears a Publisher
+// and replays its buffer, and every batch decodes to what was published.
+func TestPythonZMQSubscribes(t *testing.T) {
+	py := needPythonZMQ(t)
 	batches := sampleBatches()
 	expected := writeExpected(t, t.TempDir(), batches)
 	for _, enc := range []Encoding{TaggedArrays, Maps} {
