@@ -49,8 +49,10 @@ func ParseEncoding(s string) (Encoding, error) {
 }
 
 // Encode writes b as the msgpack payload of one vLLM event message. The
-// batch itself is the array [ts, events] or, when b.DataParallelRank is
-// set, [ts, events, data_parallel_rank], in both encodings; enc chooses
+// batch itself is the array [ts, events, data_parallel_rank], in both
+// encodings, the rank nil when b.DataParallelRank is (as vLLM's msgspec
+// array_like batch writes its None default; Dynamo's relay requires the
+// three elements); enc chooses
 // how each event is written. It fails on an event it does not know (nil
 // included) and on an unknown encoding.
 func Encode(b *Batch, enc Encoding) ([]byte, error) {
@@ -59,11 +61,7 @@ func Encode(b *Batch, enc Encoding) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
-	n := 2
-	if b.DataParallelRank != nil {
-		n = 3
-	}
-	err := e.EncodeArrayLen(n)
+	err := e.EncodeArrayLen(3)
 	err = join(err, e.EncodeFloat64(b.TS))
 	err = join(err, e.EncodeArrayLen(len(b.Events)))
 	for i, ev := range b.Events {
@@ -76,6 +74,8 @@ func Encode(b *Batch, enc Encoding) ([]byte, error) {
 	}
 	if b.DataParallelRank != nil {
 		err = join(err, e.EncodeInt(*b.DataParallelRank))
+	} else {
+		err = join(err, e.EncodeNil())
 	}
 	if err != nil {
 		return nil, err

@@ -79,7 +79,7 @@ func (*AllBlocksCleared) Tag() string { return TagAllBlocksCleared }
 type Batch struct {
 	TS               float64 // seconds since the Unix epoch, as Python's time.time()
 	Events           []Event
-	DataParallelRank *int64 // nil: not said (omitted on the wire)
+	DataParallelRank *int64 // nil: not said (nil on the wire)
 }
 
 // Hash is a block hash as vLLM publishes it: an integer (Python's int,

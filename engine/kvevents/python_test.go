@@ -125,7 +125,7 @@ while raw:
     size = int.from_bytes(raw[:4], "big"); p, raw = raw[4:4+size], raw[4+size:]
     e = expected[n]
     want = [float(e["ts"]), [event(ev) for ev in e["events"] or []]]
-    if e["data_parallel_rank"] is not None: want.append(e["data_parallel_rank"])
+    want.append(e["data_parallel_rank"])  # vLLM writes its None default too
     got = msgpack.unpackb(p, raw=False, strict_map_key=False)
     assert got == want, "batch %d: got %r, want %r" % (n, got, want)
     assert msgpack.packb(want) == p, "batch %d: bytes differ from Python's packing: %s vs %s" % (n, msgpack.packb(want).hex(), p.hex())
