@@ -81,7 +81,8 @@ type report struct {
 	Runs        int    `json:"runs"`
 	Rows        []row  `json:"rows"`
 	// Per tier, the shortest length from which restore < prefill, and
-	// from which restore + tail < prefill; 0: not at the longest measured.
+	// from which restore + tail < prefill; 0: not at the longest measured;
+	// the shortest measured: at most that (it wins at every length).
 	BreakEven     map[string]int `json:"break_even_tokens"`
 	BreakEvenTTFT map[string]int `json:"break_even_ttft_tokens"`
 }
