@@ -148,7 +148,10 @@ func TestCancellationFreesTheRequestsBlocks(t *testing.T) {
 func TestCancelledWhileWaiting(t *testing.T) {
 	g := newGate(newSim(t))
 	e := newEngine(t, Config{Model: g, MaxNumSeqs: 1})
-	first, _ := e.Generate(context.Background(), Request{Prompt: prompt(10, 1), MaxTokens: 2})
+	// The first request holds the only batch slot for as long as the test
+	// lets it run.
+	firstCtx, cancelFirst := context.WithCancel(context.Background())
+	first, _ := e.Generate(firstCtx, Request{Prompt: prompt(10, 1), MaxTokens: 10000})
 	<-g.entered
 	ctx, cancel := context.WithCancel(context.Background())
 	second, err := e.Generate(ctx, Request{Prompt: prompt(10, 2), MaxTokens: 2})
@@ -156,10 +159,25 @@ func TestCancelledWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	g.open() // the loop sees the cancellation after the step it is in
-	if toks, last := collect(t, second); len(toks) != 0 || last.Finish != FinishAbort {
-		t.Errorf("a request cancelled while queued: %v, finish %q", toks, last.Finish)
+	// The loop sees the cancellation between two steps.
+	g.release <- struct{}{}
+	var last Output
+	for last.Finish == "" {
+		select {
+		case o := <-second:
+			if len(o.Tokens) != 0 {
+				t.Errorf("the queued request generated %v", o.Tokens)
+			}
+			last = o
+		case <-g.entered:
+			g.release <- struct{}{}
+		}
 	}
+	if last.Finish != FinishAbort || !errors.Is(last.Err, context.Canceled) {
+		t.Errorf("a request cancelled while queued ended with %q, %v", last.Finish, last.Err)
+	}
+	cancelFirst()
+	g.open()
 	collect(t, first)
 	if st := e.Stats(); st.Waiting != 0 || st.Pool.Free != st.Pool.Blocks {
 		t.Errorf("stats %+v: want nothing waiting or held", st)

@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -89,6 +90,7 @@ func generate(t testing.TB, e *Engine, req Request) ([]uint32, Output) {
 
 // call is one model call a recorder saw.
 type call struct {
+	step   uint64 // the engine's iteration
 	decode bool
 	seqs   []model.Seq // Tokens and Cached as given (Tokens not cloned: read the lengths)
 }
@@ -101,17 +103,59 @@ func (c call) tokens() int {
 	return n
 }
 
-// recorder is a model that records every batch it is given.
+// recorder is a model that records every batch it is given, and checks
+// that every full block of each sequence's Prefix holds the sim model's
+// bytes for its hash: the KV the engine kept, found or onboarded is the
+// KV the model reads.
 type recorder struct {
 	model.Model
-	mu    sync.Mutex
-	calls []call
+	mu     sync.Mutex
+	calls  []call
+	badKV  []string
+	blocks int // prefix blocks checked
+	// engine, if set, numbers the calls by iteration (the model runs on
+	// the loop's goroutine, so it may read the loop's counters).
+	engine *Engine
 }
 
 func (r *recorder) record(decode bool, batch []model.Seq) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.calls = append(r.calls, call{decode: decode, seqs: slices.Clone(batch)})
+	c := call{decode: decode, seqs: slices.Clone(batch)}
+	if r.engine != nil {
+		c.step = r.engine.counters.Steps
+	}
+	r.calls = append(r.calls, c)
+	l := r.Layout()
+	ns := l.Namespace.ID()
+	for _, s := range batch {
+		hs := l.Namespace.Hashes(s.Tokens[:s.Cached])
+		for i, b := range s.Prefix {
+			if !b.Full(l) {
+				continue
+			}
+			r.blocks++
+			if i >= len(hs) || b.Hash != hs[i] || len(b.Layers) != l.Namespace.Layout.Layers {
+				r.badKV = append(r.badKV, fmt.Sprintf("block %d named %v, want %v", i, b.Hash, hs[i]))
+				continue
+			}
+			for j, layer := range b.Layers {
+				if !sim.Verify(ns, b.Hash, j, layer) {
+					r.badKV = append(r.badKV, fmt.Sprintf("block %d (%v) layer %d: wrong bytes", i, b.Hash, j))
+				}
+			}
+		}
+	}
+}
+
+// checkKV fails t if the model was given a block with the wrong bytes.
+func (r *recorder) checkKV(t testing.TB) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range r.badKV {
+		t.Error("the model read " + b)
+	}
 }
 
 func (r *recorder) Prefill(ctx context.Context, batch []model.Seq) (model.Result, error) {
@@ -124,14 +168,14 @@ func (r *recorder) Decode(ctx context.Context, batch []model.Seq) (model.Result,
 	return r.Model.Decode(ctx, batch)
 }
 
-// iterations groups the calls into the engine's iterations: a Decode, then
-// a Prefill, either one absent.
+// iterations groups the calls by the engine's iteration (r.engine must be
+// set).
 func (r *recorder) iterations() [][]call {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var its [][]call
 	for i, c := range r.calls {
-		if c.decode || i == 0 || !r.calls[i-1].decode {
+		if i == 0 || c.step != r.calls[i-1].step {
 			its = append(its, nil)
 		}
 		its[len(its)-1] = append(its[len(its)-1], c)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/engine/model"
+	"github.com/kvstrata/kvstrata/index"
 )
 
 // One iteration's step, continuous batching as vLLM's scheduler does it:
@@ -177,34 +178,46 @@ func cmpOr(r, def FinishReason) FinishReason {
 }
 
 // cacheBlocks names s's newly full blocks in the pool and offloads the
-// ones s computed itself (a copy: the Connector owns what it is given).
-// A disaggregated prefill's blocks are stored by its handoff instead.
+// ones s computed itself (a copy: the Connector owns what it is given),
+// but for those the pool already had under the same hash: another request
+// computed them, and offloaded them then, or they came from kvstrata. A
+// disaggregated prefill's blocks are stored by its handoff instead.
 func (e *Engine) cacheBlocks(s *seq) {
+	full := s.cached / e.bt
+	var out []Block
+	if from := s.offloaded; full > from {
+		s.offloaded = full
+		if e.cfg.Connector != nil && (s.req.Transfer == nil || !s.req.Transfer.DoRemoteDecode) {
+			for i := from; i < full; i++ {
+				if e.pool.Match(e.nsID, []index.Hash{s.prefix[i].Hash}) == 0 {
+					out = append(out, e.copyBlock(s, i))
+				}
+			}
+		}
+	}
 	if _, err := e.pool.Cache(e.nsID, s.blocks, s.tokens[:s.cached]); err != nil {
 		e.log.Error("sched: naming a request's full blocks", "request", s.req.ID, "err", err)
 	}
-	full := s.cached / e.bt
-	if full <= s.offloaded {
-		return
+	if len(out) > 0 {
+		e.counters.OffloadedBlocks += uint64(len(out))
+		e.cfg.Connector.Offload(e.nsID, out)
 	}
-	from := s.offloaded
-	s.offloaded = full
-	if e.cfg.Connector == nil || (s.req.Transfer != nil && s.req.Transfer.DoRemoteDecode) {
-		return
-	}
-	e.counters.OffloadedBlocks += uint64(full - from)
-	e.cfg.Connector.Offload(e.nsID, e.copyBlocks(s, from, full))
 }
 
-// copyBlocks copies s's blocks from..to out of the arena.
+// copyBlocks copies s's full blocks from..to out of the arena.
 func (e *Engine) copyBlocks(s *seq, from, to int) []Block {
 	out := make([]Block, 0, to-from)
 	for i := from; i < to; i++ {
-		b := Block{Hash: s.prefix[i].Hash, Data: slices.Clone(e.block(s.blocks[i]))}
-		if i > 0 {
-			b.Parent, b.HasParent = s.prefix[i-1].Hash, true
-		}
-		out = append(out, b)
+		out = append(out, e.copyBlock(s, i))
 	}
 	return out
+}
+
+// copyBlock copies s's full block i out of the arena.
+func (e *Engine) copyBlock(s *seq, i int) Block {
+	b := Block{Hash: s.prefix[i].Hash, Data: slices.Clone(e.block(s.blocks[i]))}
+	if i > 0 {
+		b.Parent, b.HasParent = s.prefix[i-1].Hash, true
+	}
+	return b
 }
