@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -28,6 +29,9 @@ func newSim(t testing.TB) *sim.Model {
 // newEngine starts an engine closed at the test's end.
 func newEngine(t testing.TB, cfg Config) *Engine {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	e, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,13 +101,17 @@ func newMetrics(reg prometheus.Registerer, modelName string) (*metrics, error) {
 	for _, r := range []FinishReason{FinishStop, FinishLength, FinishAbort} {
 		m.success.WithLabelValues(string(r))
 	}
-	for _, c := range []prometheus.Collector{
+	cs := []prometheus.Collector{
 		m.running, m.waiting, m.usage, m.queries, m.hits, m.preemptions, m.prompt, m.generation,
 		m.success, m.ttft, m.itl, m.tpot, m.e2e, m.queue,
 		m.onboarded, m.recomputed, m.cacheErrors, m.offloaded, m.stored,
-	} {
+	}
+	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, err
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("%w: Registerer: %w", ErrBadConfig, err)
 		}
 	}
 	return m, nil
