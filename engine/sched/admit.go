@@ -55,8 +55,6 @@ func (e *Engine) blocksFor(tokens int) int { return (tokens + e.bt - 1) / e.bt }
 // start takes s's blocks, its cached prefix from the pool, and starts its
 // onboarding from kvstrata or puts it in the batch.
 func (e *Engine) start(s *seq) {
-	e.order++
-	s.order = e.order
 	if !s.queued {
 		s.queued = true
 		e.m.queued(time.Since(s.arrived))

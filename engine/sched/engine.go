@@ -37,10 +37,9 @@ type Engine struct {
 	arena    []byte
 	layers   [][][]byte
 	waiting  []*seq            // FCFS; preempted requests go back to the front
-	running  []*seq            // admission order
+	running  []*seq            // in the order they joined the batch
 	inflight map[*seq]struct{} // onboarding or storing
-	order    uint64
-	events   bool // the pool made events since the last Flush
+	events   bool              // the pool made events since the last Flush
 	counters counters
 
 	ctx    context.Context // cancelled by Close: interrupts steps and cache calls

@@ -108,7 +108,11 @@ func (e *Engine) finish(s *seq, reason FinishReason, err error) {
 	s.usage.PromptTokens = len(s.req.Prompt)
 	s.usage.CompletionTokens = s.generated
 	e.m.finished(s, reason)
-	s.emit(Output{Finish: reason, Err: err, Usage: s.usage, Transfer: s.transfer})
+	o := Output{Finish: reason, Err: err, Usage: s.usage}
+	if err == nil {
+		o.Transfer = s.transfer
+	}
+	s.emit(o)
 	close(s.out)
 }
 

@@ -36,9 +36,6 @@ type seq struct {
 	remote []index.Hash
 
 	phase phase
-	// order is the admission order, latest highest: preemption picks the
-	// most recently admitted.
-	order uint64
 	// tokens are the prompt, then the generated tokens.
 	tokens []uint32
 	// blocks is the request's block table; prefix holds, for each of its

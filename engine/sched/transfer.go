@@ -75,6 +75,11 @@ func (e *Engine) handoff(s *seq, reason FinishReason) {
 	node := s.req.Transfer.CacheNode
 	params := &KVTransferParams{DoRemotePrefill: true, Namespace: e.nsID.String(), BlockHashes: hashes, CacheNode: node}
 	conn := e.cfg.Connector
+	if full == 0 { // nothing to hand over: the decode side computes it all
+		s.transfer = params
+		e.finish(s, reason, nil)
+		return
+	}
 	if conn == nil {
 		e.finish(s, FinishAbort, fmt.Errorf("%w: the worker has no cache to store the prompt's blocks in", ErrTransfer))
 		return
@@ -101,11 +106,9 @@ func (e *Engine) stored(r storeResult) {
 	s.cancelIO = nil
 	switch {
 	case s.abortErr != nil:
-		s.transfer = nil
 		e.finish(s, FinishAbort, s.abortErr)
 	case r.err != nil:
 		e.counters.CacheErrors++
-		s.transfer = nil
 		e.log.Warn("sched: storing a prefilled prompt for remote decode", "request", s.req.ID, "node", s.req.Transfer.CacheNode, "err", r.err)
 		e.finish(s, FinishAbort, fmt.Errorf("%w: storing %d blocks at %q: %w", ErrTransfer, r.blocks, s.req.Transfer.CacheNode, r.err))
 	default:
