@@ -3,7 +3,9 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -53,11 +55,13 @@ type testEngine struct {
 	startErr  error         // Generate's error
 	failAt    int           // >0: fail with failErr after this many tokens
 	failErr   error
-	transfer  *sched.KVTransferParams // the last Output's Transfer
-	aborted   chan string             // gets the ID of each request cancelled before its end
-	mu        sync.Mutex
-	reqs      []sched.Request
-	ctxs      []context.Context
+	// contextLen, if set, is checked as the real engine checks it.
+	contextLen int
+	transfer   *sched.KVTransferParams // the last Output's Transfer
+	aborted    chan string             // gets the ID of each request cancelled before its end
+	mu         sync.Mutex
+	reqs       []sched.Request
+	ctxs       []context.Context
 }
 
 func (e *testEngine) Generate(ctx context.Context, r sched.Request) (<-chan sched.Output, error) {
@@ -67,6 +71,11 @@ func (e *testEngine) Generate(ctx context.Context, r sched.Request) (<-chan sche
 	e.mu.Unlock()
 	if e.startErr != nil {
 		return nil, e.startErr
+	}
+	if len(r.Prompt) == 0 || r.MaxTokens < 1 || (e.contextLen > 0 && r.MaxTokens > e.contextLen-len(r.Prompt)) {
+		// Not a sched error: the server answers 500, which tests refuse.
+		return nil, fmt.Errorf("test engine: the server broke sched.Request's rules: %d prompt tokens, max %d, context %d",
+			len(r.Prompt), r.MaxTokens, e.contextLen)
 	}
 	ch := make(chan sched.Output, 1)
 	go e.run(ctx, r, ch)
@@ -157,10 +166,12 @@ const testModel = "kvstrata-test"
 // newTestServer serves an engine over httptest; cfg may adjust the config.
 func newTestServer(t *testing.T, e *testEngine, adjust func(*Config)) *httptest.Server {
 	t.Helper()
-	cfg := Config{Engine: e, Tokenizer: byteTok{}, ModelName: testModel, ContextLen: 64, StopTokens: []uint32{eosID}}
+	cfg := Config{Engine: e, Tokenizer: byteTok{}, ModelName: testModel, ContextLen: 64, StopTokens: []uint32{eosID},
+		Logger: slog.New(slog.DiscardHandler)}
 	if adjust != nil {
 		adjust(&cfg)
 	}
+	e.contextLen = cfg.ContextLen
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

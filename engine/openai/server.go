@@ -240,7 +240,7 @@ func (s *Server) checkLength(n int, maxTokens *int) (int, *apiError) {
 	if maxTokens == nil {
 		return limit - n, nil
 	}
-	if n+*maxTokens > limit {
+	if *maxTokens > limit-n { // not n+max > limit: max may be near MaxInt
 		return 0, badRequest("max_tokens", "'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).", *maxTokens, limit, n, *maxTokens, limit, n)
 	}
 	return *maxTokens, nil
