@@ -53,17 +53,19 @@ func (s *sse) write(data []byte) error {
 }
 
 // detokenizer turns a request's generated ids into text incrementally, as
-// vLLM's incremental detokenizer does: it decodes a window of recent ids,
-// and holds ids back while their text ends in an incomplete UTF-8
-// sequence, so no emitted piece ever splits a character. It also ends the
+// vLLM's incremental detokenizer does: it decodes a window of recent ids
+// and never passes on the first bytes of a character whose last bytes are
+// still to come, so no emitted piece splits a character. It also ends the
 // text at the first stop string, and holds back the last
 // len(longest stop)-1 bytes until they cannot begin one.
 type detokenizer struct {
 	tok tokenizer.Tokenizer
 	ids []uint32
-	// prefix and read delimit the decoding window: ids[prefix:read] were
-	// decoded already (as context), ids[read:] not yet.
+	// The window: ids[prefix:read] were decoded before (context for the
+	// ids after them); of the text of ids[read:], the first extra bytes
+	// are in text already.
 	prefix, read int
+	extra        int
 	text         []byte // decoded so far, cut at a stop string
 	sent         int    // bytes of text taken
 	stops        []string
@@ -86,26 +88,32 @@ func (d *detokenizer) add(ids []uint32) {
 		return
 	}
 	d.ids = append(d.ids, ids...)
-	prev := d.tok.Decode(d.ids[d.prefix:d.read])
-	full := d.tok.Decode(d.ids[d.prefix:])
-	if len(full) <= len(prev) || incompleteTail(full) {
-		return
-	}
-	d.appendText(full[len(prev):])
-	d.prefix, d.read = d.read, len(d.ids)
+	d.decode(false)
 }
 
-// flush decodes whatever is held back, incomplete or not.
+// flush decodes whatever is held back, complete or not.
 func (d *detokenizer) flush() {
-	if d.stopped || d.read == len(d.ids) {
-		return
+	if !d.stopped {
+		d.decode(true)
 	}
-	prev := d.tok.Decode(d.ids[d.prefix:d.read])
+}
+
+// decode appends the window's new text up to its incomplete tail (all of
+// it if final), and moves the window on once no character is pending.
+func (d *detokenizer) decode(final bool) {
+	prev := len(d.tok.Decode(d.ids[d.prefix:d.read]))
 	full := d.tok.Decode(d.ids[d.prefix:])
-	if len(full) > len(prev) {
-		d.appendText(full[len(prev):])
+	tail := 0
+	if !final {
+		tail = incompleteTail(full)
 	}
-	d.prefix, d.read = d.read, len(d.ids)
+	if from, to := prev+d.extra, len(full)-tail; to > from {
+		d.appendText(full[from:to])
+		d.extra = to - prev
+	}
+	if tail == 0 && len(full) >= prev {
+		d.prefix, d.read, d.extra = d.read, len(d.ids), 0
+	}
 }
 
 // appendText adds decoded text and cuts it at the first stop string.
@@ -145,14 +153,16 @@ func (d *detokenizer) take(final bool) string {
 	return s
 }
 
-// incompleteTail reports whether s ends in the first bytes of a multi-byte
-// UTF-8 character that later bytes could complete.
-func incompleteTail(s string) bool {
+// incompleteTail is the length of the first bytes of a multi-byte UTF-8
+// character that end s and that later bytes could complete, or 0.
+func incompleteTail(s string) int {
 	for i := 1; i <= utf8.UTFMax-1 && i <= len(s); i++ {
-		c := s[len(s)-i]
-		if utf8.RuneStart(c) {
-			return !utf8.FullRuneInString(s[len(s)-i:])
+		if utf8.RuneStart(s[len(s)-i]) {
+			if utf8.FullRuneInString(s[len(s)-i:]) {
+				return 0
+			}
+			return i
 		}
 	}
-	return false
+	return 0
 }
