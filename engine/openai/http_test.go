@@ -320,26 +320,43 @@ func TestUTF8HeldBack(t *testing.T) {
 }
 
 func TestClientDisconnectCancels(t *testing.T) {
-	e := &testEngine{delay: time.Millisecond, aborted: make(chan string, 1)}
-	ts := newTestServer(t, e, func(c *Config) { c.ContextLen = 1 << 20 })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions",
-		strings.NewReader(`{"prompt":"abc","max_tokens":1000000,"stream":true}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(resp.Body).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "data: {") {
-		t.Fatalf("first line %q: %v", line, err)
-	}
-	cancel()
-	resp.Body.Close()
-	select {
-	case <-e.aborted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the engine request was not cancelled within 10 s of the client leaving")
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			e := &testEngine{delay: time.Millisecond, aborted: make(chan string, 1)}
+			ts := newTestServer(t, e, func(c *Config) { c.ContextLen = 1 << 20 })
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions",
+				strings.NewReader(fmt.Sprintf(`{"prompt":"abc","max_tokens":1000000,"stream":%v}`, stream)))
+			if stream {
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				line, err := bufio.NewReader(resp.Body).ReadString('\n')
+				if err != nil || !strings.HasPrefix(line, "data: {") {
+					t.Fatalf("first line %q: %v", line, err)
+				}
+				cancel()
+				resp.Body.Close()
+			} else {
+				// The client gives up while the server is still generating.
+				go func() {
+					for len(e.requests()) == 0 {
+						time.Sleep(time.Millisecond)
+					}
+					cancel()
+				}()
+				if _, err := http.DefaultClient.Do(req); !errors.Is(err, context.Canceled) {
+					t.Fatalf("request error %v, want the client's cancellation", err)
+				}
+			}
+			select {
+			case <-e.aborted:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the engine request was not cancelled within 10 s of the client leaving")
+			}
+		})
 	}
 }
 
