@@ -89,6 +89,3 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
 }
-
-// asType is errors.As for a pointer target.
-func asType[T error](err error, target *T) bool { return errors.As(err, target) }

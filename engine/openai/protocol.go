@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -112,7 +113,7 @@ func decodeBody(body []byte, v any) *apiError {
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
-		if asType(err, &te) {
+		if errors.As(err, &te) {
 			return badRequest(te.Field, "%s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
 		}
 		return badRequest("", "invalid JSON body: %v", err)
@@ -127,7 +128,6 @@ func (r *sampling) check(vocab int, eos []uint32) (params, *apiError) {
 		stream:    r.Stream,
 		ignoreEOS: r.IgnoreEOS,
 		transfer:  r.KVTransferParams,
-		stop:      nil,
 	}
 	if r.N != nil && *r.N != 1 {
 		return p, badRequest("n", "n must be 1: this server returns one choice per prompt, got %d", *r.N)
