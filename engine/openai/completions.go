@@ -1,0 +1,194 @@
+package openai
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvstrata/kvstrata/engine/sched"
+)
+
+// completion is a /v1/completions response or stream chunk, as vLLM's
+// CompletionResponse and CompletionStreamResponse.
+type completion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usageJSON         `json:"usage,omitempty"`
+	// KVTransferParams are the final Output's, at the top level as vLLM
+	// returns them (of the first prompt that has some, in a batch).
+	KVTransferParams *sched.KVTransferParams `json:"kv_transfer_params,omitempty"`
+}
+
+type completionChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+	StopReason   any       `json:"stop_reason"`
+}
+
+// completions serves POST /v1/completions.
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var req CompletionRequest
+	if aerr := decodeBody(body, &req); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	prompts, echoes, maxTokens, p, aerr := s.checkCompletion(&req)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	id := newID("cmpl-")
+	jobs, aerr := s.start(ctx, id, prompts, maxTokens, p)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	head := completion{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
+	if p.stream {
+		s.streamCompletion(ctx, w, head, jobs, echoes, p.includeUsage)
+		return
+	}
+	texts := make([]strings.Builder, len(jobs))
+	fins := make([]*finish, len(jobs))
+	for i := range texts {
+		texts[i].WriteString(echoes[i])
+	}
+	for pc := range merge(ctx, jobs) {
+		texts[pc.index].WriteString(pc.text)
+		if f := pc.fin; f != nil {
+			if f.err != nil {
+				cancel()
+				s.cfg.Logger.Warn("openai: completion failed", "id", id, "err", f.err)
+				writeError(w, engineError(f.err))
+				return
+			}
+			fins[pc.index] = f
+		}
+	}
+	if ctx.Err() != nil {
+		return // the client is gone
+	}
+	resp := head
+	resp.Usage = &usageJSON{}
+	for i, f := range fins {
+		resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: texts[i].String(), FinishReason: reason(f), StopReason: f.stopReason})
+		resp.Usage.add(f.usage)
+		if resp.KVTransferParams == nil {
+			resp.KVTransferParams = f.transfer
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// checkCompletion validates a completions request and tokenizes its
+// prompts: their ids, their echoed text (empty without echo), and their
+// max_tokens.
+func (s *Server) checkCompletion(req *CompletionRequest) (prompts [][]uint32, echoes []string, maxTokens []int, p params, aerr *apiError) {
+	vocab := s.cfg.Tokenizer.VocabSize()
+	if aerr = checkMax("max_tokens", req.MaxTokens); aerr != nil {
+		return
+	}
+	if !isNull(req.Logprobs) {
+		aerr = badRequest("logprobs", "logprobs are not supported by this server")
+		return
+	}
+	if p, aerr = req.check(vocab, s.cfg.StopTokens); aerr != nil {
+		return
+	}
+	parsed, aerr := parsePrompts(req.Prompt, vocab, s.cfg.MaxBatchPrompts)
+	if aerr != nil {
+		return
+	}
+	if aerr = s.checkModel(req.Model); aerr != nil {
+		return
+	}
+	want := defaultCompletionMaxTokens
+	if req.MaxTokens != nil {
+		want = *req.MaxTokens
+	}
+	for _, pr := range parsed {
+		ids, echo := pr.ids, ""
+		if pr.isText {
+			ids = s.cfg.Tokenizer.Encode(pr.text)
+			echo = pr.text
+		} else if req.Echo {
+			echo = s.cfg.Tokenizer.Decode(ids)
+		}
+		if len(ids) == 0 {
+			aerr = badRequest("prompt", "the prompt %.40q encodes to no tokens", pr.text)
+			return
+		}
+		n, e := s.checkLength(len(ids), &want)
+		if e != nil {
+			aerr = e
+			return
+		}
+		if !req.Echo {
+			echo = ""
+		}
+		prompts, echoes, maxTokens = append(prompts, ids), append(echoes, echo), append(maxTokens, n)
+	}
+	return
+}
+
+// streamCompletion streams the jobs' pieces as completion chunks.
+func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, head completion, jobs []*job, echoes []string, includeUsage bool) {
+	out := newSSE(w)
+	chunk := func(i int, text string, f *finish) error {
+		c := head
+		c.Choices = []completionChoice{{Index: i, Text: text, FinishReason: reason(f)}}
+		if f != nil {
+			c.Choices[0].StopReason = f.stopReason
+		}
+		return out.send(c)
+	}
+	for i, e := range echoes {
+		if e != "" && chunk(i, e, nil) != nil {
+			return
+		}
+	}
+	total := &usageJSON{}
+	for pc := range merge(ctx, jobs) {
+		f := pc.fin
+		if f != nil && f.err != nil {
+			s.cfg.Logger.Warn("openai: streamed completion failed", "id", head.ID, "err", f.err)
+			out.fail(engineError(f.err))
+			out.done()
+			return
+		}
+		if pc.text == "" && f == nil {
+			continue
+		}
+		if chunk(pc.index, pc.text, f) != nil {
+			return // the client is gone; returning cancels the requests
+		}
+		if f != nil {
+			total.add(f.usage)
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if includeUsage {
+		c := head
+		c.Choices = []completionChoice{}
+		c.Usage = total
+		if out.send(c) != nil {
+			return
+		}
+	}
+	out.done()
+}
