@@ -252,20 +252,20 @@ func (c *Conn) fetcher(ctx context.Context, seed *client.Client) (getFunc, error
 	return c.cluster.GetFunc, nil
 }
 
-// Store stores blocks at node (the worker's own if empty) and returns once
-// the node has them all, or with the error that kept some out (a
-// *client.BatchError names them; client.ErrUnavailable, client.ErrFull,
-// client.ErrInvalid, … match with errors.Is).
-func (c *Conn) Store(ctx context.Context, node string, ns index.NamespaceID, blocks []sched.Block) error {
+// Store stores blocks at node (the worker's own, Config.Addr, if empty)
+// and returns the node's address once it has them all, or the error that
+// kept some out (a *client.BatchError names them; client.ErrUnavailable,
+// client.ErrFull, client.ErrInvalid, … match with errors.Is).
+func (c *Conn) Store(ctx context.Context, node string, ns index.NamespaceID, blocks []sched.Block) (string, error) {
 	if node == "" {
 		node = c.cfg.Addr
 	}
 	err := c.put(ctx, node, false, ns, blocks)
 	if err != nil {
 		c.m.errors.WithLabelValues(opStore).Inc()
-		return fmt.Errorf("kvconn: store %d blocks at %s: %w", len(blocks), node, err)
+		return "", fmt.Errorf("kvconn: store %d blocks at %s: %w", len(blocks), node, err)
 	}
-	return nil
+	return node, nil
 }
 
 // put stores blocks at addr and counts what was stored; a probe goes to a

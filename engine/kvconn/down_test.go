@@ -63,7 +63,7 @@ func TestNodeRestart(t *testing.T) {
 	n := startStoppable(t, freeAddr(t))
 	c, reg := newConn(t, n.Addr, nil)
 	p := newPrompt(5, 8, 6)
-	if err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 3)); err != nil {
+	if _, err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 3)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -165,7 +165,7 @@ func TestBackoffAfterCacheDown(t *testing.T) {
 	if _, err := c.Load(ctx5(t), "", p.ns, p.hashes, newPool(2).dst); !errors.Is(err, ErrCacheDown) {
 		t.Fatalf("Load within the backoff: %v, want ErrCacheDown", err)
 	}
-	if err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 1)); !errors.Is(err, ErrCacheDown) {
+	if _, err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 1)); !errors.Is(err, ErrCacheDown) {
 		t.Fatalf("Store within the backoff: %v, want ErrCacheDown", err)
 	}
 

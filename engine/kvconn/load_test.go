@@ -66,11 +66,11 @@ func TestPartialChainLoadsItsPrefix(t *testing.T) {
 	n := nodetest.Start(t, nodetest.Options{})
 	c, reg := newConn(t, n.Addr, nil)
 	p := newPrompt(7, 2, 6)
-	if err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 3)); err != nil {
+	if _, err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 3)); err != nil {
 		t.Fatal(err)
 	}
 	// Block 4 is held too, but after a gap: not part of the prefix.
-	if err := c.Store(ctx5(t), "", p.ns, p.blocks(4, 5)); err != nil {
+	if _, err := c.Store(ctx5(t), "", p.ns, p.blocks(4, 5)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -102,8 +102,8 @@ func TestLoadFromNamedNode(t *testing.T) {
 	decode, reg := newConn(t, own.Addr, nil)
 	p := newPrompt(9, 3, 5)
 
-	if err := prefill.Store(ctx5(t), other.Addr, p.ns, p.blocks(0, 5)); err != nil {
-		t.Fatal(err)
+	if at, err := prefill.Store(ctx5(t), other.Addr, p.ns, p.blocks(0, 5)); err != nil || at != other.Addr {
+		t.Fatalf("Store at %s = %q, %v; want the blocks there", other.Addr, at, err)
 	}
 	if held, err := decode.Lookup(ctx5(t), p.ns, p.hashes); err != nil || held != 0 {
 		t.Fatalf("the decode worker's own node: Lookup = %d, %v; want 0", held, err)
@@ -137,7 +137,7 @@ func TestCorruptBlockStopsTheLoad(t *testing.T) {
 			n := nodetest.Start(t, nodetest.Options{})
 			c, reg := newConn(t, n.Addr, func(cfg *Config) { cfg.Client.NoDataPlane = grpcOnly })
 			p := newPrompt(7, 4, 5)
-			if err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 5)); err != nil {
+			if _, err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 5)); err != nil {
 				t.Fatal(err)
 			}
 			// DRAM trusts memory: a byte flipped in its arena is served as
@@ -178,7 +178,7 @@ func TestOnboardCountedByTier(t *testing.T) {
 	n := nodetest.Start(t, nodetest.Options{Inline: true})
 	c, reg := newConn(t, n.Addr, nil)
 	p := newPrompt(7, 12, 3)
-	if err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 3)); err != nil {
+	if _, err := c.Store(ctx5(t), "", p.ns, p.blocks(0, 3)); err != nil {
 		t.Fatal(err)
 	}
 	ns := p.ns
@@ -196,7 +196,7 @@ func TestOnboardCountedByTier(t *testing.T) {
 	checkLoaded(t, dst, p, 3)
 
 	other := newPrompt(8, 13, 1) // in DRAM, and never looked up
-	if err := c.Store(ctx5(t), "", other.ns, other.blocks(0, 1)); err != nil {
+	if _, err := c.Store(ctx5(t), "", other.ns, other.blocks(0, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if loaded, err := c.Load(ctx5(t), "", other.ns, other.hashes, newPool(1).dst); err != nil || loaded != 1 {
@@ -216,7 +216,7 @@ func TestBlockOfAnotherSizeStopsTheLoad(t *testing.T) {
 	p := newPrompt(7, 5, 3)
 	blocks := p.blocks(0, 3)
 	blocks[1].Data = blocks[1].Data[:blockSize/2]
-	if err := c.Store(ctx5(t), "", p.ns, blocks); err != nil {
+	if _, err := c.Store(ctx5(t), "", p.ns, blocks); err != nil {
 		t.Fatal(err)
 	}
 	dst := newPool(3)
@@ -234,8 +234,8 @@ func TestStoreThenLoadFromAnotherConn(t *testing.T) {
 	writer, reg := newConn(t, n.Addr, nil)
 	reader, _ := newConn(t, n.Addr, nil)
 	p := newPrompt(3, 6, 4)
-	if err := writer.Store(ctx5(t), "", p.ns, p.blocks(0, 4)); err != nil {
-		t.Fatal(err)
+	if at, err := writer.Store(ctx5(t), "", p.ns, p.blocks(0, 4)); err != nil || at != n.Addr {
+		t.Fatalf("Store at the worker's own node = %q, %v; want the blocks at %s", at, err, n.Addr)
 	}
 	if got := metric(t, reg, "kvstrata_engine_offload_blocks_total"); got != 4 {
 		t.Fatalf("stored blocks counted %v, want 4", got)
@@ -246,7 +246,7 @@ func TestStoreThenLoadFromAnotherConn(t *testing.T) {
 	}
 	checkLoaded(t, dst, p, 4)
 
-	err := writer.Store(ctx5(t), freeAddr(t), p.ns, p.blocks(0, 1))
+	_, err := writer.Store(ctx5(t), freeAddr(t), p.ns, p.blocks(0, 1))
 	if !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Store at an address nothing listens on: %v, want client.ErrUnavailable", err)
 	}

@@ -24,9 +24,13 @@ type Connector interface {
 	// Offload stores blocks in the background and returns at once; under
 	// pressure it may drop them (and count it). It owns blocks.
 	Offload(ns index.NamespaceID, blocks []Block)
-	// Store stores blocks now, at node if not empty, and returns once they
-	// are stored: disaggregated prefill's write-through.
-	Store(ctx context.Context, node string, ns index.NamespaceID, blocks []Block) error
+	// Store stores blocks now, at node if not empty (else at the worker's
+	// own cache node), and returns once they are stored, with the address
+	// of the node that holds them: disaggregated prefill's write-through.
+	// The decode side's params name that node, so that it loads the
+	// blocks from there at once rather than ask a directory that may not
+	// list them yet.
+	Store(ctx context.Context, node string, ns index.NamespaceID, blocks []Block) (string, error)
 }
 
 // EventSink receives the worker's block pool events (engine/kvevents

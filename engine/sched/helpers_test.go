@@ -322,21 +322,28 @@ func (c *mapConn) Offload(ns index.NamespaceID, blocks []Block) {
 	}
 }
 
-func (c *mapConn) Store(ctx context.Context, node string, ns index.NamespaceID, blocks []Block) error {
+// mapConnNode is the address of the mapConn's own node, where Store
+// stores blocks when it is given none.
+const mapConnNode = "127.0.0.1:7400"
+
+func (c *mapConn) Store(ctx context.Context, node string, ns index.NamespaceID, blocks []Block) (string, error) {
 	if err := c.wait(ctx); err != nil {
-		return err
+		return "", err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nodes = append(c.nodes, "store:"+node)
 	if c.storeErr != nil {
-		return c.storeErr
+		return "", c.storeErr
 	}
 	c.stores = append(c.stores, blocks)
 	for _, b := range blocks {
 		c.blocks[index.Key{NS: ns, Hash: b.Hash}] = b.Data
 	}
-	return nil
+	if node == "" {
+		node = mapConnNode
+	}
+	return node, nil
 }
 
 // set changes the connector's faults under its lock.

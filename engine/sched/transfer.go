@@ -15,11 +15,14 @@ import (
 //     other — its cached prefix found in the pool and onboarded from
 //     kvstrata — and its first token generated; then every full block of
 //     the prompt is copied out of the pool, which frees the request's
-//     blocks, and stored with Connector.Store at Transfer.CacheNode, in a
-//     goroutine. Only once the store returns does the request end, its
-//     last Output's Transfer naming the blocks (DoRemotePrefill set,
-//     namespace, hashes, node). Without a Connector, or when Store fails,
-//     the last Output has ErrTransfer.
+//     blocks, and stored with Connector.Store at Transfer.CacheNode (the
+//     worker's own cache node if empty), in a goroutine. Only once the
+//     store returns does the request end, its last Output's Transfer
+//     naming the blocks (DoRemotePrefill set, namespace, hashes) and the
+//     node that holds them, always: the decode side loads them from there,
+//     never through a directory that may not list them yet (a Raft
+//     cluster's lists a block only once its change commits). Without a
+//     Connector, or when Store fails, the last Output has ErrTransfer.
 //   - DoRemotePrefill (the decode side): Generate checks that the named
 //     blocks are the prompt's own (namespace and every hash); on admission
 //     they are loaded from Transfer.CacheNode past the pool's own prefix
@@ -59,6 +62,7 @@ type storeResult struct {
 	s      *seq
 	reason FinishReason
 	blocks int
+	node   string // where they were stored
 	err    error
 }
 
@@ -93,8 +97,8 @@ func (e *Engine) handoff(s *seq, reason FinishReason) {
 	go func() {
 		defer e.io.Done()
 		defer cancel()
-		err := conn.Store(ctx, node, e.nsID, blocks)
-		r := storeResult{s: s, reason: reason, blocks: len(blocks), err: err}
+		at, err := conn.Store(ctx, node, e.nsID, blocks)
+		r := storeResult{s: s, reason: reason, blocks: len(blocks), node: at, err: err}
 		e.post(func(in *inbox) { in.stored = append(in.stored, r) })
 	}()
 }
@@ -113,6 +117,9 @@ func (e *Engine) stored(r storeResult) {
 		e.finish(s, FinishAbort, fmt.Errorf("%w: storing %d blocks at %q: %w", ErrTransfer, r.blocks, s.req.Transfer.CacheNode, r.err))
 	default:
 		e.counters.StoredBlocks += uint64(r.blocks)
+		if r.node != "" {
+			s.transfer.CacheNode = r.node
+		}
 		e.finish(s, r.reason, nil)
 	}
 }

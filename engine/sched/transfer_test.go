@@ -140,3 +140,18 @@ func TestAFailedStoreFailsTheRemoteDecodeRequest(t *testing.T) {
 		t.Errorf("%d cache errors, %d blocks held; want 1 and none", st.CacheErrors, st.Pool.Blocks-st.Pool.Free)
 	}
 }
+
+// A prefill request that names no node has its blocks stored at the
+// worker's own cache node, and its params name that node all the same:
+// the decode side loads from it directly.
+func TestRemoteDecodeParamsNameTheNodeStoredAt(t *testing.T) {
+	conn := newMapConn()
+	e := newEngine(t, Config{Model: newSim(t), Connector: conn})
+	_, last := generate(t, e, Request{Prompt: prompt(40, 1), MaxTokens: 1, Transfer: &KVTransferParams{DoRemoteDecode: true}})
+	if last.Err != nil || last.Transfer == nil || last.Transfer.CacheNode != mapConnNode {
+		t.Fatalf("params %+v (err %v), want them to name the node the blocks went to, %s", last.Transfer, last.Err, mapConnNode)
+	}
+	if !slices.Equal(conn.nodes, []string{"store:"}) {
+		t.Errorf("connector calls %v, want one Store at the worker's own node", conn.nodes)
+	}
+}
