@@ -33,11 +33,15 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // one: gRPC, the TCP data plane, DRAM over an SSD tier in a temporary
 // directory, and a one-node Raft cluster (whose directory lists a block
 // only once the change is committed). It returns the node's gRPC address.
-func startCache(t testing.TB) string {
+// extra are more settings, flag name then value.
+func startCache(t testing.TB, extra ...string) string {
 	t.Helper()
 	flags := map[string]string{"data-dir": t.TempDir(), "dram-capacity": "64MiB", "ssd-capacity": "64MiB",
 		"listen-grpc": "127.0.0.1:0", "listen-data": "127.0.0.1:0", "listen-resp": "127.0.0.1:0", "listen-http": "127.0.0.1:0",
 		"cluster-raft-addr": freeport.Addr(t)}
+	for i := 0; i+1 < len(extra); i += 2 {
+		flags[extra[i]] = extra[i+1]
+	}
 	l, err := config.Load("", func(string) string { return "" }, flags)
 	if err != nil {
 		t.Fatal(err)
@@ -70,18 +74,27 @@ type worker struct {
 	*sched.Engine
 	conn *kvconn.Conn
 	reg  *prometheus.Registry
+	bb   int // the model's KV bytes per block
 }
+
+func (w *worker) blockBytes() int { return w.bb }
 
 // newWorker starts an engine on its own tiny model (the same weights as
 // every other's), with a connector to the cache node at cache unless
 // cache is empty. Both close when the test ends.
 func newWorker(t testing.TB, cache string) *worker {
 	t.Helper()
-	m, err := tiny.New(tinyConfig)
+	return newWorkerOf(t, tinyConfig, cache)
+}
+
+// newWorkerOf is newWorker with a model of cfg.
+func newWorkerOf(t testing.TB, mcfg tiny.Config, cache string) *worker {
+	t.Helper()
+	m, err := tiny.New(mcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &worker{reg: prometheus.NewRegistry()}
+	w := &worker{reg: prometheus.NewRegistry(), bb: m.Layout().BlockBytes()}
 	cfg := sched.Config{Model: m, Blocks: 1024, Registerer: w.reg, Logger: quiet()}
 	if cache != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
