@@ -11,6 +11,7 @@ import (
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/engine/sched"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/freeport"
 )
 
 // decodeTokens is how many tokens the decode side generates.
@@ -69,10 +70,10 @@ func TestHandoffDecodesAsTheAggregatedWorker(t *testing.T) {
 }
 
 // Named blocks that are gone by the time the decode side asks (evicted
-// in between) are computed there, and the output is still the aggregated
-// worker's: a hole in the middle stops the load at the hole, and none left
-// leaves the whole prompt to compute.
-func TestHandoffOfEvictedBlocksIsRecomputed(t *testing.T) {
+// in between, or on a node that is not there) are computed there, and the
+// output is still the aggregated worker's: a hole in the middle stops the
+// load at the hole, and none left leaves the whole prompt to compute.
+func TestHandoffOfBlocksThatAreGoneIsRecomputed(t *testing.T) {
 	cache := startCache(t)
 	agg := newWorker(t, "")
 	prefill := newWorker(t, cache)
@@ -90,23 +91,28 @@ func TestHandoffOfEvictedBlocksIsRecomputed(t *testing.T) {
 	}{
 		{"block 3 of 9", func(ks []index.Key) []index.Key { return ks[3:4] }, 3},
 		{"every block", func(ks []index.Key) []index.Key { return ks }, 0},
+		{"the node", nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := prompt(150, uint32(100+i)) // 9 full blocks
 			want, _ := agg.generate(t, decodeRequest(p, sched.Sampling{}, nil))
 			params, _ := handoff(t, prefill, p, "")
 			ks := keys(t, params)
-			var sel []*pb.BlockKey
-			for _, k := range tc.evict(ks) {
-				sel = append(sel, &pb.BlockKey{Namespace: uint64(k.NS), Hash: uint64(k.Hash)})
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if _, err := c.Evict(ctx, &pb.EvictRequest{Keys: sel}); err != nil {
-				t.Fatal(err)
-			}
-			if h := held(t, cache, ks[:tc.onboard+1]); h != tc.onboard {
-				t.Fatalf("after the eviction the node holds %d of the first %d blocks, want %d", h, tc.onboard+1, tc.onboard)
+			if tc.evict == nil { // the params name a node that is not there
+				params.CacheNode = freeport.Addr(t)
+			} else {
+				var sel []*pb.BlockKey
+				for _, k := range tc.evict(ks) {
+					sel = append(sel, &pb.BlockKey{Namespace: uint64(k.NS), Hash: uint64(k.Hash)})
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if _, err := c.Evict(ctx, &pb.EvictRequest{Keys: sel}); err != nil {
+					t.Fatal(err)
+				}
+				if h := held(t, cache, ks[:tc.onboard+1]); h != tc.onboard {
+					t.Fatalf("after the eviction the node holds %d of the first %d blocks, want %d", h, tc.onboard+1, tc.onboard)
+				}
 			}
 			before := decode.Stats()
 			got, last := decode.generate(t, decodeRequest(p, sched.Sampling{}, params))
