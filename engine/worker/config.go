@@ -209,11 +209,11 @@ func (c *Config) Validate() error {
 	}
 	switch c.Model {
 	case ModelSim, ModelTiny:
+		if c.ModelName == "" || strings.TrimSpace(c.ModelName) != c.ModelName {
+			bad("ModelName %q must be non-empty, without surrounding spaces", c.ModelName)
+		}
 	default:
 		bad("Model %q is unknown: sim or tiny", c.Model)
-	}
-	if c.ModelName == "" || strings.TrimSpace(c.ModelName) != c.ModelName {
-		bad("ModelName %q must be non-empty, without surrounding spaces", c.ModelName)
 	}
 	if err := checkAddr(c.Listen); err != nil {
 		bad("Listen: %v", err)
@@ -259,6 +259,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxNumBatchedTokens < 0 {
 		bad("MaxNumBatchedTokens is %d, must be ≥ 1 (0: the default)", c.MaxNumBatchedTokens)
+	}
+	if c.MaxNumSeqs > 0 && c.MaxNumBatchedTokens > 0 && c.MaxNumBatchedTokens < c.MaxNumSeqs {
+		bad("MaxNumBatchedTokens is %d, must be ≥ MaxNumSeqs (%d), as vLLM requires", c.MaxNumBatchedTokens, c.MaxNumSeqs)
 	}
 	if c.ContextLen < 2 {
 		bad("ContextLen is %d, must be ≥ 2", c.ContextLen)

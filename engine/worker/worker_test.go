@@ -32,7 +32,7 @@ func TestDefaultConfigIsValidAndDocumented(t *testing.T) {
 }
 
 func TestValidateNamesEveryBadField(t *testing.T) {
-	c := Config{Role: "router", Model: "llama", ModelName: " x", Listen: "nowhere", Cache: "also-nowhere",
+	c := Config{Role: "router", Model: "llama", Listen: "nowhere", Cache: "also-nowhere",
 		KVEvents: "ipc:///tmp/x", KVEventsReplay: "tcp://127.0.0.1", KVEventsEncoding: "json", Speedup: -1,
 		TokenBytes: 3, Blocks: -1, MaxNumSeqs: -2, MaxNumBatchedTokens: -3, ContextLen: 1}
 	c.EnsureDefaults()
@@ -40,7 +40,7 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 	if !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("Validate() = %v, want ErrBadConfig", err)
 	}
-	for _, want := range []string{`Role "router"`, `Model "llama"`, `ModelName " x"`, `Listen: "nowhere"`, `Cache: "also-nowhere"`,
+	for _, want := range []string{`Role "router"`, `Model "llama"`, `Listen: "nowhere"`, `Cache: "also-nowhere"`,
 		`KVEvents: "ipc:///tmp/x"`, `KVEventsReplay: endpoint "tcp://127.0.0.1"`, `KVEventsEncoding "json"`, "Speedup is -1",
 		"TokenBytes is 3", "Blocks is -1", "MaxNumSeqs is -2", "MaxNumBatchedTokens is -3", "ContextLen is 1"} {
 		if !strings.Contains(err.Error(), want) {
@@ -52,6 +52,7 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 		cfg  Config
 		want string
 	}{
+		{Config{ModelName: " x"}, `ModelName " x" must be non-empty, without surrounding spaces`},
 		{Config{Role: RolePrefill}, "Role prefill needs a Cache"},
 		{Config{Role: RoleDecode}, "Role decode needs a Cache"},
 		{Config{KVEventsReplay: "tcp://127.0.0.1:5558"}, "KVEvents is off"},
@@ -193,4 +194,29 @@ func TestStoppedWorkerIsUnhealthyAndFreesItsPort(t *testing.T) {
 		t.Fatalf("the stopped worker's port %s is still taken: %v", addr, err)
 	}
 	ln.Close()
+}
+
+// The engine's and the connector's metrics share the worker's registry
+// without a clash, and a worker whose cache is not up yet starts and
+// serves, recomputing.
+func TestWorkerWithAnAbsentCacheStartsAndServes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	w := startWorker(t, Config{Speedup: 100, Cache: absent})
+	status, body := post(t, "http://"+w.Addr()+"/v1/completions",
+		`{"prompt":"A prompt long enough to fill two blocks of sixteen tokens each, so that the worker would offload them to its cache if it had one up.","max_tokens":2}`)
+	if status != http.StatusOK {
+		t.Fatalf("completion with the cache down: %d %s", status, body)
+	}
+	_, metrics := get(t, "http://"+w.Addr()+"/metrics")
+	for _, want := range []string{"kvstrata_engine_offload_blocks_total", "kvstrata_engine_cache_errors_total{model_name=\"kvstrata-sim\",op=\"lookup\"}",
+		"kvstrata_engine_cache_failures_total", "vllm:num_requests_running"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
