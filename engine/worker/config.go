@@ -1,12 +1,14 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/kvstrata/kvstrata/engine/kvevents"
 )
@@ -104,6 +106,11 @@ type Config struct {
 	// TokenBytes is the sim model's KV bytes per token per layer (4
 	// layers), a multiple of 4. The default is 64.
 	TokenBytes int
+	// SimSleep waits out a sim step's modelled time, or returns ctx's
+	// error when ctx ends first. The default sleeps in real time; a
+	// sim.VirtualClock's Sleep runs the worker in virtual time, and a
+	// wrapper can add up the modelled time (the overhead benchmark does).
+	SimSleep func(ctx context.Context, d time.Duration) error
 	// TinySeed chooses the tiny model's weights when TinyWeights is "".
 	// The default is 1.
 	TinySeed uint64

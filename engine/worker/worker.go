@@ -265,7 +265,7 @@ func newModel(cfg Config) (model.Model, error) {
 		return m, nil
 	default:
 		scfg := sim.Config{Model: cfg.namespaceModel(""), TokenBytes: cfg.TokenBytes, BlockTokens: blockTokens,
-			Capacity: cfg.Blocks * blockTokens, Speedup: cfg.Speedup}
+			Capacity: cfg.Blocks * blockTokens, Speedup: cfg.Speedup, Sleep: cfg.SimSleep}
 		if cfg.SimProfile != "" {
 			p, err := sim.ReadProfile(cfg.SimProfile)
 			if err != nil {

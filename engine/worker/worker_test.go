@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestDefaultConfigIsValidAndDocumented(t *testing.T) {
 		Cache: "127.0.0.1:7070", KVEvents: "tcp://127.0.0.1:5557", KVEventsReplay: "tcp://127.0.0.1:5558",
 		KVEventsEncoding: "arrays", Speedup: 1, TokenBytes: 64, TinySeed: 1, Blocks: 4096, ContextLen: 65536}
 	c.Logger = nil
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("DefaultConfig() = %+v\nwant %+v", c, want)
 	}
 	tinyCfg := Config{Model: "tiny"}
