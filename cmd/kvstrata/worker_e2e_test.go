@@ -488,3 +488,68 @@ func TestWorkerAndUpBadFlagsExitTwoWithEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+// A prefill worker serves every request as the prefill half of a
+// disaggregated one; the decode worker given its kv_transfer_params
+// onboards the prompt's blocks from the cache.
+func TestPrefillAndDecodeRolesHandOffThroughTheCache(t *testing.T) {
+	node := startNode(t, t.TempDir())
+	pre := startWorker(t, node.grpc, "--role", "prefill", "--speedup", "20", "--kv-events", "", "--kv-events-replay", "")
+	dec := startWorker(t, node.grpc, "--role", "decode", "--speedup", "20", "--kv-events", "", "--kv-events-replay", "")
+	type usage struct {
+		PromptTokens  int `json:"prompt_tokens"`
+		CachedDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	}
+	type response struct {
+		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+		Usage            usage           `json:"usage"`
+		Choices          []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	call := func(w *workerProc, req map[string]any) response {
+		t.Helper()
+		body, _ := json.Marshal(req)
+		resp, err := http.Post(w.url+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %s", w.url, resp.StatusCode, b)
+		}
+		var r response
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// No kv_transfer_params: the prefill role adds do_remote_decode.
+	p := call(pre, map[string]any{"prompt": longPrompt, "max_tokens": 1})
+	var params map[string]any
+	if err := json.Unmarshal(p.KVTransferParams, &params); err != nil || params["do_remote_prefill"] != true {
+		t.Fatalf("the prefill worker's kv_transfer_params: %s (%v)", p.KVTransferParams, err)
+	}
+	full := p.Usage.PromptTokens / 16
+	if hs, _ := params["kvstrata_block_hashes"].([]any); len(hs) != full {
+		t.Fatalf("the params name %d blocks, the prompt has %d full ones: %s", len(hs), full, p.KVTransferParams)
+	}
+	d := call(dec, map[string]any{"prompt": longPrompt, "max_tokens": 3, "kv_transfer_params": params})
+	if d.Usage.CachedDetails.CachedTokens != full*16 || d.Choices[0].FinishReason != "length" {
+		t.Errorf("the decode worker: usage %+v, finish %q; want the %d tokens of the prefilled blocks onboarded", d.Usage, d.Choices[0].FinishReason, full*16)
+	}
+	if n := metricSum(scrape(t, pre.url), "kvstrata_engine_stored_blocks_total"); n != float64(full) {
+		t.Errorf("the prefill worker stored %v blocks, want %d", n, full)
+	}
+	for _, c := range []struct {
+		w    *workerProc
+		role string
+	}{{pre, "prefill"}, {dec, "decode"}} {
+		if want := `role="` + c.role + `"} 1`; !strings.Contains(scrape(t, c.w.url), want) {
+			t.Errorf("%s: kvstrata_worker_info lacks %s", c.w.url, want)
+		}
+	}
+}
