@@ -29,19 +29,19 @@ import (
 // processes: a cache node and workers, driven over HTTP by the official
 // OpenAI Go SDK, scraped with promtool, subscribed to from Python.
 
-// workerProc is a running `kvstrata worker`.
-type workerProc struct {
+// wproc is a running `kvstrata worker`.
+type wproc struct {
 	*proc
 	url            string // http://host:port
 	events, replay string // ZMQ endpoints, "" when off
 }
 
-// startWorker starts `kvstrata worker` on free ports with the cache node at
+// startWorkerProcess starts `kvstrata worker` on free ports with the cache node at
 // cache ("" for none), KV events on, and extra flags, and waits until its
 // /health answers.
-func startWorker(t *testing.T, cache string, extra ...string) *workerProc {
+func startWorkerProcess(t *testing.T, cache string, extra ...string) *wproc {
 	t.Helper()
-	w := &workerProc{proc: &proc{t: t}, events: "tcp://" + freeport.Addr(t), replay: "tcp://" + freeport.Addr(t)}
+	w := &wproc{proc: &proc{t: t}, events: "tcp://" + freeport.Addr(t), replay: "tcp://" + freeport.Addr(t)}
 	w.http = freeport.Addr(t)
 	w.url = "http://" + w.http
 	w.args = append([]string{"worker", "--listen", w.http, "--cache", cache, "--kv-events", w.events,
@@ -52,12 +52,12 @@ func startWorker(t *testing.T, cache string, extra ...string) *workerProc {
 }
 
 // waitHealthy waits until the worker's /health answers 200.
-func (w *workerProc) waitHealthy() {
+func (w *wproc) waitHealthy() {
 	w.t.Helper()
-	waitHealth(w.t, w.proc, w.url)
+	waitWorkerHealth(w.t, w.proc, w.url)
 }
 
-func waitHealth(t *testing.T, p *proc, url string) {
+func waitWorkerHealth(t *testing.T, p *proc, url string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second) // tiny's weights take a while under -race
 	for {
@@ -80,20 +80,20 @@ func waitHealth(t *testing.T, p *proc, url string) {
 }
 
 // restart stops the worker with SIGTERM and starts it again, same flags.
-func (w *workerProc) restart() {
+func (w *wproc) restart() {
 	w.t.Helper()
 	w.stop()
 	w.launch()
 	w.waitHealthy()
 }
 
-func (w *workerProc) sdk() *sdk.Client {
+func (w *wproc) sdk() *sdk.Client {
 	c := sdk.NewClient(option.WithBaseURL(w.url+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 	return &c
 }
 
-// scrape returns the worker's /metrics.
-func scrape(t *testing.T, url string) string {
+// scrapeWorker returns the worker's /metrics.
+func scrapeWorker(t *testing.T, url string) string {
 	t.Helper()
 	resp, err := http.Get(url + "/metrics")
 	if err != nil {
@@ -104,9 +104,9 @@ func scrape(t *testing.T, url string) string {
 	return string(b)
 }
 
-// metricSum is the sum of every sample of the metric name (any labels) in
-// a scrape.
-func metricSum(body, name string) float64 {
+// workerMetricSum is the sum of every sample of the metric name (any labels) in
+// a scrapeWorker.
+func workerMetricSum(body, name string) float64 {
 	var sum float64
 	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(\{[^}]*\})? (\S+)$`)
 	for _, m := range re.FindAllStringSubmatch(body, -1) {
@@ -116,8 +116,8 @@ func metricSum(body, name string) float64 {
 	return sum
 }
 
-// complete sends a greedy completion of prompt and returns it.
-func complete(t *testing.T, w *workerProc, prompt string, maxTokens int64) *sdk.Completion {
+// workerComplete sends a greedy completion of prompt and returns it.
+func workerComplete(t *testing.T, w *wproc, prompt string, maxTokens int64) *sdk.Completion {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -136,14 +136,14 @@ func complete(t *testing.T, w *workerProc, prompt string, maxTokens int64) *sdk.
 	return res
 }
 
-const longPrompt = "The cache exists for inference workers. A prefill worker computes the keys and values " +
+const workerPrompt = "The cache exists for inference workers. A prefill worker computes the keys and values " +
 	"of every token of a prompt, layer by layer; the full blocks go to kvstrata, which keeps them in DRAM, " +
 	"moves them to SSD as they cool, and to the object store after that. A decode worker, or the same worker " +
 	"an hour later, asks for the longest prefix the cache holds and computes only the rest."
 
 func TestWorkerServesTheOpenAISDKAndVLLMMetrics(t *testing.T) {
 	node := startNode(t, t.TempDir())
-	w := startWorker(t, node.grpc, "--model", "sim", "--speedup", "20")
+	w := startWorkerProcess(t, node.grpc, "--model", "sim", "--speedup", "20")
 	res, err := w.sdk().Completions.New(context.Background(), sdk.CompletionNewParams{
 		Model:     "kvstrata-sim",
 		Prompt:    sdk.CompletionNewParamsPromptUnion{OfString: sdk.String("Hello, worker")},
@@ -178,7 +178,7 @@ func TestWorkerServesTheOpenAISDKAndVLLMMetrics(t *testing.T) {
 		t.Fatalf("models %+v %v", models, err)
 	}
 
-	body := scrape(t, w.url)
+	body := scrapeWorker(t, w.url)
 	for _, want := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
 		"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_bucket",
 		"vllm:inter_token_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_bucket",
@@ -189,14 +189,14 @@ func TestWorkerServesTheOpenAISDKAndVLLMMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	promtoolCheck(t, body)
+	promtoolCheckWorker(t, body)
 }
 
-// promtoolCheck runs promtool check metrics on a scrape. vLLM's metric
+// promtoolCheckWorker runs promtool check metrics on a scrapeWorker. vLLM's metric
 // names contain a colon, which promtool's lint flags ("should not contain
 // ':'"): they are kept as vLLM has them, so that what reads vLLM reads a
 // worker; any other finding fails the test.
-func promtoolCheck(t *testing.T, body string) {
+func promtoolCheckWorker(t *testing.T, body string) {
 	t.Helper()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
@@ -219,26 +219,26 @@ func promtoolCheck(t *testing.T, body string) {
 // comes back from kvstrata, and tiny's greedy text is identical.
 func TestRestartedWorkerOnboardsFromTheCacheAndAnswersTheSame(t *testing.T) {
 	node := startNode(t, t.TempDir())
-	w := startWorker(t, node.grpc, "--model", "tiny", "--kv-events", "", "--kv-events-replay", "")
-	first := complete(t, w, longPrompt, 4)
+	w := startWorkerProcess(t, node.grpc, "--model", "tiny", "--kv-events", "", "--kv-events-replay", "")
+	first := workerComplete(t, w, workerPrompt, 4)
 	full := first.Usage.PromptTokens / 16
 	if full < 4 || first.Usage.PromptTokensDetails.CachedTokens != 0 {
 		t.Fatalf("first run: usage %+v; want ≥ 4 full blocks, none cached", first.Usage)
 	}
 	// Offloading is in the background: wait until the prompt's blocks are stored.
 	eventually(t, 20*time.Second, "the worker offloads the prompt's blocks", func() bool {
-		return metricSum(scrape(t, w.url), "kvstrata_engine_offload_blocks_total") >= float64(full)
+		return workerMetricSum(scrapeWorker(t, w.url), "kvstrata_engine_offload_blocks_total") >= float64(full)
 	})
 	w.restart()
-	second := complete(t, w, longPrompt, 4)
+	second := workerComplete(t, w, workerPrompt, 4)
 	if got := second.Usage.PromptTokensDetails.CachedTokens; got != full*16 {
 		t.Errorf("after the restart %d prompt tokens were cached, want the %d of its full blocks", got, full*16)
 	}
-	body := scrape(t, w.url)
-	if n := metricSum(body, "kvstrata_engine_onboard_blocks_total"); n < float64(full) {
+	body := scrapeWorker(t, w.url)
+	if n := workerMetricSum(body, "kvstrata_engine_onboard_blocks_total"); n < float64(full) {
 		t.Errorf("kvstrata_engine_onboard_blocks_total is %v, want ≥ %d", n, full)
 	}
-	if n := metricSum(body, "kvstrata_engine_onboarded_tokens_total"); n != float64(full*16) {
+	if n := workerMetricSum(body, "kvstrata_engine_onboarded_tokens_total"); n != float64(full*16) {
 		t.Errorf("kvstrata_engine_onboarded_tokens_total is %v, want %d", n, full*16)
 	}
 	if first.Choices[0].Text != second.Choices[0].Text {
@@ -249,30 +249,30 @@ func TestRestartedWorkerOnboardsFromTheCacheAndAnswersTheSame(t *testing.T) {
 // A cache node that goes away costs recomputation, not requests.
 func TestWorkerServesWithTheCacheDown(t *testing.T) {
 	node := startNode(t, t.TempDir())
-	w := startWorker(t, node.grpc, "--speedup", "20", "--kv-events", "", "--kv-events-replay", "")
-	complete(t, w, longPrompt, 2)
-	before := metricSum(scrape(t, w.url), "kvstrata_engine_cache_failures_total")
+	w := startWorkerProcess(t, node.grpc, "--speedup", "20", "--kv-events", "", "--kv-events-replay", "")
+	workerComplete(t, w, workerPrompt, 2)
+	before := workerMetricSum(scrapeWorker(t, w.url), "kvstrata_engine_cache_failures_total")
 	node.stop()
 	for i := range 3 {
-		res := complete(t, w, fmt.Sprintf("%d: %s", i, longPrompt), 2)
+		res := workerComplete(t, w, fmt.Sprintf("%d: %s", i, workerPrompt), 2)
 		if res.Choices[0].FinishReason != "length" {
 			t.Fatalf("with the cache down: %+v", res.Choices[0])
 		}
 	}
-	body := scrape(t, w.url)
-	if after := metricSum(body, "kvstrata_engine_cache_failures_total"); after <= before {
+	body := scrapeWorker(t, w.url)
+	if after := workerMetricSum(body, "kvstrata_engine_cache_failures_total"); after <= before {
 		t.Errorf("kvstrata_engine_cache_failures_total went from %v to %v with the cache down", before, after)
 	}
-	if n := metricSum(body, "kvstrata_engine_cache_errors_total"); n == 0 {
+	if n := workerMetricSum(body, "kvstrata_engine_cache_errors_total"); n == 0 {
 		t.Error("kvstrata_engine_cache_errors_total{op} counted nothing with the cache down")
 	}
 }
 
-// eventsSubScript subscribes to a worker's KV events with libzmq, prints
+// workerEventsSubScript subscribes to a worker's KV events with libzmq, prints
 // "ready", waits for a message, then asks the replay socket for every
 // batch from 0 and prints each BlockStored of them (the one received live
 // included) as a JSON line: its block hashes and token ids.
-const eventsSubScript = `
+const workerEventsSubScript = `
 import json, sys, msgpack, zmq
 pub, replay = sys.argv[1], sys.argv[2]
 ctx = zmq.Context()
@@ -300,8 +300,8 @@ func TestPythonSubscriberDecodesAWorkersBlockStored(t *testing.T) {
 			t.Skip("python3-zmq and python3-msgpack are not installed: skipping the Python subscriber test")
 		}
 	}
-	w := startWorker(t, "", "--speedup", "20")
-	cmd := exec.Command(py, "-c", eventsSubScript, w.events, w.replay)
+	w := startWorkerProcess(t, "", "--speedup", "20")
+	cmd := exec.Command(py, "-c", workerEventsSubScript, w.events, w.replay)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -389,8 +389,8 @@ func TestPythonSubscriberDecodesAWorkersBlockStored(t *testing.T) {
 	}
 }
 
-// consecutivePorts returns a base port from which n ports are free.
-func consecutivePorts(t *testing.T, n int) int {
+// freePortRun returns a base port from which n ports are free.
+func freePortRun(t *testing.T, n int) int {
 	t.Helper()
 	for range 100 {
 		_, p, _ := net.SplitHostPort(freeport.Addr(t))
@@ -413,7 +413,7 @@ func consecutivePorts(t *testing.T, n int) int {
 }
 
 func TestUpRunsACacheNodeAndTwoWorkersAndStopsCleanly(t *testing.T) {
-	httpBase, eventsBase := consecutivePorts(t, 2), consecutivePorts(t, 4)
+	httpBase, eventsBase := freePortRun(t, 2), freePortRun(t, 4)
 	node := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
 	p := &proc{t: t, dir: t.TempDir()}
 	p.args = []string{"up", "--workers", "2", "--http-port", strconv.Itoa(httpBase), "--kv-events-port", strconv.Itoa(eventsBase),
@@ -424,9 +424,9 @@ func TestUpRunsACacheNodeAndTwoWorkersAndStopsCleanly(t *testing.T) {
 	for i := range 2 {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(httpBase+i))
 		ports = append(ports, addr)
-		waitHealth(t, p, "http://"+addr)
-		w := &workerProc{proc: p, url: "http://" + addr}
-		if res := complete(t, w, "Hello from worker "+strconv.Itoa(i), 3); res.Usage.CompletionTokens != 3 {
+		waitWorkerHealth(t, p, "http://"+addr)
+		w := &wproc{proc: p, url: "http://" + addr}
+		if res := workerComplete(t, w, "Hello from worker "+strconv.Itoa(i), 3); res.Usage.CompletionTokens != 3 {
 			t.Errorf("worker %d: usage %+v", i, res.Usage)
 		}
 	}
@@ -494,8 +494,8 @@ func TestWorkerAndUpBadFlagsExitTwoWithEveryProblem(t *testing.T) {
 // onboards the prompt's blocks from the cache.
 func TestPrefillAndDecodeRolesHandOffThroughTheCache(t *testing.T) {
 	node := startNode(t, t.TempDir())
-	pre := startWorker(t, node.grpc, "--role", "prefill", "--speedup", "20", "--kv-events", "", "--kv-events-replay", "")
-	dec := startWorker(t, node.grpc, "--role", "decode", "--speedup", "20", "--kv-events", "", "--kv-events-replay", "")
+	pre := startWorkerProcess(t, node.grpc, "--role", "prefill", "--speedup", "20", "--kv-events", "", "--kv-events-replay", "")
+	dec := startWorkerProcess(t, node.grpc, "--role", "decode", "--speedup", "20", "--kv-events", "", "--kv-events-replay", "")
 	type usage struct {
 		PromptTokens  int `json:"prompt_tokens"`
 		CachedDetails struct {
@@ -509,7 +509,7 @@ func TestPrefillAndDecodeRolesHandOffThroughTheCache(t *testing.T) {
 			FinishReason string `json:"finish_reason"`
 		} `json:"choices"`
 	}
-	call := func(w *workerProc, req map[string]any) response {
+	call := func(w *wproc, req map[string]any) response {
 		t.Helper()
 		body, _ := json.Marshal(req)
 		resp, err := http.Post(w.url+"/v1/completions", "application/json", bytes.NewReader(body))
@@ -528,7 +528,7 @@ func TestPrefillAndDecodeRolesHandOffThroughTheCache(t *testing.T) {
 		return r
 	}
 	// No kv_transfer_params: the prefill role adds do_remote_decode.
-	p := call(pre, map[string]any{"prompt": longPrompt, "max_tokens": 1})
+	p := call(pre, map[string]any{"prompt": workerPrompt, "max_tokens": 1})
 	var params map[string]any
 	if err := json.Unmarshal(p.KVTransferParams, &params); err != nil || params["do_remote_prefill"] != true {
 		t.Fatalf("the prefill worker's kv_transfer_params: %s (%v)", p.KVTransferParams, err)
@@ -537,18 +537,18 @@ func TestPrefillAndDecodeRolesHandOffThroughTheCache(t *testing.T) {
 	if hs, _ := params["kvstrata_block_hashes"].([]any); len(hs) != full {
 		t.Fatalf("the params name %d blocks, the prompt has %d full ones: %s", len(hs), full, p.KVTransferParams)
 	}
-	d := call(dec, map[string]any{"prompt": longPrompt, "max_tokens": 3, "kv_transfer_params": params})
+	d := call(dec, map[string]any{"prompt": workerPrompt, "max_tokens": 3, "kv_transfer_params": params})
 	if d.Usage.CachedDetails.CachedTokens != full*16 || d.Choices[0].FinishReason != "length" {
 		t.Errorf("the decode worker: usage %+v, finish %q; want the %d tokens of the prefilled blocks onboarded", d.Usage, d.Choices[0].FinishReason, full*16)
 	}
-	if n := metricSum(scrape(t, pre.url), "kvstrata_engine_stored_blocks_total"); n != float64(full) {
+	if n := workerMetricSum(scrapeWorker(t, pre.url), "kvstrata_engine_stored_blocks_total"); n != float64(full) {
 		t.Errorf("the prefill worker stored %v blocks, want %d", n, full)
 	}
 	for _, c := range []struct {
-		w    *workerProc
+		w    *wproc
 		role string
 	}{{pre, "prefill"}, {dec, "decode"}} {
-		if want := `role="` + c.role + `"} 1`; !strings.Contains(scrape(t, c.w.url), want) {
+		if want := `role="` + c.role + `"} 1`; !strings.Contains(scrapeWorker(t, c.w.url), want) {
 			t.Errorf("%s: kvstrata_worker_info lacks %s", c.w.url, want)
 		}
 	}
