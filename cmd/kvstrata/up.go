@@ -51,7 +51,7 @@ KVSTRATA_ environment variables and the flags below; its data lives in
 tier held.`,
 		Example: `  # A cache node and one sim worker; then ask it
   kvstrata up
-  curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \
+  curl -s 127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \
     -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8}'
 
   # Four tiny-transformer workers on 8000-8003, data in a scratch directory
@@ -157,7 +157,11 @@ tier held.`,
 	fs.StringVar(&configPath, "config", "", "the cache node's TOML config file, as serve's (default $KVSTRATA_CONFIG)")
 	for _, s := range settings {
 		if slices.Contains(upNodeFlags, s.Flag()) {
-			fs.String(s.Flag(), s.Value(), "cache node: "+s.Usage+" ["+s.Env()+"]")
+			who := "cache node: "
+			if slices.Contains([]string{"log-level", "log-format", "shutdown-timeout"}, s.Flag()) {
+				who = "every part: "
+			}
+			fs.String(s.Flag(), s.Value(), who+s.Usage+" ["+s.Env()+"]")
 		}
 	}
 	return cmd

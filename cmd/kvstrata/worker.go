@@ -53,7 +53,7 @@ finish (up to --shutdown-timeout), sends its last KV events and exits 0.`,
 		Example: `  # A sim worker on :8000 using the cache node at 127.0.0.1:7070
   kvstrata serve &
   kvstrata worker
-  curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \
+  curl -s 127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \
     -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8}'
 
   # The tiny transformer, no cache, no KV events, on another port
