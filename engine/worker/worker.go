@@ -46,10 +46,9 @@ import (
 
 // The engine's parts fit one another.
 var (
-	_ openai.Engine       = (*sched.Engine)(nil)
-	_ sched.Connector     = (*kvconn.Conn)(nil)
-	_ sched.EventSink     = (*kvevents.PoolSink)(nil)
-	_ tokenizer.Tokenizer = (*tokenizer.BPE)(nil)
+	_ openai.Engine   = (*sched.Engine)(nil)
+	_ sched.Connector = (*kvconn.Conn)(nil)
+	_ sched.EventSink = (*kvevents.PoolSink)(nil)
 )
 
 // ErrNotServing is what Ready and /health say before Start has finished and
