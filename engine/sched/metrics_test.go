@@ -67,7 +67,7 @@ func TestMetricsHaveVLLMsNames(t *testing.T) {
 		"vllm:request_queue_time_seconds":         2,
 		"kvstrata_engine_onboarded_tokens_total":  48,
 		"kvstrata_engine_recomputed_tokens_total": 48,
-		"kvstrata_engine_cache_errors_total":      0,
+		"kvstrata_engine_cache_failures_total":    0,
 	} {
 		if v := value(name); v != want {
 			t.Errorf("%s = %v, want %v", name, v, want)
