@@ -651,9 +651,10 @@ func TestOffloadedBlocksReachTheNode(t *testing.T) {
 // sharedPrefixLoad is 64 requests in groups sharing a long prefix (a system
 // prompt, a document, a conversation so far), each with a suffix of its
 // own: groups × perGroup requests of prefix + suffix tokens, generating
-// gen tokens each.
+// gen tokens each. Each round has other suffixes and the same prefixes.
 type sharedPrefixLoad struct {
 	groups, perGroup, prefix, suffix, gen int
+	round                                 int
 }
 
 func (w sharedPrefixLoad) requests() []sched.Request {
@@ -661,7 +662,7 @@ func (w sharedPrefixLoad) requests() []sched.Request {
 	for g := range w.groups {
 		pre := tokens(w.prefix, uint32(1000+g))
 		for i := range w.perGroup {
-			p := append(slices.Clone(pre), tokens(w.suffix, uint32(5000+g*w.perGroup+i))...)
+			p := append(slices.Clone(pre), tokens(w.suffix, uint32(10000*(w.round+1)+g*w.perGroup+i))...)
 			out = append(out, sched.Request{ID: fmt.Sprintf("g%d-%d", g, i), Prompt: p, MaxTokens: w.gen, IgnoreEOS: true})
 		}
 	}
@@ -766,4 +767,46 @@ func TestSixtyFourConcurrentRequestsWithSharedPrefixes(t *testing.T) {
 	eventually(t, fmt.Sprintf("at most %d goroutines, as before the engine", goroutines+2), func() bool {
 		return runtime.NumGoroutine() <= goroutines+2
 	})
+}
+
+// A prompt prefilled by one engine and decoded by another, handed over
+// through a cache node the prefill request names (not either worker's
+// own): the decode side onboards every full block of the prompt from that
+// node and generates what one engine computing it all does.
+func TestTinyDisaggregatedThroughANamedNode(t *testing.T) {
+	m := tinyModel(t)
+	l := m.Layout()
+	p := tokens(38, 11) // 9 full blocks and 2 tokens
+	req := sched.Request{Prompt: p, MaxTokens: 10, IgnoreEOS: true, Sampling: sched.Sampling{Temperature: 0.8, Seed: 3}}
+	want := recompute(t, m, req)
+
+	own, between, decodeOwn := startNode(t), startNode(t), startNode(t)
+	prefill := newEngine(t, sched.Config{Model: m, Connector: newConn(t, own.Addr, nil)})
+	toks, last := run(t, prefill, sched.Request{Prompt: p, MaxTokens: 1, Sampling: req.Sampling,
+		Transfer: &sched.KVTransferParams{DoRemoteDecode: true, CacheNode: between.Addr}})
+	tp := last.Transfer
+	if last.Err != nil || tp == nil || len(tp.BlockHashes) != 9 || tp.CacheNode != between.Addr || !slices.Equal(toks, want[:1]) {
+		t.Fatalf("prefill: tokens %v, err %v, params %+v; want the first token and 9 blocks at %s", toks, last.Err, tp, between.Addr)
+	}
+	hs := l.Namespace.Hashes(p)
+	if got := held(t, dial(t, between.Addr), l.Namespace.ID(), hs); got != 9 {
+		t.Errorf("the named node holds %d of the prompt's 9 blocks", got)
+	}
+	if got := held(t, dial(t, own.Addr), l.Namespace.ID(), hs); got != 0 {
+		t.Errorf("the prefill worker's own node holds %d of the prompt's blocks, want none (the handoff went to the named node)", got)
+	}
+
+	decode := newEngine(t, sched.Config{Model: m, Connector: newConn(t, decodeOwn.Addr, nil)})
+	dreq := req
+	dreq.Transfer = tp
+	dtoks, dlast := run(t, decode, dreq)
+	if !slices.Equal(dtoks, want) || dlast.Err != nil {
+		t.Fatalf("decode: %v (err %v), want the recompute's %v", dtoks, dlast.Err, want)
+	}
+	if u := dlast.Usage; u.OnboardedTokens != 36 || u.CachedTokens != 36 {
+		t.Errorf("decode usage %+v, want the 36 tokens of 9 blocks onboarded", u)
+	}
+	if st := decode.Stats(); st.RecomputedTokens != 0 || st.CacheErrors != 0 {
+		t.Errorf("decode: %d tokens recomputed, %d cache errors; want none", st.RecomputedTokens, st.CacheErrors)
+	}
 }
