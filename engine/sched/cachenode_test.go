@@ -339,8 +339,8 @@ func TestTinyCacheFaultsAreRecomputed(t *testing.T) {
 		name string
 		// conn returns the engine's Connector, after breaking the cache.
 		conn func(t *testing.T, reg prometheus.Registerer) sched.Connector
-		// onboarded and recomputed tokens, cache errors (the engine's);
-		// the connector's errors by op.
+		// onboarded (-1: some, not all) and recomputed tokens, cache
+		// errors (the engine's); the connector's errors by op.
 		onboarded, recomputed, errs int
 		connErrs                    map[string]float64
 	}{
@@ -381,6 +381,20 @@ func TestTinyCacheFaultsAreRecomputed(t *testing.T) {
 			px.Stall()
 			return c
 		}, errs: 1, connErrs: map[string]float64{"lookup": 1}},
+		{name: "the data plane stalled in the middle of the load", conn: func(t *testing.T, reg prometheus.Registerer) sched.Connector {
+			// The node's Info names a proxy in front of its data plane,
+			// which lets a response's first 4 KiB through (about 3 of the
+			// 9 blocks of 1 KiB, the last of them perhaps in part) and
+			// then holds the rest past CacheTimeout.
+			px := startProxy(t, "")
+			n := nodetest.Start(t, nodetest.Options{DRAMBytes: 64 << 20, DataAddr: px.Addr()})
+			px.SetTarget(n.DataAddr)
+			e := newEngine(t, sched.Config{Model: m, Connector: newConn(t, n.Addr, nil)})
+			run(t, e, sched.Request{Prompt: p, MaxTokens: 1})
+			waitHeld(t, dial(t, n.Addr), l, p)
+			px.StallAfter(4 << 10)
+			return newConn(t, n.Addr, reg)
+		}, onboarded: -1, errs: 1, connErrs: map[string]float64{"load": 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
@@ -390,19 +404,26 @@ func TestTinyCacheFaultsAreRecomputed(t *testing.T) {
 			if !slices.Equal(toks, want) || last.Err != nil || last.Finish != sched.FinishLength {
 				t.Fatalf("%v (finish %q, err %v), want the recompute's %v", toks, last.Finish, last.Err, want)
 			}
-			if u := last.Usage; u.OnboardedTokens != tc.onboarded || u.CachedTokens != tc.onboarded {
-				t.Errorf("usage %+v, want %d tokens onboarded and cached", u, tc.onboarded)
+			onboarded, recomputed := tc.onboarded, tc.recomputed
+			if onboarded < 0 { // some of the 9 blocks: the ones that arrived whole in time
+				onboarded, recomputed = last.Usage.OnboardedTokens, 36-last.Usage.OnboardedTokens
+				if onboarded <= 0 || onboarded >= 36 {
+					t.Errorf("%d tokens onboarded, want some of the 36 but not all", onboarded)
+				}
+			}
+			if u := last.Usage; u.OnboardedTokens != onboarded || u.CachedTokens != onboarded {
+				t.Errorf("usage %+v, want %d tokens onboarded and cached", u, onboarded)
 			}
 			st := e.Stats()
-			if st.OnboardedTokens != uint64(tc.onboarded) || st.RecomputedTokens != uint64(tc.recomputed) || st.CacheErrors != uint64(tc.errs) {
+			if st.OnboardedTokens != uint64(onboarded) || st.RecomputedTokens != uint64(recomputed) || st.CacheErrors != uint64(tc.errs) {
 				t.Errorf("%d tokens onboarded, %d recomputed, %d cache errors; want %d, %d, %d",
-					st.OnboardedTokens, st.RecomputedTokens, st.CacheErrors, tc.onboarded, tc.recomputed, tc.errs)
+					st.OnboardedTokens, st.RecomputedTokens, st.CacheErrors, onboarded, recomputed, tc.errs)
 			}
 			for name, v := range map[string]float64{
-				"kvstrata_engine_onboarded_tokens_total":  float64(tc.onboarded),
-				"kvstrata_engine_recomputed_tokens_total": float64(tc.recomputed),
+				"kvstrata_engine_onboarded_tokens_total":  float64(onboarded),
+				"kvstrata_engine_recomputed_tokens_total": float64(recomputed),
 				"kvstrata_engine_cache_failures_total":    float64(tc.errs),
-				"kvstrata_engine_onboard_blocks_total":    float64(tc.onboarded / 4),
+				"kvstrata_engine_onboard_blocks_total":    float64(onboarded / 4),
 			} {
 				if got := max(counter(t, reg, name), 0); got != v {
 					t.Errorf("%s = %v, want %v", name, got, v)
@@ -417,20 +438,24 @@ func TestTinyCacheFaultsAreRecomputed(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP connections to a node's gRPC address, and can stall
-// them (bytes are held, not forwarded) or go down (every connection is
+// proxy forwards TCP connections to an address of a cache node, and can
+// stall them (bytes are held, not forwarded; StallAfter lets so many
+// bytes from the node through first) or go down (every connection is
 // closed, none accepted): a cache that is slow or gone, on real sockets.
 type proxy struct {
-	target string
-	l      net.Listener
-	wg     sync.WaitGroup
+	l  net.Listener
+	wg sync.WaitGroup
 
 	mu     sync.Mutex
+	target string
 	stall  chan struct{} // while stalled; closed to let the bytes go
+	left   int           // bytes from the node that still pass while stalled
 	conns  map[net.Conn]struct{}
 	closed bool
 }
 
+// startProxy listens for connections to forward to target, which may be
+// set later (SetTarget), before the first connection.
 func startProxy(t testing.TB, target string) *proxy {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -446,6 +471,12 @@ func startProxy(t testing.TB, target string) *proxy {
 
 func (p *proxy) Addr() string { return p.l.Addr().String() }
 
+func (p *proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
 func (p *proxy) accept() {
 	defer p.wg.Done()
 	for {
@@ -453,7 +484,10 @@ func (p *proxy) accept() {
 		if err != nil {
 			return
 		}
-		u, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		u, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue
@@ -468,28 +502,27 @@ func (p *proxy) accept() {
 		p.conns[c], p.conns[u] = struct{}{}, struct{}{}
 		p.wg.Add(2)
 		p.mu.Unlock()
-		go p.pipe(u, c)
-		go p.pipe(c, u)
+		go p.pipe(u, c, false)
+		go p.pipe(c, u, true)
 	}
 }
 
-func (p *proxy) pipe(dst, src net.Conn) {
+func (p *proxy) pipe(dst, src net.Conn, fromNode bool) {
 	defer p.wg.Done()
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			stall := p.stall
-			p.mu.Unlock()
-			if stall != nil {
-				<-stall
-			}
-			if _, err := dst.Write(buf[:n]); err != nil {
+		for data := buf[:n]; len(data) > 0; {
+			k := p.allow(fromNode, len(data))
+			if k == 0 {
 				return
 			}
+			if _, err := dst.Write(data[:k]); err != nil {
+				return
+			}
+			data = data[k:]
 		}
 		if err != nil {
 			return
@@ -497,13 +530,43 @@ func (p *proxy) pipe(dst, src net.Conn) {
 	}
 }
 
+// allow returns how many of want bytes may be forwarded now, waiting while
+// the proxy is stalled; 0 once it is down.
+func (p *proxy) allow(fromNode bool, want int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		switch {
+		case p.closed:
+			return 0
+		case p.stall == nil:
+			return want
+		case p.left > 0 && !fromNode:
+			return want
+		case p.left > 0:
+			n := min(want, p.left)
+			p.left -= n
+			return n
+		}
+		stall := p.stall
+		p.mu.Unlock()
+		<-stall
+		p.mu.Lock()
+	}
+}
+
 // Stall holds every byte from now on.
-func (p *proxy) Stall() {
+func (p *proxy) Stall() { p.StallAfter(0) }
+
+// StallAfter lets n more bytes from the node through (and what the
+// client sends meanwhile), then holds every byte.
+func (p *proxy) StallAfter(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stall == nil && !p.closed {
 		p.stall = make(chan struct{})
 	}
+	p.left = n
 }
 
 // Down closes every connection and the listener, and waits for the
