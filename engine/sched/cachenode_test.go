@@ -7,6 +7,7 @@ package sched_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -908,5 +909,70 @@ func TestTinyDisaggregatedThroughANamedNode(t *testing.T) {
 	}
 	if st := decode.Stats(); st.RecomputedTokens != 0 || st.CacheErrors != 0 {
 		t.Errorf("decode: %d tokens recomputed, %d cache errors; want none", st.RecomputedTokens, st.CacheErrors)
+	}
+}
+
+// A request onboarding from a cache whose data plane hangs, with a
+// CacheTimeout that would never end it, is ended by its cancellation, and
+// the engine's Close ends another: neither waits for the cache, and the
+// pool holds no block after.
+func TestCancelAndCloseWhileTheCacheHangs(t *testing.T) {
+	m := tinyModel(t)
+	l := m.Layout()
+	px := startProxy(t, "")
+	n := nodetest.Start(t, nodetest.Options{DRAMBytes: 64 << 20, DataAddr: px.Addr()})
+	px.SetTarget(n.DataAddr)
+	p := tokens(37, 13)
+	warm := newEngine(t, sched.Config{Model: m, Connector: newConn(t, n.Addr, nil)})
+	run(t, warm, sched.Request{Prompt: p, MaxTokens: 1})
+	waitHeld(t, dial(t, n.Addr), l, p)
+	px.Stall()
+
+	e := newEngine(t, sched.Config{Model: m, Connector: newConn(t, n.Addr, nil), CacheTimeout: time.Hour})
+	onboarding := func(want int) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("%d requests onboarding", want), func() bool { return e.Stats().Onboarding == want })
+	}
+	end := func(ch <-chan sched.Output) sched.Output {
+		t.Helper()
+		for {
+			select {
+			case o := <-ch:
+				if o.Finish != "" {
+					return o
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("no last Output a minute after the request was ended")
+			}
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := e.Generate(ctx, sched.Request{Prompt: p, MaxTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onboarding(1)
+	cancel()
+	if o := end(a); o.Finish != sched.FinishAbort || !errors.Is(o.Err, context.Canceled) {
+		t.Errorf("the cancelled request: finish %q, err %v; want abort, context.Canceled", o.Finish, o.Err)
+	}
+	if st := e.Stats(); st.Pool.Free != st.Pool.Blocks || st.Onboarding != 0 {
+		t.Errorf("after the cancellation: %d of %d blocks free, %d onboarding", st.Pool.Free, st.Pool.Blocks, st.Onboarding)
+	}
+
+	b, err := e.Generate(context.Background(), sched.Request{Prompt: p, MaxTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onboarding(1)
+	closed := make(chan struct{})
+	go func() { e.Close(); close(closed) }()
+	if o := end(b); o.Finish != sched.FinishAbort || !errors.Is(o.Err, sched.ErrClosed) {
+		t.Errorf("the request at Close: finish %q, err %v; want abort, ErrClosed", o.Finish, o.Err)
+	}
+	<-closed
+	if st := e.Stats(); st.Pool.Free != st.Pool.Blocks {
+		t.Errorf("after Close: %d of %d blocks free", st.Pool.Free, st.Pool.Blocks)
 	}
 }
