@@ -53,10 +53,15 @@ func newConn(t testing.TB, addr string, reg prometheus.Registerer) *kvconn.Conn 
 	return c
 }
 
-// newEngine starts an engine, closed when the test ends.
+// newEngine starts an engine, closed when the test ends. Its CacheTimeout
+// is 30 s unless cfg says: a cache that answers is never timed out, however
+// loaded the machine, and the tests of a cache that does not set their own.
 func newEngine(t testing.TB, cfg sched.Config) *sched.Engine {
 	t.Helper()
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	if cfg.CacheTimeout == 0 {
+		cfg.CacheTimeout = 30 * time.Second
+	}
 	if cfg.ModelName == "" {
 		cfg.ModelName = "m"
 	}
@@ -344,6 +349,8 @@ func TestTinyCacheFaultsAreRecomputed(t *testing.T) {
 		// errors (the engine's); the connector's errors by op.
 		onboarded, recomputed, errs int
 		connErrs                    map[string]float64
+		// timeout is the engine's CacheTimeout, for a cache that hangs.
+		timeout time.Duration
 	}{
 		{name: "a block evicted", conn: func(t *testing.T, reg prometheus.Registerer) sched.Connector {
 			n, hs := warm(t)
@@ -381,7 +388,7 @@ func TestTinyCacheFaultsAreRecomputed(t *testing.T) {
 			c := newConn(t, px.Addr(), reg)
 			px.Stall()
 			return c
-		}, errs: 1, connErrs: map[string]float64{"lookup": 1}},
+		}, errs: 1, connErrs: map[string]float64{"lookup": 1}, timeout: 300 * time.Millisecond},
 		{name: "the data plane stalled in the middle of the load", conn: func(t *testing.T, reg prometheus.Registerer) sched.Connector {
 			// The node's Info names a proxy in front of its data plane,
 			// which lets a response's first 4 KiB through (about 3 of the
@@ -395,12 +402,12 @@ func TestTinyCacheFaultsAreRecomputed(t *testing.T) {
 			waitHeld(t, dial(t, n.Addr), l, p)
 			px.StallAfter(4 << 10)
 			return newConn(t, n.Addr, reg)
-		}, onboarded: -1, errs: 1, connErrs: map[string]float64{"load": 1}},
+		}, onboarded: -1, errs: 1, connErrs: map[string]float64{"load": 1}, timeout: 300 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			conn := tc.conn(t, reg)
-			e := newEngine(t, sched.Config{Model: m, Connector: conn, Registerer: reg, CacheTimeout: 300 * time.Millisecond})
+			e := newEngine(t, sched.Config{Model: m, Connector: conn, Registerer: reg, CacheTimeout: tc.timeout})
 			toks, last := run(t, e, req)
 			if !slices.Equal(toks, want) || last.Err != nil || last.Finish != sched.FinishLength {
 				t.Fatalf("%v (finish %q, err %v), want the recompute's %v", toks, last.Finish, last.Err, want)
@@ -802,7 +809,7 @@ func TestSixtyFourConcurrentRequestsWithSharedPrefixes(t *testing.T) {
 	// 120 blocks of 16 tokens: 8 requests' worth (each needs up to 14),
 	// so requests wait for blocks, and running ones are preempted.
 	e, err := sched.New(sched.Config{Model: v, Connector: conn, Blocks: 120, MaxNumSeqs: 16, MaxNumBatchedTokens: 512,
-		Logger: slog.New(slog.DiscardHandler)})
+		CacheTimeout: 30 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
