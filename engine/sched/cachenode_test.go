@@ -983,3 +983,67 @@ func TestCancelAndCloseWhileTheCacheHangs(t *testing.T) {
 		t.Errorf("after Close: %d of %d blocks free", st.Pool.Free, st.Pool.Blocks)
 	}
 }
+
+// lookupErrs records the error of every Lookup of the connector it wraps.
+type lookupErrs struct {
+	sched.Connector
+	mu   sync.Mutex
+	errs []error
+}
+
+func (c *lookupErrs) Lookup(ctx context.Context, ns index.NamespaceID, hs []index.Hash) (int, error) {
+	n, err := c.Connector.Lookup(ctx, ns, hs)
+	c.mu.Lock()
+	c.errs = append(c.errs, err)
+	c.mu.Unlock()
+	return n, err
+}
+
+// A cache node that goes silent (its connections hold every byte, as a
+// partition that drops packets or a hung process does) costs the first
+// request its CacheTimeout; the next ones are not sent to it while it
+// backs off, as an unreachable one would be: they fail over to a
+// recompute at once instead of each waiting out its CacheTimeout.
+func TestASilentCacheBacksOff(t *testing.T) {
+	m := simModel(t, 0)
+	// Proxies in front of the node's gRPC service and of its data plane
+	// (which its Info names), so that both go silent.
+	dp := startProxy(t, "")
+	n := nodetest.Start(t, nodetest.Options{DRAMBytes: 64 << 20, DataAddr: dp.Addr()})
+	dp.SetTarget(n.DataAddr)
+	px := startProxy(t, n.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A backoff no loaded machine outlasts between two requests.
+	kc, err := kvconn.New(ctx, kvconn.Config{Addr: px.Addr(), Logger: slog.New(slog.DiscardHandler),
+		Backoff: time.Hour, CloseTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kc.Close() })
+	conn := &lookupErrs{Connector: kc}
+	e := newEngine(t, sched.Config{Model: m, Connector: conn, CacheTimeout: 300 * time.Millisecond})
+	px.Stall()
+	dp.Stall()
+
+	for i := range 3 {
+		p := tokens(40, uint32(20+i))
+		toks, last := run(t, e, sched.Request{Prompt: p, MaxTokens: 3})
+		if !slices.Equal(toks, simWant(m, p, 3)) || last.Err != nil {
+			t.Fatalf("request %d: %v (%v), want the model's tokens", i, toks, last.Err)
+		}
+	}
+	if st := e.Stats(); st.CacheErrors != 3 {
+		t.Errorf("%d cache errors, want 3", st.CacheErrors)
+	}
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	if len(conn.errs) != 3 || !errors.Is(conn.errs[0], context.DeadlineExceeded) {
+		t.Fatalf("lookups failed with %v; want 3, the first past its deadline", conn.errs)
+	}
+	for i, err := range conn.errs[1:] {
+		if !errors.Is(err, kvconn.ErrCacheDown) {
+			t.Errorf("lookup %d: %v, want kvconn.ErrCacheDown (not asked: the node is backing off)", i+2, err)
+		}
+	}
+}
