@@ -42,6 +42,9 @@ type Options struct {
 type Node struct {
 	*node.Node
 	Addr string // gRPC address
+	// DataAddr is the address the data plane serves on (Info names
+	// Options.DataAddr instead, when set: a proxy in front of it, say).
+	DataAddr string
 }
 
 // Start serves a node until the test ends.
@@ -96,5 +99,5 @@ func Start(t testing.TB, opts Options) *Node {
 		g.Stop()
 		n.Close()
 	})
-	return &Node{Node: n, Addr: lis.Addr().String()}
+	return &Node{Node: n, Addr: lis.Addr().String(), DataAddr: dl.Addr()}
 }

@@ -1,10 +1,14 @@
 // Command kvstrata is the kvstrata daemon. `kvstrata serve` runs a cache
 // node: DRAM and SSD tiers behind a gRPC control plane, a data plane for
 // block bytes, a Redis-protocol endpoint, and Prometheus metrics.
+// `kvstrata worker` runs an inference worker that uses a cache node and
+// looks like vLLM from outside; `kvstrata up` runs a cache node and N
+// workers in one process, a whole single-machine deployment.
 //
 // main only wires: configuration is package config, the node is put
-// together by api/daemon from the packages api/... and tiers/..., and
-// internal/lifecycle runs it; serve.go hands the one to the other.
+// together by api/daemon from the packages api/... and tiers/..., a worker
+// by engine/worker, and internal/lifecycle runs them as parts of one
+// process; serve.go, worker.go and up.go hand the one to the other.
 package main
 
 import (
@@ -25,7 +29,7 @@ import (
 // Exit statuses.
 const (
 	exitOK      = 0
-	exitFailure = 1 // the node failed to start or to run
+	exitFailure = 1 // a node or worker failed to start or to run
 	exitUsage   = 2 // the command line or the configuration is wrong
 )
 
@@ -47,14 +51,17 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 tiers (DRAM, local SSD) and hands them back to inference engines faster than
 they can be recomputed.
 
-Exit status: 0 on success, 1 when the node fails, 2 for a bad command line
-or configuration (nothing was started).`,
+serve runs a cache node, worker an inference worker that uses one, up both
+in one process.
+
+Exit status: 0 on success, 1 when a node or worker fails, 2 for a bad
+command line or configuration (nothing was started).`,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCommand(stdout, stderr), &cobra.Command{
+	root.AddCommand(newServeCommand(stdout, stderr), newWorkerCommand(stderr), newUpCommand(stderr), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run: func(cmd *cobra.Command, _ []string) {

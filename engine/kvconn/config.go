@@ -34,12 +34,13 @@ type Config struct {
 	OffloadBatch int
 	// OffloadTimeout bounds one offloading Put. The default is 10 s.
 	OffloadTimeout time.Duration
-	// Backoff is how long a node found unreachable is left alone, doubled
-	// after each further failure up to MaxBackoff: meanwhile Lookup, Load
-	// and Store fail at once (ErrCacheDown), and the offloader pauses as
-	// long before it tries again, so that a down cache is neither waited
-	// on by the engine loop, nor hammered, nor piled up on. Defaults
-	// 100 ms and 5 s (or Backoff, if longer).
+	// Backoff is how long a node found unreachable (or silent past a
+	// Lookup's deadline) is left alone, doubled after each further failure
+	// up to MaxBackoff: meanwhile Lookup, Load and Store fail at once
+	// (ErrCacheDown), and the offloader pauses as long before it tries
+	// again, so that a down cache is neither waited on by the engine loop,
+	// nor hammered, nor piled up on. Defaults 100 ms and 5 s (or Backoff,
+	// if longer).
 	Backoff, MaxBackoff time.Duration
 	// CloseTimeout bounds how long Close waits for queued blocks to be
 	// offloaded before it drops the rest. The default is 5 s.

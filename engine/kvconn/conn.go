@@ -74,19 +74,23 @@ func New(ctx context.Context, cfg Config) (*Conn, error) {
 // Lookup reports how many leading blocks of hashes the cache holds and can
 // serve now: the longest prefix the node's answer says some reachable
 // tier of some node holds. A cluster member that is not current may be
-// stale; Load then finds the truth and stops at the first miss.
+// stale; Load then finds the truth and stops at the first miss. A node
+// that does not answer before ctx's deadline backs off as an unreachable
+// one does (see peers.unanswered).
 func (c *Conn) Lookup(ctx context.Context, ns index.NamespaceID, hashes []index.Hash) (int, error) {
 	if len(hashes) == 0 {
 		return 0, nil
 	}
 	seed, err := c.peers.get(ctx, c.cfg.Addr, false)
 	if err != nil {
+		c.peers.unanswered(ctx, c.cfg.Addr)
 		c.m.errors.WithLabelValues(opLookup).Inc()
 		return 0, err
 	}
 	resp, err := seed.Lookup(ctx, ns, hashes)
 	c.peers.report(c.cfg.Addr, err)
 	if err != nil {
+		c.peers.unanswered(ctx, c.cfg.Addr)
 		c.m.errors.WithLabelValues(opLookup).Inc()
 		return 0, fmt.Errorf("kvconn: lookup: %w", err)
 	}

@@ -24,11 +24,12 @@ var (
 // requests name. A node that cannot be reached is dialled again at its
 // next use, so a cache that comes up after the worker is found then.
 //
-// A node found unreachable is not asked again for a backoff (Config.Backoff,
-// doubled after each further failure up to Config.MaxBackoff): calls fail
-// at once with ErrCacheDown meanwhile, so that a down cache costs the
-// engine loop nothing but a recompute. Probes (the offloader's calls) go
-// through regardless, and a success ends the backoff.
+// A node found unreachable, or silent past a Lookup's deadline, is not
+// asked again for a backoff (Config.Backoff, doubled after each further
+// failure up to Config.MaxBackoff): calls fail at once with ErrCacheDown
+// meanwhile, so that a down cache costs the engine loop nothing but a
+// recompute. Probes (the offloader's calls) go through regardless, and a
+// success ends the backoff.
 type peers struct {
 	opts                client.Options
 	backoff, maxBackoff time.Duration
@@ -116,6 +117,19 @@ func (ps *peers) report(addr string, err error) {
 		}
 		ps.mu.Unlock()
 	case errors.Is(err, client.ErrUnavailable) && !errors.Is(err, ErrCacheDown):
+		ps.down(addr)
+	}
+}
+
+// unanswered takes a Lookup of addr that failed: if ctx's deadline passed,
+// the node did not answer a small question within the engine's time (a
+// partition that drops packets, a hung process), which is as good as
+// down to the engine, so it backs off as an unreachable node does; else
+// every request would wait out its deadline for as long as the node is
+// silent. A cancelled ctx (the request ended) says nothing of the node,
+// and neither does a slow Load: a long prefix may take its time.
+func (ps *peers) unanswered(ctx context.Context, addr string) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		ps.down(addr)
 	}
 }

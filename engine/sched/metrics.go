@@ -36,10 +36,13 @@ import (
 //	kvstrata_engine_onboarded_tokens_total   counter tokens loaded from kvstrata into the pool
 //	kvstrata_engine_recomputed_tokens_total  counter tokens kvstrata had (or was named for) but did not deliver, so computed
 //	kvstrata_engine_cache_failures_total     counter Lookup, Load or Store calls that failed or timed out, as the engine saw them
-//	                                                 (engine/kvconn counts its own by op as kvstrata_engine_cache_errors_total{op};
-//	                                                 the names differ so that both share a registry)
 //	kvstrata_engine_offloaded_blocks_total   counter blocks handed to the Connector to offload
 //	kvstrata_engine_stored_blocks_total      counter blocks stored for a remote decode
+//
+// The connector's metrics (engine/kvconn) share the kvstrata_engine_ prefix
+// and a worker registers both on one registry, so no name here may be one
+// of its: kvconn's kvstrata_engine_cache_errors_total{op} counts its own
+// failed operations by op, offloads included.
 type metrics struct {
 	running, waiting, usage            prometheus.Gauge
 	queries, hits                      prometheus.Counter
@@ -96,7 +99,7 @@ func newMetrics(reg prometheus.Registerer, modelName string) (*metrics, error) {
 		queue:       hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", requestBuckets),
 		onboarded:   counter("kvstrata_engine_onboarded_tokens_total", "Prompt tokens whose KV was loaded from kvstrata into the worker's pool."),
 		recomputed:  counter("kvstrata_engine_recomputed_tokens_total", "Prompt tokens kvstrata held or was named for but did not deliver (missing, corrupt, late, failed), so computed."),
-		cacheErrors: counter("kvstrata_engine_cache_failures_total", "Cache calls (Lookup, Load, Store) that failed or timed out, as the engine saw them; it recomputed instead."),
+		cacheErrors: counter("kvstrata_engine_cache_failures_total", "Cache calls of the engine (Lookup, Load, Store) that failed or timed out; it recomputed instead, or failed the handoff."),
 		offloaded:   counter("kvstrata_engine_offloaded_blocks_total", "Full blocks the worker computed and handed to kvstrata to offload."),
 		stored:      counter("kvstrata_engine_stored_blocks_total", "Prompt blocks stored in kvstrata for a remote decode worker."),
 	}
