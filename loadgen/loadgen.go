@@ -247,8 +247,8 @@ func Run(ctx context.Context, dial Dialer, cfg Config) (*Report, error) {
 	}
 
 	var handed, puts atomic.Int64
-	end := time.Now().Add(cfg.Duration) // used only when bound by time
-	p := phase{name: "run", total: cfg.Requests}
+	p := phase{name: "run", total: cfg.Requests, start: time.Now()}
+	end := p.start.Add(cfg.Duration) // used only when bound by time
 	if cfg.Requests == 0 {
 		p.duration = cfg.Duration
 	}
@@ -291,13 +291,19 @@ type phase struct {
 	name     string
 	total    int64
 	duration time.Duration
+	// start, if set, is when the phase began: a phase bound by time
+	// measures its end from it, and its Elapsed must too.
+	start time.Time
 }
 
 // runPhase runs the workers until next says stop (or ctx is done) and
 // merges their results.
 func runPhase(ctx context.Context, workers []*worker, cfg *Config, p phase, next func(*worker) (kind, bool)) Result {
 	var requests, bytes atomic.Int64
-	start := time.Now()
+	start := p.start
+	if start.IsZero() {
+		start = time.Now()
+	}
 	var wg sync.WaitGroup
 	for _, w := range workers {
 		w.res = Result{Latency: w.res.Latency}

@@ -187,7 +187,8 @@ func TestRequireAtStartRefusesToStartWithTheObjectStoreDown(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.Stop()
 	cmd := exec.Command(binary, append([]string{"serve", "--data-dir", t.TempDir(), "--s3-require-at-start",
-		"--listen-grpc", freeport.Addr(t), "--listen-data", freeport.Addr(t), "--listen-resp", "", "--listen-http", ""}, s3Flags(srv)...)...)
+		"--listen-grpc", freeport.Addr(t), "--listen-data", freeport.Addr(t), "--listen-resp", "", "--listen-http", "",
+		"--cluster-raft-addr", freeport.Addr(t)}, s3Flags(srv)...)...)
 	out, err := cmd.CombinedOutput()
 	if _, ok := err.(*exec.ExitError); !ok || !strings.Contains(string(out), "s3 tier at "+srv.Endpoint()) {
 		t.Fatalf("serve --s3-require-at-start with the store down: %v\n%s", err, out)
