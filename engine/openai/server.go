@@ -9,6 +9,11 @@
 // request is one Engine.Generate call under the HTTP request's context:
 // a client that goes away cancels its engine requests. Bad input is
 // answered with a 4xx before anything reaches the engine.
+//
+// HTTPServer serves a Server on a listener within its Limits: how many
+// connections, how long headers, a body and idleness may take, and how
+// long a response may wait for a client that stopped reading — so that
+// stalled or slow clients hold nothing for long and lock no one out.
 package openai
 
 import (
