@@ -259,29 +259,37 @@ func TestStoppedStreamReaderFreesItsEngineRequest(t *testing.T) {
 	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
 		t.Fatalf("the first event: %v", err)
 	}
-	_, metrics := get(t, base+"/metrics")
-	if !strings.Contains(metrics, `vllm:num_requests_running{model_name="kvstrata-sim"} 1`) {
-		t.Fatalf("the stream's request is not running:\n%s", grepLines(metrics, "vllm:num_requests"))
-	}
+	waitMetrics(t, base, "the stream's request running", `vllm:num_requests_running{model_name="kvstrata-sim"} 1`)
 	// The client reads no more, and keeps its connection open.
+	metrics := waitMetrics(t, base, "the request of a client that stopped reading aborted and its blocks freed",
+		`vllm:num_requests_running{model_name="kvstrata-sim"} 0`,
+		`vllm:request_success_total{finished_reason="abort",model_name="kvstrata-sim"} 1`,
+		`vllm:kv_cache_usage_perc{model_name="kvstrata-sim"} 0`)
+	t.Log(grepLines(metrics, "generation_tokens_total"))
+}
+
+// waitMetrics polls the worker's /metrics until it has every line of
+// wants, failing after 60 s; it returns the last scrape.
+func waitMetrics(t *testing.T, base, what string, wants ...string) string {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, metrics = get(t, base+"/metrics")
-		if strings.Contains(metrics, `vllm:num_requests_running{model_name="kvstrata-sim"} 0`) {
-			break
+		_, metrics := get(t, base+"/metrics")
+		missing := ""
+		for _, want := range wants {
+			if !strings.Contains(metrics, want+"\n") {
+				missing = want
+				break
+			}
+		}
+		if missing == "" {
+			return metrics
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the request of a client that stopped reading still runs after 60 s:\n%s", grepLines(metrics, "vllm:"))
+			t.Fatalf("not within 60 s: %s (no %s):\n%s", what, missing, grepLines(metrics, "vllm:"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for _, want := range []string{`vllm:request_success_total{finished_reason="abort",model_name="kvstrata-sim"} 1`,
-		`vllm:kv_cache_usage_perc{model_name="kvstrata-sim"} 0`} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(metrics, "vllm:"))
-		}
-	}
-	t.Log(grepLines(metrics, "generation_tokens_total"))
 }
 
 // grepLines is the lines of s that contain sub, for failure messages.
