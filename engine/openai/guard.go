@@ -161,8 +161,9 @@ type ConnStats struct {
 	// Open are the connections served now (displaced ones still closing
 	// not included).
 	Open int
-	// Displaced and Refused count connections closed to make room for a
-	// new one, and new ones answered 503, since the Server started.
+	// Displaced counts connections closed to make room for a new one,
+	// Refused new ones turned away (answered 503, or closed unanswered
+	// while 256 others were being answered), since the Server started.
 	Displaced, Refused uint64
 }
 
