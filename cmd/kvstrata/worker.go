@@ -112,6 +112,9 @@ func addModelFlags(t *flagTable, cfg *worker.Config) {
 	t.int("max-num-seqs", 0, "most sequences in a batch (0: 256, vLLM's default)", &cfg.MaxNumSeqs)
 	t.int("max-num-batched-tokens", 0, "most tokens computed per step, decode and prefill chunks together (0: 2048, or --max-num-seqs if larger)", &cfg.MaxNumBatchedTokens)
 	t.int("max-model-len", 0, "longest request, prompt plus max_tokens, in tokens (0: the pool's tokens for sim, 4096 for tiny)", &cfg.ContextLen)
+	t.int("max-connections", cfg.HTTP.MaxConns, "most HTTP connections at once; a new one displaces the one idle or stalled longest in its request, else is answered 503", &cfg.HTTP.MaxConns)
+	t.duration("http-body-timeout", cfg.HTTP.BodyTimeout, "time to send a request body, plus a second per 64 KiB sent; a body not sent in time is answered 408", &cfg.HTTP.BodyTimeout)
+	t.duration("http-idle-timeout", cfg.HTTP.IdleTimeout, "close a keep-alive HTTP connection idle this long", &cfg.HTTP.IdleTimeout)
 }
 
 // flagTable binds flags to settings as text, parsed after the whole

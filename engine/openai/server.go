@@ -9,6 +9,11 @@
 // request is one Engine.Generate call under the HTTP request's context:
 // a client that goes away cancels its engine requests. Bad input is
 // answered with a 4xx before anything reaches the engine.
+//
+// HTTPServer serves a Server on a listener within its Limits: how many
+// connections, how long headers, a body and idleness may take, and how
+// long a response may wait for a client that stopped reading — so that
+// stalled or slow clients hold nothing for long and lock no one out.
 package openai
 
 import (
@@ -80,6 +85,9 @@ type Config struct {
 	// MaxBatchPrompts bounds the prompts of one completions request. The
 	// default is DefaultMaxBatchPrompts.
 	MaxBatchPrompts int
+	// Limits bound what clients' connections may hold: see Limits. Every
+	// zero field has its default.
+	Limits Limits
 	// Gatherer is served at GET /metrics; nil serves no /metrics.
 	Gatherer prometheus.Gatherer
 	// Health is asked by GET /health: nil or a nil error answers 200, an
@@ -107,6 +115,7 @@ func (c *Config) EnsureDefaults() {
 	if c.MaxBatchPrompts == 0 {
 		c.MaxBatchPrompts = DefaultMaxBatchPrompts
 	}
+	c.Limits.EnsureDefaults()
 	if c.Version == "" {
 		c.Version = buildVersion()
 	}
@@ -147,6 +156,7 @@ func (c *Config) Validate() error {
 	if c.MaxBatchPrompts <= 0 {
 		bad("max batch prompts is %d, must be > 0", c.MaxBatchPrompts)
 	}
+	probs = append(probs, c.Limits.Problems()...)
 	if c.ChatTemplate == nil {
 		bad("chat template is nil")
 	}
@@ -162,6 +172,7 @@ func (c *Config) Validate() error {
 // Server serves the OpenAI API.
 type Server struct {
 	cfg     Config
+	guard   *guard
 	metrics http.Handler
 	routes  map[string]route
 }
@@ -177,7 +188,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, guard: newGuard(cfg.Limits)}
 	s.routes = map[string]route{
 		"/v1/completions":      {http.MethodPost, s.completions},
 		"/v1/chat/completions": {http.MethodPost, s.chat},
@@ -196,6 +207,9 @@ func New(cfg Config) (*Server, error) {
 // the wrong method a 405, both as JSON error bodies.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, ok := s.routes[r.URL.Path]
+	if !ok || rt.method != http.MethodPost || r.Method != http.MethodPost {
+		s.guard.serving(r) // no body to read: the request is here
+	}
 	if !ok {
 		writeError(w, httpError(http.StatusNotFound, "Not Found: %s", r.URL.Path))
 		return
@@ -208,17 +222,58 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.handle(w, r)
 }
 
-// readBody reads a request body up to MaxBodyBytes.
+// readBody reads a request body up to MaxBodyBytes, within BodyTimeout
+// plus a second per MinBodyRate bytes received: a body that misses its
+// deadline is answered 408 and its connection closed. The read deadline is
+// cleared once the body is read: the response may stream for long.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, httpError(http.StatusRequestEntityTooLarge, "the request body exceeds %d bytes", s.cfg.MaxBodyBytes)
-		}
-		return nil, badRequest("", "reading the request body: %v", err)
+	defer s.guard.serving(r)
+	lim := s.cfg.Limits
+	rc := http.NewResponseController(w)
+	start := time.Now()
+	deadline := func(got int) time.Time {
+		return start.Add(lim.BodyTimeout + time.Duration(float64(got)/float64(lim.MinBodyRate)*float64(time.Second)))
 	}
-	return body, nil
+	// A handler served without a deadline-capable connection (a test's
+	// recorder) reads without one.
+	_ = rc.SetReadDeadline(deadline(0))
+	defer rc.SetReadDeadline(time.Time{})
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	// The announced length is the client's word: memory is taken as the
+	// bytes arrive.
+	buf := make([]byte, 0, min(max(r.ContentLength, 512), 64<<10))
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, s.bodyError(w, r, err, len(buf), time.Since(start))
+		}
+		if n > 0 {
+			_ = rc.SetReadDeadline(deadline(len(buf)))
+		}
+	}
+}
+
+// bodyError is the answer to a body that could not be read.
+func (s *Server) bodyError(w http.ResponseWriter, r *http.Request, err error, got int, took time.Duration) *apiError {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return httpError(http.StatusRequestEntityTooLarge, "the request body exceeds %d bytes", s.cfg.MaxBodyBytes)
+	case isTimeout(err):
+		w.Header().Set("Connection", "close")
+		if gc := connOf(r); gc != nil && gc.isDisplaced() {
+			return httpError(http.StatusServiceUnavailable, "the connection was closed to make room for another: the worker serves its maximum of %d connections and the request body was arriving too slowly (%d bytes in %v)", s.cfg.Limits.MaxConns, got, took.Round(time.Millisecond))
+		}
+		return httpError(http.StatusRequestTimeout, "the request body was not received in time: %d bytes in %v, allowed %v plus a second per %d bytes", got, took.Round(time.Millisecond), s.cfg.Limits.BodyTimeout, s.cfg.Limits.MinBodyRate)
+	}
+	return badRequest("", "reading the request body: %v", err)
 }
 
 // checkModel answers a 404 unless model is empty or the served name.

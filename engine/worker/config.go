@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/engine/kvevents"
+	"github.com/kvstrata/kvstrata/engine/openai"
 )
 
 // Roles a worker plays in a deployment.
@@ -133,6 +134,13 @@ type Config struct {
 	// tiny (its rotary table's length); at most the pool's tokens.
 	ContextLen int
 
+	// HTTP bounds what clients' connections may hold of the HTTP server:
+	// the most connections (displacing the slowest sender for a new one),
+	// the time to send headers and a body, keep-alive idleness, and how
+	// long a response may wait for a client that stopped reading. Every
+	// zero field has its default (see openai.Limits).
+	HTTP openai.Limits
+
 	// Logger receives the worker's lines. The default is slog.Default().
 	Logger *slog.Logger
 }
@@ -190,6 +198,7 @@ func (c *Config) EnsureDefaults() {
 			c.ContextLen = min(c.ContextLen, DefaultTinyContextLen)
 		}
 	}
+	c.HTTP.EnsureDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -274,6 +283,9 @@ func (c *Config) Validate() error {
 		bad("ContextLen is %d, must be ≥ 2", c.ContextLen)
 	} else if c.Blocks > 0 && c.ContextLen > c.Blocks*blockTokens {
 		bad("ContextLen is %d, more than the pool's %d blocks of %d tokens hold", c.ContextLen, c.Blocks, blockTokens)
+	}
+	for _, p := range c.HTTP.Problems() {
+		bad("HTTP: %s", p)
 	}
 	if c.Logger == nil {
 		bad("Logger is nil")

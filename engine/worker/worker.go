@@ -29,7 +29,6 @@ import (
 	"net/http"
 	"os"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -181,7 +180,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	api, err := openai.New(openai.Config{
 		Engine: eng, Tokenizer: tok, ModelName: cfg.ModelName, ContextLen: cfg.ContextLen, StopTokens: stop,
-		Gatherer: w.reg, Health: w.Ready, Logger: w.log,
+		Limits: cfg.HTTP, Gatherer: w.reg, Health: w.Ready, Logger: w.log,
 	})
 	if err != nil {
 		return fmt.Errorf("worker: HTTP API: %w", err)
@@ -189,11 +188,13 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if w.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("worker: HTTP: listen on %s: %w", cfg.Listen, err)
 	}
-	w.srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(w.log.Handler(), slog.LevelWarn)}
+	var guarded net.Listener
+	w.srv, guarded = api.HTTPServer(w.ln)
+	w.srv.ErrorLog = slog.NewLogLogger(w.log.Handler(), slog.LevelWarn)
 	w.served = make(chan struct{})
 	go func() {
 		defer close(w.served)
-		if err := w.srv.Serve(w.ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := w.srv.Serve(guarded); !errors.Is(err, http.ErrServerClosed) {
 			w.failed <- fmt.Errorf("HTTP server on %s: %w", w.ln.Addr(), err)
 		}
 	}()

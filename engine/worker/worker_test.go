@@ -1,16 +1,21 @@
 package worker
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvstrata/kvstrata/engine/openai"
 )
 
 func TestDefaultConfigIsValidAndDocumented(t *testing.T) {
@@ -20,7 +25,9 @@ func TestDefaultConfigIsValidAndDocumented(t *testing.T) {
 	}
 	want := Config{Role: "aggregated", Model: "sim", ModelName: "kvstrata-sim", Listen: "127.0.0.1:8000",
 		Cache: "127.0.0.1:7070", KVEvents: "tcp://127.0.0.1:5557", KVEventsReplay: "tcp://127.0.0.1:5558",
-		KVEventsEncoding: "arrays", Speedup: 1, TokenBytes: 64, TinySeed: 1, Blocks: 4096, ContextLen: 65536}
+		KVEventsEncoding: "arrays", Speedup: 1, TokenBytes: 64, TinySeed: 1, Blocks: 4096, ContextLen: 65536,
+		HTTP: openai.Limits{MaxConns: 4096, HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second, MinBodyRate: 64 << 10,
+			IdleTimeout: time.Minute, WriteStallTimeout: 30 * time.Second}}
 	c.Logger = nil
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("DefaultConfig() = %+v\nwant %+v", c, want)
@@ -35,7 +42,8 @@ func TestDefaultConfigIsValidAndDocumented(t *testing.T) {
 func TestValidateNamesEveryBadField(t *testing.T) {
 	c := Config{Role: "router", Model: "llama", Listen: "nowhere", Cache: "also-nowhere",
 		KVEvents: "ipc:///tmp/x", KVEventsReplay: "tcp://127.0.0.1", KVEventsEncoding: "json", Speedup: -1,
-		TokenBytes: 3, Blocks: -1, MaxNumSeqs: -2, MaxNumBatchedTokens: -3, ContextLen: 1}
+		TokenBytes: 3, Blocks: -1, MaxNumSeqs: -2, MaxNumBatchedTokens: -3, ContextLen: 1,
+		HTTP: openai.Limits{MaxConns: -1, BodyTimeout: -time.Second}}
 	c.EnsureDefaults()
 	err := c.Validate()
 	if !errors.Is(err, ErrBadConfig) {
@@ -43,7 +51,8 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 	}
 	for _, want := range []string{`Role "router"`, `Model "llama"`, `Listen: "nowhere"`, `Cache: "also-nowhere"`,
 		`KVEvents: "ipc:///tmp/x"`, `KVEventsReplay: endpoint "tcp://127.0.0.1"`, `KVEventsEncoding "json"`, "Speedup is -1",
-		"TokenBytes is 3", "Blocks is -1", "MaxNumSeqs is -2", "MaxNumBatchedTokens is -3", "ContextLen is 1"} {
+		"TokenBytes is 3", "Blocks is -1", "MaxNumSeqs is -2", "MaxNumBatchedTokens is -3", "ContextLen is 1",
+		"HTTP: MaxConns is -1", "HTTP: BodyTimeout is -1s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error does not say %s:\n%v", want, err)
 		}
@@ -220,4 +229,76 @@ func TestWorkerWithAnAbsentCacheStartsAndServes(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+}
+
+// A client that stops reading a long stream, keeping its connection open,
+// does not hold the engine: once a write has made no progress for
+// WriteStallTimeout its request is aborted and its blocks freed.
+func TestStoppedStreamReaderFreesItsEngineRequest(t *testing.T) {
+	// A million tokens: the request cannot end by its length in the test's
+	// time, only by being aborted.
+	w := startWorker(t, Config{Speedup: 1000, Blocks: 1 << 16, HTTP: openai.Limits{WriteStallTimeout: 300 * time.Millisecond}})
+	base := "http://" + w.Addr()
+	// A small receive buffer from the start (a window the server fills
+	// soon), set before connecting.
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10) })
+	}}
+	nc, err := d.Dial("tcp", w.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	body := `{"prompt":"Tell a story that never ends.","max_tokens":1000000,"ignore_eos":true,"stream":true}`
+	fmt.Fprintf(nc, "POST /v1/completions HTTP/1.1\r\nHost: worker\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReaderSize(nc, 512), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatalf("the first event: %v", err)
+	}
+	waitMetrics(t, base, "the stream's request running", `vllm:num_requests_running{model_name="kvstrata-sim"} 1`)
+	// The client reads no more, and keeps its connection open.
+	metrics := waitMetrics(t, base, "the request of a client that stopped reading aborted and its blocks freed",
+		`vllm:num_requests_running{model_name="kvstrata-sim"} 0`,
+		`vllm:request_success_total{finished_reason="abort",model_name="kvstrata-sim"} 1`,
+		`vllm:kv_cache_usage_perc{model_name="kvstrata-sim"} 0`)
+	t.Log(grepLines(metrics, "generation_tokens_total"))
+}
+
+// waitMetrics polls the worker's /metrics until it has every line of
+// wants, failing after 60 s; it returns the last scrape.
+func waitMetrics(t *testing.T, base, what string, wants ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, metrics := get(t, base+"/metrics")
+		missing := ""
+		for _, want := range wants {
+			if !strings.Contains(metrics, want+"\n") {
+				missing = want
+				break
+			}
+		}
+		if missing == "" {
+			return metrics
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 60 s: %s (no %s):\n%s", what, missing, grepLines(metrics, "vllm:"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// grepLines is the lines of s that contain sub, for failure messages.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
