@@ -91,10 +91,14 @@ func benchOverhead(b *testing.B, virtual bool) {
 		var wg sync.WaitGroup
 		var got atomic.Int64
 		for s := range benchSeqs {
+			// Every prompt its own (no prefix hits): its first two ids
+			// number it, the rest count up; all within the vocabulary.
+			n := i*benchSeqs + s
 			prompt := make([]int, benchPrompt)
 			for j := range prompt {
-				prompt[j] = 1 + (i*benchSeqs+s)*benchPrompt + j // every prompt its own: no prefix hits
+				prompt[j] = 2 + j
 			}
+			prompt[0], prompt[1] = 1+n%100000, 1+n/100000
 			wg.Go(func() {
 				n, err := stream(client, url, prompt)
 				if err != nil {
