@@ -1,0 +1,133 @@
+package zmtpguard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4/transport"
+)
+
+// guarded is the zmq4 transport: tcp's, with each connection wrapped.
+type guarded struct{ tcp transport.Transport }
+
+var _ transport.Transport = guarded{}
+
+func (g guarded) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
+	c, err := g.tcp.Dial(ctx, d, addr)
+	if err != nil {
+		return nil, err
+	}
+	return newConn(c, limitsOf(ctx), nil), nil
+}
+
+func (g guarded) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	l, err := g.tcp.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	lim := limitsOf(ctx)
+	return &listener{Listener: l, lim: lim, slots: make(chan struct{}, lim.MaxConns)}, nil
+}
+
+func (g guarded) Addr(ep string) (string, error) { return g.tcp.Addr(ep) }
+
+// listener closes, at accept, the connections over its limit.
+type listener struct {
+	net.Listener
+	lim   Limits
+	slots chan struct{} // one token per open connection
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return newConn(c, l.lim, func() { <-l.slots }), nil
+		default:
+			c.Close()
+			reject(l.lim, fmt.Errorf("%w: %s: %d open", ErrTooManyConns, c.RemoteAddr(), l.lim.MaxConns))
+		}
+	}
+}
+
+func reject(lim Limits, err error) {
+	if lim.OnReject != nil {
+		lim.OnReject(err)
+	}
+}
+
+// conn passes what its peer sends through a Parser.
+type conn struct {
+	net.Conn
+	lim      Limits
+	release  func() // frees the listener's slot; nil for a dialed conn
+	closing  sync.Once
+	deadline *time.Timer
+	done     atomic.Bool // the handshake finished
+	closed   atomic.Bool
+	rejected atomic.Bool // OnReject was told
+
+	mu sync.Mutex // zmq4 reads from one goroutine at a time; this keeps the race detector's word for it
+	p  *Parser
+}
+
+func newConn(c net.Conn, lim Limits, release func()) *conn {
+	g := &conn{Conn: c, lim: lim, release: release, p: NewParser(lim)}
+	// zmq4 reads the handshake without a deadline, in its accept loop for
+	// a listener: close a connection whose handshake does not finish.
+	g.deadline = time.AfterFunc(lim.HandshakeTimeout, func() {
+		if !g.done.Load() && !g.closed.Load() {
+			g.fail(fmt.Errorf("%w: %s after %v", ErrHandshakeTimeout, c.RemoteAddr(), lim.HandshakeTimeout))
+		}
+	})
+	return g
+}
+
+// Read reads from the peer and hands on the bytes only if they are
+// well-formed and within limits; otherwise it closes the connection and
+// returns an error that zmq4 takes for a lost connection (a net.Error
+// that is no timeout), without any of the bytes of this read.
+func (g *conn) Read(b []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.done.Load() && g.p.Handshaken() {
+		// zmq4 reads past the peer's READY only once its handshake is done.
+		g.done.Store(true)
+		g.deadline.Stop()
+	}
+	n, err := g.Conn.Read(b)
+	if perr := g.p.Feed(b[:n]); perr != nil {
+		perr = fmt.Errorf("%w (from %s)", perr, g.RemoteAddr())
+		g.fail(perr)
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: g.LocalAddr(), Addr: g.RemoteAddr(), Err: perr}
+	}
+	return n, err
+}
+
+// fail closes the connection for err and reports it once.
+func (g *conn) fail(err error) {
+	if g.rejected.CompareAndSwap(false, true) {
+		reject(g.lim, err)
+	}
+	g.Close()
+}
+
+func (g *conn) Close() error {
+	err := net.ErrClosed
+	g.closing.Do(func() {
+		g.closed.Store(true)
+		err = g.Conn.Close()
+		if g.release != nil {
+			g.release()
+		}
+	})
+	return err
+}
