@@ -52,8 +52,8 @@ func (l *listener) Accept() (net.Conn, error) {
 		case l.slots <- struct{}{}:
 			return newConn(c, l.lim, func() { <-l.slots }), nil
 		default:
-			c.Close()
 			reject(l.lim, fmt.Errorf("%w: %s: %d open", ErrTooManyConns, c.RemoteAddr(), l.lim.MaxConns))
+			c.Close()
 		}
 	}
 }
@@ -112,7 +112,8 @@ func (g *conn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// fail closes the connection for err and reports it once.
+// fail reports err, once, and closes the connection (in that order, so
+// that a peer that sees the close can see it counted).
 func (g *conn) fail(err error) {
 	if g.rejected.CompareAndSwap(false, true) {
 		reject(g.lim, err)
@@ -124,10 +125,12 @@ func (g *conn) Close() error {
 	err := net.ErrClosed
 	g.closing.Do(func() {
 		g.closed.Store(true)
-		err = g.Conn.Close()
+		// Free the slot first: a reader of this connection may go on to
+		// accept the next one as soon as it is closed.
 		if g.release != nil {
 			g.release()
 		}
+		err = g.Conn.Close()
 	})
 	return err
 }
