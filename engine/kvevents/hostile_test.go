@@ -268,3 +268,51 @@ func TestPublisherConnectionFlood(t *testing.T) {
 		t.Errorf("subscriber stats %+v, want every batch from 0 to %d", st, last)
 	}
 }
+
+// TestSubscriberSilentPublisher: a "publisher" that accepts connections
+// and never says a word does not hold a Subscriber: Run returns when its
+// context ends, in the handshake too (zmq4's handshake heeds no context,
+// and it waited for ever), and the connection is closed.
+func TestSubscriberSilentPublisher(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			select {
+			case accepted <- c:
+			default:
+			}
+		}
+	}()
+	s, err := NewSubscriber(SubscriberConfig{Endpoint: "tcp://" + l.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, func(int64, *Batch) {}) }()
+	c := <-accepted // the Subscriber is in its handshake
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v, want context.Canceled", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return before its 60 s deadline after its context ended in a handshake")
+	}
+	// The connection is closed.
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil && !isReset(err) {
+		t.Fatalf("the subscriber's connection was not closed before its 30 s deadline: %v", err)
+	}
+}

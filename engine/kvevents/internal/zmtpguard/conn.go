@@ -21,7 +21,7 @@ func (g guarded) Dial(ctx context.Context, d transport.Dialer, addr string) (net
 	if err != nil {
 		return nil, err
 	}
-	return newConn(c, limitsOf(ctx), nil), nil
+	return newConn(ctx, c, limitsOf(ctx), nil), nil
 }
 
 func (g guarded) Listen(ctx context.Context, addr string) (net.Listener, error) {
@@ -30,7 +30,7 @@ func (g guarded) Listen(ctx context.Context, addr string) (net.Listener, error) 
 		return nil, err
 	}
 	lim := limitsOf(ctx)
-	return &listener{Listener: l, lim: lim, slots: make(chan struct{}, lim.MaxConns)}, nil
+	return &listener{Listener: l, ctx: ctx, lim: lim, slots: make(chan struct{}, lim.MaxConns)}, nil
 }
 
 func (g guarded) Addr(ep string) (string, error) { return g.tcp.Addr(ep) }
@@ -38,6 +38,7 @@ func (g guarded) Addr(ep string) (string, error) { return g.tcp.Addr(ep) }
 // listener closes, at accept, the connections over its limit.
 type listener struct {
 	net.Listener
+	ctx   context.Context // the socket's
 	lim   Limits
 	slots chan struct{} // one token per open connection
 }
@@ -50,7 +51,7 @@ func (l *listener) Accept() (net.Conn, error) {
 		}
 		select {
 		case l.slots <- struct{}{}:
-			return newConn(c, l.lim, func() { <-l.slots }), nil
+			return newConn(l.ctx, c, l.lim, func() { <-l.slots }), nil
 		default:
 			reject(l.lim, fmt.Errorf("%w: %s: %d open", ErrTooManyConns, c.RemoteAddr(), l.lim.MaxConns))
 			c.Close()
@@ -70,22 +71,34 @@ type conn struct {
 	lim      Limits
 	release  func() // frees the listener's slot; nil for a dialed conn
 	closing  sync.Once
-	deadline *time.Timer
+	hsMu     sync.Mutex  // guards the two below
+	deadline *time.Timer // closes the connection past the handshake timeout
+	stop     func() bool // stops closing the connection when the socket's context ends
 	done     atomic.Bool // the handshake finished
 	closed   atomic.Bool
 	rejected atomic.Bool // OnReject was told
 
-	mu sync.Mutex // zmq4 reads from one goroutine at a time; this keeps the race detector's word for it
+	mu sync.Mutex // serializes Reads, which zmq4 makes from one goroutine at a time anyway
 	p  *Parser
 }
 
-func newConn(c net.Conn, lim Limits, release func()) *conn {
+// newConn wraps c, a connection of the socket whose context is ctx.
+func newConn(ctx context.Context, c net.Conn, lim Limits, release func()) *conn {
 	g := &conn{Conn: c, lim: lim, release: release, p: NewParser(lim)}
+	g.hsMu.Lock()
+	defer g.hsMu.Unlock()
 	// zmq4 reads the handshake without a deadline, in its accept loop for
-	// a listener: close a connection whose handshake does not finish.
+	// a listener, and heeds neither the socket's context nor its Close:
+	// close a connection whose handshake does not finish in time, or
+	// before the socket closes.
 	g.deadline = time.AfterFunc(lim.HandshakeTimeout, func() {
 		if !g.done.Load() && !g.closed.Load() {
 			g.fail(fmt.Errorf("%w: %s after %v", ErrHandshakeTimeout, c.RemoteAddr(), lim.HandshakeTimeout))
+		}
+	})
+	g.stop = context.AfterFunc(ctx, func() {
+		if !g.done.Load() {
+			g.Close()
 		}
 	})
 	return g
@@ -101,7 +114,7 @@ func (g *conn) Read(b []byte) (int, error) {
 	if !g.done.Load() && g.p.Handshaken() {
 		// zmq4 reads past the peer's READY only once its handshake is done.
 		g.done.Store(true)
-		g.deadline.Stop()
+		g.endHandshake()
 	}
 	n, err := g.Conn.Read(b)
 	if perr := g.p.Feed(b[:n]); perr != nil {
@@ -110,6 +123,14 @@ func (g *conn) Read(b []byte) (int, error) {
 		return 0, &net.OpError{Op: "read", Net: "tcp", Source: g.LocalAddr(), Addr: g.RemoteAddr(), Err: perr}
 	}
 	return n, err
+}
+
+// endHandshake stops watching the handshake.
+func (g *conn) endHandshake() {
+	g.hsMu.Lock()
+	defer g.hsMu.Unlock()
+	g.deadline.Stop()
+	g.stop()
 }
 
 // fail reports err, once, and closes the connection (in that order, so
@@ -125,6 +146,7 @@ func (g *conn) Close() error {
 	err := net.ErrClosed
 	g.closing.Do(func() {
 		g.closed.Store(true)
+		g.endHandshake()
 		// Free the slot first: a reader of this connection may go on to
 		// accept the next one as soon as it is closed.
 		if g.release != nil {

@@ -41,7 +41,7 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 		w = log.Writer()
 	}
 	if l.dropped > 0 {
-		fmt.Fprintf(w, "zmq4: (%d similar lines left out in the last %v)\n", l.dropped, l.interval)
+		fmt.Fprintf(w, "zmq4: (%d lines left out since the last one)\n", l.dropped)
 		l.dropped = 0
 	}
 	return w.Write(p)
