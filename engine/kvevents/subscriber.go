@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +71,13 @@ func (c *SubscriberConfig) Validate() error {
 	var errs []error
 	if c.Endpoint == "" {
 		errs = append(errs, errors.New("kvevents: Endpoint: required"))
+	} else if err := checkEndpoint(c.Endpoint); err != nil {
+		errs = append(errs, fmt.Errorf("kvevents: Endpoint: %w", err))
+	}
+	if c.ReplayEndpoint != "" {
+		if err := checkEndpoint(c.ReplayEndpoint); err != nil {
+			errs = append(errs, fmt.Errorf("kvevents: ReplayEndpoint: %w", err))
+		}
 	}
 	if c.ReplayTimeout < 0 {
 		errs = append(errs, fmt.Errorf("kvevents: ReplayTimeout: %v is negative", c.ReplayTimeout))
@@ -79,6 +89,23 @@ func (c *SubscriberConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("kvevents: MaxMessage: %d is negative", c.MaxMessage))
 	}
 	return errors.Join(errs...)
+}
+
+// checkEndpoint reports what is wrong with a ZMQ endpoint, so that Run,
+// which dials until it is told to stop, is not given one no dial mends.
+func checkEndpoint(ep string) error {
+	scheme, addr, ok := strings.Cut(ep, "://")
+	switch {
+	case !ok:
+		return fmt.Errorf("%q is not transport://address", ep)
+	case !slices.Contains(zmq4.Transports(), scheme):
+		return fmt.Errorf("%q: unknown transport %q", ep, scheme)
+	case scheme == "tcp":
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%q: %w", ep, err)
+		}
+	}
+	return nil
 }
 
 // SubscriberStats counts what a Subscriber heard.

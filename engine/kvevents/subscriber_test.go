@@ -236,6 +236,11 @@ func TestSubscriberConfig(t *testing.T) {
 		t.Fatalf("a config without endpoint, with negative timeouts and message limit: %v; want 4 errors", err)
 	}
 	t.Log(err)
+	_, err = NewSubscriber(SubscriberConfig{Endpoint: "tpc://127.0.0.1:5557", ReplayEndpoint: "tcp://127.0.0.1"})
+	if err == nil || strings.Count(err.Error(), "\n") != 1 {
+		t.Fatalf("an endpoint of an unknown transport, and a replay endpoint without a port: %v; want 2 errors", err)
+	}
+	t.Log(err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := Subscribe(ctx, SubscriberConfig{Endpoint: "tcp://127.0.0.1:1"}, func(int64, *Batch) {}); !errors.Is(err, context.Canceled) {
