@@ -339,3 +339,74 @@ func TestSubscriberSilentPublisher(t *testing.T) {
 		t.Fatalf("the subscriber's connection was not closed before its 30 s deadline: %v", err)
 	}
 }
+
+// TestPublisherStalledSubscriber: a subscriber that subscribes and then
+// never reads would hold up zmq4's PUB socket, which writes to its
+// subscribers one after the other; past the write timeout its connection
+// is closed, and a well-behaved subscriber gets every batch.
+func TestPublisherStalledSubscriber(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p, err := NewPublisher(PublisherConfig{
+		Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", WriteTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, s := subscribe(t, nil, SubscriberConfig{Endpoint: "tcp://" + p.Addr(), ReplayEndpoint: "tcp://" + p.ReplayAddr()})
+	publishUntil(t, ctx, p, c.heard)
+
+	stalled, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	stalled.(*net.TCPConn).SetReadBuffer(4096)
+	// A greeting, READY, and a subscription to every topic; then silence.
+	if _, err := stalled.Write(slices.Concat(greeting(), ready("SUB"), []byte{0, 1, 1})); err != nil {
+		t.Fatal(err)
+	}
+	big := &Batch{TS: 1}
+	for i := range 64 {
+		big.Events = append(big.Events, &BlockStored{BlockHashes: []Hash{UintHash(uint64(i))}, TokenIDs: make([]int64, 256), BlockSize: 256})
+	}
+	for p.Stats().BadPeers == 0 {
+		for range 10 {
+			if _, err := p.Publish(big); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("the stalled subscriber was not dropped before the test's deadline")
+		}
+	}
+	// Until the subscriber hears the last one published (it may have
+	// been dropped too, on a loaded machine, and be dialing again).
+	for {
+		last, err := p.Publish(sampleBatches()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("the subscriber did not catch up before the test's deadline")
+		}
+		if c.upTo(last) {
+			break
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, seq := range c.seqs {
+		if seq != int64(i) {
+			t.Fatalf("batch %d has seq %d", i, seq)
+		}
+	}
+	if st := s.Stats(); st.Lost != 0 {
+		t.Errorf("subscriber stats %+v, want nothing lost", st)
+	}
+}

@@ -43,6 +43,11 @@ type PublisherConfig struct {
 	// handshake included: a peer that connects and says nothing holds up
 	// the connections after it for this long. The default is 10 s.
 	HandshakeTimeout time.Duration
+	// WriteTimeout bounds each write to a subscriber or replay client;
+	// past it the connection is closed. zmq4's PUB socket writes to its
+	// subscribers one after the other: one that stops reading would hold
+	// up every other. The default is 10 s.
+	WriteTimeout time.Duration
 }
 
 // maxRequest bounds each inbound message of the Publisher's sockets: they
@@ -67,6 +72,9 @@ func (c *PublisherConfig) EnsureDefaults() {
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = 10 * time.Second
 	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
 }
 
 // Validate reports what is wrong with c.
@@ -90,6 +98,9 @@ func (c *PublisherConfig) Validate() error {
 	if c.HandshakeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("kvevents: HandshakeTimeout: %v is negative", c.HandshakeTimeout))
 	}
+	if c.WriteTimeout < 0 {
+		errs = append(errs, fmt.Errorf("kvevents: WriteTimeout: %v is negative", c.WriteTimeout))
+	}
 	return errors.Join(errs...)
 }
 
@@ -102,8 +113,8 @@ func (c *PublisherConfig) Validate() error {
 //
 // Both sockets listen through zmtpguard: a peer that sends anything but
 // ZMTP, announces a message over 64 KiB, does not finish its handshake,
-// or connects over MaxConns has its connection closed (Stats counts it),
-// and nothing else changes.
+// stops reading, or connects over MaxConns has its connection closed
+// (Stats counts it), and nothing else changes.
 type Publisher struct {
 	cfg    PublisherConfig
 	pub    zmq4.Socket
@@ -122,7 +133,7 @@ type Publisher struct {
 
 // PublisherStats counts the connections a Publisher closed.
 type PublisherStats struct {
-	BadPeers uint64 // connections that broke ZMTP, its size limits or its handshake timeout
+	BadPeers uint64 // connections that broke ZMTP, its size limits, the handshake or the write timeout
 	Refused  uint64 // connections over MaxConns, closed at accept
 }
 
@@ -144,7 +155,7 @@ func (p *Publisher) onReject(err error) {
 func (p *Publisher) socketContext() context.Context {
 	return zmtpguard.WithLimits(context.Background(), zmtpguard.Limits{
 		MaxMessage: maxRequest, MaxConns: p.cfg.MaxConns, HandshakeTimeout: p.cfg.HandshakeTimeout,
-		OnReject: p.onReject,
+		WriteTimeout: p.cfg.WriteTimeout, OnReject: p.onReject,
 	})
 }
 

@@ -125,6 +125,21 @@ func (g *conn) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// Write writes b within the write timeout; past it, it closes the
+// connection and returns an error that zmq4 takes for a lost connection.
+func (g *conn) Write(b []byte) (int, error) {
+	if err := g.Conn.SetWriteDeadline(time.Now().Add(g.lim.WriteTimeout)); err != nil {
+		return 0, err
+	}
+	n, err := g.Conn.Write(b)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		werr := fmt.Errorf("%w: %s took not %d bytes in %v", ErrWriteTimeout, g.RemoteAddr(), len(b), g.lim.WriteTimeout)
+		g.fail(werr)
+		return n, &net.OpError{Op: "write", Net: "tcp", Source: g.LocalAddr(), Addr: g.RemoteAddr(), Err: werr}
+	}
+	return n, err
+}
+
 // endHandshake stops watching the handshake.
 func (g *conn) endHandshake() {
 	g.hsMu.Lock()

@@ -15,8 +15,9 @@
 // connection is closed) before zmq4 is handed a header that announces a
 // message over the limit, or bytes that are not ZMTP 3 with the NULL
 // mechanism. A connection whose handshake does not finish within a
-// timeout is closed; a listener holds at most MaxConns connections and
-// closes the ones over that at accept.
+// timeout, or whose peer does not take a write within another, is
+// closed; a listener holds at most MaxConns connections and closes the
+// ones over that at accept.
 //
 // Register adds the transport to zmq4 under Scheme; Endpoint rewrites a
 // tcp:// endpoint to it, and WithLimits puts a socket's limits in the
@@ -51,6 +52,8 @@ var (
 	// ErrHandshakeTimeout: the peer did not finish the ZMTP handshake in
 	// time.
 	ErrHandshakeTimeout = errors.New("zmtpguard: handshake timed out")
+	// ErrWriteTimeout: the peer did not take what was sent to it in time.
+	ErrWriteTimeout = errors.New("zmtpguard: write timed out")
 )
 
 // Limits bound what one socket accepts from its peers.
@@ -68,6 +71,11 @@ type Limits struct {
 	// HandshakeTimeout bounds the ZMTP handshake of each connection;
 	// past it the connection is closed. The default is 10 s.
 	HandshakeTimeout time.Duration
+	// WriteTimeout bounds each write to a peer; past it the connection is
+	// closed. zmq4's PUB socket writes to its subscribers one after the
+	// other: one that stops reading would hold up all the others. The
+	// default is 10 s.
+	WriteTimeout time.Duration
 	// OnReject, if not nil, is told of each connection the guard closed,
 	// with the reason (wrapping one of the errors above). It is called
 	// from zmq4's goroutines and must not block.
@@ -87,6 +95,9 @@ func (l *Limits) EnsureDefaults() {
 	}
 	if l.HandshakeTimeout <= 0 {
 		l.HandshakeTimeout = 10 * time.Second
+	}
+	if l.WriteTimeout <= 0 {
+		l.WriteTimeout = 10 * time.Second
 	}
 }
 
