@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvstrata/kvstrata/engine/kvevents/internal/zmtpguard"
 )
 
 // PublisherConfig configures a Publisher. Its zero value is not usable:
@@ -29,7 +33,30 @@ type PublisherConfig struct {
 	// ones (subscribers see a gap in the sequence numbers and replay it).
 	// The default is 100000, as vLLM's hwm.
 	HWM int
+	// MaxConns is how many connections each of the two sockets holds at
+	// once; a connection over it is closed as it is accepted, so that a
+	// flood of connections cannot exhaust memory or file descriptors. The
+	// default is 1024.
+	MaxConns int
+	// HandshakeTimeout bounds each connection's ZMTP handshake; past it
+	// the connection is closed. zmq4 accepts connections one at a time,
+	// handshake included: a peer that connects and says nothing holds up
+	// the connections after it for this long. The default is 10 s.
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds each write to a subscriber or replay client;
+	// past it the connection is closed. zmq4's PUB socket writes to its
+	// subscribers one after the other: one that stops reading would hold
+	// up every other. The default is 10 s.
+	WriteTimeout time.Duration
 }
+
+// maxRequest bounds each inbound message of the Publisher's sockets: they
+// receive only subscriptions (a topic) and replay requests (8 bytes).
+const maxRequest = 64 << 10
+
+// zmqLog is the logger of every zmq4 socket here: zmq4 logs a line for
+// each connection whose handshake fails, which a peer can cause at will.
+var zmqLog = zmtpguard.Logger(nil, 10*time.Second)
 
 // EnsureDefaults fills zero fields with their documented defaults.
 func (c *PublisherConfig) EnsureDefaults() {
@@ -38,6 +65,15 @@ func (c *PublisherConfig) EnsureDefaults() {
 	}
 	if c.HWM == 0 {
 		c.HWM = 100000
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 1024
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
 	}
 }
 
@@ -56,6 +92,15 @@ func (c *PublisherConfig) Validate() error {
 	if c.HWM < 0 {
 		errs = append(errs, fmt.Errorf("kvevents: HWM: %d is negative", c.HWM))
 	}
+	if c.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("kvevents: MaxConns: %d is negative", c.MaxConns))
+	}
+	if c.HandshakeTimeout < 0 {
+		errs = append(errs, fmt.Errorf("kvevents: HandshakeTimeout: %v is negative", c.HandshakeTimeout))
+	}
+	if c.WriteTimeout < 0 {
+		errs = append(errs, fmt.Errorf("kvevents: WriteTimeout: %v is negative", c.WriteTimeout))
+	}
 	return errors.Join(errs...)
 }
 
@@ -65,6 +110,11 @@ func (c *PublisherConfig) Validate() error {
 // requests on a ROUTER socket from a buffer of the last batches. Publish
 // may be called from any goroutine; batches go out in the order of the
 // calls.
+//
+// Both sockets listen through zmtpguard: a peer that sends anything but
+// ZMTP, announces a message over 64 KiB, does not finish its handshake,
+// stops reading, or connects over MaxConns has its connection closed
+// (Stats counts it), and nothing else changes.
 type Publisher struct {
 	cfg    PublisherConfig
 	pub    zmq4.Socket
@@ -77,6 +127,36 @@ type Publisher struct {
 	mu     sync.Mutex
 	seq    int64     // the next batch's sequence number
 	ring   []message // the last BufferSteps messages, oldest first
+
+	badPeers, refused atomic.Uint64
+}
+
+// PublisherStats counts the connections a Publisher closed.
+type PublisherStats struct {
+	BadPeers uint64 // connections that broke ZMTP, its size limits, the handshake or the write timeout
+	Refused  uint64 // connections over MaxConns, closed at accept
+}
+
+// Stats returns the counters.
+func (p *Publisher) Stats() PublisherStats {
+	return PublisherStats{BadPeers: p.badPeers.Load(), Refused: p.refused.Load()}
+}
+
+// onReject counts a connection the guard closed.
+func (p *Publisher) onReject(err error) {
+	if errors.Is(err, zmtpguard.ErrTooManyConns) {
+		p.refused.Add(1)
+	} else {
+		p.badPeers.Add(1)
+	}
+}
+
+// socketContext is the context the Publisher's sockets are made with.
+func (p *Publisher) socketContext() context.Context {
+	return zmtpguard.WithLimits(context.Background(), zmtpguard.Limits{
+		MaxMessage: maxRequest, MaxConns: p.cfg.MaxConns, HandshakeTimeout: p.cfg.HandshakeTimeout,
+		WriteTimeout: p.cfg.WriteTimeout, OnReject: p.onReject,
+	})
 }
 
 type message struct {
@@ -91,12 +171,16 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Publisher{cfg: cfg, pub: zmq4.NewPub(context.Background()), done: make(chan struct{})}
+	if err := zmtpguard.Register(); err != nil {
+		return nil, err
+	}
+	p := &Publisher{cfg: cfg, done: make(chan struct{})}
+	p.pub = zmq4.NewPub(p.socketContext(), zmq4.WithLogger(zmqLog))
 	if err := p.pub.SetOption(zmq4.OptionHWM, cfg.HWM); err != nil {
 		p.pub.Close()
 		return nil, fmt.Errorf("kvevents: PUB high-water mark %d: %w", cfg.HWM, err)
 	}
-	if err := p.pub.Listen(cfg.Endpoint); err != nil {
+	if err := p.pub.Listen(zmtpguard.Endpoint(cfg.Endpoint)); err != nil {
 		p.pub.Close()
 		return nil, fmt.Errorf("kvevents: listen %s: %w", cfg.Endpoint, err)
 	}
@@ -104,8 +188,8 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		close(p.done)
 		return p, nil
 	}
-	p.replay = zmq4.NewRouter(context.Background())
-	if err := p.replay.Listen(cfg.ReplayEndpoint); err != nil {
+	p.replay = zmq4.NewRouter(p.socketContext(), zmq4.WithLogger(zmqLog))
+	if err := p.replay.Listen(zmtpguard.Endpoint(cfg.ReplayEndpoint)); err != nil {
 		p.pub.Close()
 		p.replay.Close()
 		return nil, fmt.Errorf("kvevents: listen %s: %w", cfg.ReplayEndpoint, err)

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,8 +118,10 @@ publishing:
 }
 
 func TestPublisherConfig(t *testing.T) {
-	if _, err := NewPublisher(PublisherConfig{Encoding: Encoding(9), BufferSteps: -1, HWM: -1}); err == nil {
-		t.Fatal("accepted a config without endpoint, with a bad encoding, a negative buffer and high-water mark")
+	if _, err := NewPublisher(PublisherConfig{
+		Encoding: Encoding(9), BufferSteps: -1, HWM: -1, MaxConns: -1, HandshakeTimeout: -1, WriteTimeout: -1,
+	}); err == nil || strings.Count(err.Error(), "\n") != 6 {
+		t.Fatalf("a config without endpoint, with a bad encoding, a negative buffer, high-water mark, connection limit and timeouts: %v; want 7 errors", err)
 	} else {
 		t.Log(err)
 	}

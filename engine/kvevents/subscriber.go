@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvstrata/kvstrata/engine/kvevents/internal/zmtpguard"
 )
 
 // SubscriberConfig configures a Subscriber. Its zero value is not usable:
@@ -31,6 +36,12 @@ type SubscriberConfig struct {
 	// (at the start and after the connection is lost). The default is
 	// 250 ms.
 	RetryInterval time.Duration
+	// MaxMessage bounds each message the Subscriber receives, in bytes
+	// (the sum of its frames): a publisher that announces a larger one
+	// has its connection closed, is counted in Stats' BadPeers, and is
+	// dialed again after RetryInterval. The default is 16 MiB, far above
+	// an engine step's batch of events.
+	MaxMessage int64
 
 	// OnReset, if not nil, is told that the publisher restarted: its
 	// sequence numbers went back. Every block it reported before is gone;
@@ -50,6 +61,9 @@ func (c *SubscriberConfig) EnsureDefaults() {
 	if c.RetryInterval == 0 {
 		c.RetryInterval = 250 * time.Millisecond
 	}
+	if c.MaxMessage == 0 {
+		c.MaxMessage = 16 << 20
+	}
 }
 
 // Validate reports what is wrong with c.
@@ -57,6 +71,13 @@ func (c *SubscriberConfig) Validate() error {
 	var errs []error
 	if c.Endpoint == "" {
 		errs = append(errs, errors.New("kvevents: Endpoint: required"))
+	} else if err := checkEndpoint(c.Endpoint); err != nil {
+		errs = append(errs, fmt.Errorf("kvevents: Endpoint: %w", err))
+	}
+	if c.ReplayEndpoint != "" {
+		if err := checkEndpoint(c.ReplayEndpoint); err != nil {
+			errs = append(errs, fmt.Errorf("kvevents: ReplayEndpoint: %w", err))
+		}
 	}
 	if c.ReplayTimeout < 0 {
 		errs = append(errs, fmt.Errorf("kvevents: ReplayTimeout: %v is negative", c.ReplayTimeout))
@@ -64,7 +85,27 @@ func (c *SubscriberConfig) Validate() error {
 	if c.RetryInterval < 0 {
 		errs = append(errs, fmt.Errorf("kvevents: RetryInterval: %v is negative", c.RetryInterval))
 	}
+	if c.MaxMessage < 0 {
+		errs = append(errs, fmt.Errorf("kvevents: MaxMessage: %d is negative", c.MaxMessage))
+	}
 	return errors.Join(errs...)
+}
+
+// checkEndpoint reports what is wrong with a ZMQ endpoint, so that Run,
+// which dials until it is told to stop, is not given one no dial mends.
+func checkEndpoint(ep string) error {
+	scheme, addr, ok := strings.Cut(ep, "://")
+	switch {
+	case !ok:
+		return fmt.Errorf("%q is not transport://address", ep)
+	case !slices.Contains(zmq4.Transports(), scheme):
+		return fmt.Errorf("%q: unknown transport %q", ep, scheme)
+	case scheme == "tcp":
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%q: %w", ep, err)
+		}
+	}
+	return nil
 }
 
 // SubscriberStats counts what a Subscriber heard.
@@ -76,6 +117,7 @@ type SubscriberStats struct {
 	Lost       uint64 // batches neither heard nor recovered
 	Resets     uint64 // publisher restarts seen
 	Replays    uint64 // replay requests made
+	BadPeers   uint64 // connections closed for breaking ZMTP, MaxMessage or the handshake timeout
 }
 
 // Subscriber follows one worker's KV events: a SUB socket on its PUB
@@ -87,6 +129,10 @@ type SubscriberStats struct {
 // (OnReset); vLLM's messages carry no epoch, so a restart whose numbers
 // have already passed the old ones is seen as a gap, not a reset.
 // Messages that are not event batches are counted and skipped.
+//
+// Both sockets dial through zmtpguard: a publisher (or replay socket)
+// that sends anything but ZMTP, or announces a message over MaxMessage,
+// has its connection closed and counted (BadPeers), as a lost connection.
 //
 // A batch heard before any other is preceded by a replay from sequence 0,
 // so that a subscriber that joins late learns what the worker's pool
@@ -101,13 +147,16 @@ type Subscriber struct {
 	// heard but not above last was delivered by replay: a duplicate.
 	last, heard int64
 
-	delivered, replayed, duplicates, malformed, lost, resets, replays atomic.Uint64
+	delivered, replayed, duplicates, malformed, lost, resets, replays, badPeers atomic.Uint64
 }
 
 // NewSubscriber checks cfg and returns a Subscriber that Run starts.
 func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := zmtpguard.Register(); err != nil {
 		return nil, err
 	}
 	return &Subscriber{cfg: cfg, last: -1, heard: -1}, nil
@@ -124,37 +173,55 @@ func Subscribe(ctx context.Context, cfg SubscriberConfig, fn func(seq int64, b *
 
 // Run subscribes and calls fn (and the config's OnReset and OnLost) from
 // its own goroutine, one call at a time, until ctx ends; then it returns
-// ctx's error. It waits for the endpoint to come up, and reconnects when
-// the connection is lost. fn owns the batch.
+// ctx's error. It waits for the endpoint to come up, and dials again,
+// after RetryInterval, when the connection is lost or refused. fn owns
+// the batch.
 func (s *Subscriber) Run(ctx context.Context, fn func(seq int64, b *Batch)) error {
+	for {
+		if err := s.follow(ctx, fn); err != nil {
+			return err
+		}
+		select {
+		case <-time.After(s.cfg.RetryInterval):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// follow dials the publisher on a new socket and handles what it hears
+// until the connection is lost, the dial fails or ctx ends. Its error is
+// one that dialing again would not mend.
+//
+// A socket per connection, not zmq4's automatic reconnection: that dials
+// again once, from the lost connection's goroutine, and gives up for
+// good if the handshake fails.
+func (s *Subscriber) follow(ctx context.Context, fn func(seq int64, b *Batch)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sub := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(true),
+	sub := zmq4.NewSub(s.socketContext(ctx), zmq4.WithLogger(zmqLog),
 		zmq4.WithDialerMaxRetries(-1), zmq4.WithDialerRetry(s.cfg.RetryInterval))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
 		return fmt.Errorf("kvevents: subscribe %q: %w", s.cfg.Topic, err)
 	}
-	if err := sub.Dial(s.cfg.Endpoint); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("kvevents: dial %s: %w", s.cfg.Endpoint, err)
+	if sub.Dial(zmtpguard.Endpoint(s.cfg.Endpoint)) != nil {
+		return nil // refused, or ctx ended: Run waits, and dials again or returns
 	}
 	for {
 		msg, err := sub.Recv()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err != nil { // a lost connection: the socket dials again
-			select {
-			case <-time.After(s.cfg.RetryInterval):
-			case <-ctx.Done():
-			}
-			continue
+		if err != nil || ctx.Err() != nil {
+			return nil
 		}
 		s.onMessage(ctx, msg.Frames, fn)
 	}
+}
+
+// socketContext is ctx with the limits of the Subscriber's sockets.
+func (s *Subscriber) socketContext(ctx context.Context) context.Context {
+	return zmtpguard.WithLimits(ctx, zmtpguard.Limits{
+		MaxMessage: s.cfg.MaxMessage, OnReject: func(error) { s.badPeers.Add(1) },
+	})
 }
 
 // Stats returns the counters.
@@ -167,6 +234,7 @@ func (s *Subscriber) Stats() SubscriberStats {
 		Lost:       s.lost.Load(),
 		Resets:     s.resets.Load(),
 		Replays:    s.replays.Load(),
+		BadPeers:   s.badPeers.Load(),
 	}
 }
 
@@ -273,10 +341,10 @@ func (s *Subscriber) replay(ctx context.Context, end int64, fn func(int64, *Batc
 // not what the protocol says, or ctx ends; then it closes out.
 func (s *Subscriber) fetch(ctx context.Context, start int64, out chan<- [][]byte) {
 	defer close(out)
-	dealer := zmq4.NewDealer(ctx, zmq4.WithDialerRetry(s.cfg.RetryInterval),
+	dealer := zmq4.NewDealer(s.socketContext(ctx), zmq4.WithLogger(zmqLog), zmq4.WithDialerRetry(s.cfg.RetryInterval),
 		zmq4.WithDialerTimeout(s.cfg.ReplayTimeout), zmq4.WithDialerMaxRetries(0))
 	defer dealer.Close()
-	if dealer.Dial(s.cfg.ReplayEndpoint) != nil {
+	if dealer.Dial(zmtpguard.Endpoint(s.cfg.ReplayEndpoint)) != nil {
 		return
 	}
 	req := append([][]byte{{}}, ReplayRequest(start)...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -230,9 +231,14 @@ func publishUntil(t *testing.T, ctx context.Context, p *Publisher, done func() b
 }
 
 func TestSubscriberConfig(t *testing.T) {
-	_, err := NewSubscriber(SubscriberConfig{ReplayTimeout: -1, RetryInterval: -1})
-	if err == nil {
-		t.Fatal("accepted a config without endpoint, with negative timeouts")
+	_, err := NewSubscriber(SubscriberConfig{ReplayTimeout: -1, RetryInterval: -1, MaxMessage: -1})
+	if err == nil || strings.Count(err.Error(), "\n") != 3 {
+		t.Fatalf("a config without endpoint, with negative timeouts and message limit: %v; want 4 errors", err)
+	}
+	t.Log(err)
+	_, err = NewSubscriber(SubscriberConfig{Endpoint: "tpc://127.0.0.1:5557", ReplayEndpoint: "tcp://127.0.0.1"})
+	if err == nil || strings.Count(err.Error(), "\n") != 1 {
+		t.Fatalf("an endpoint of an unknown transport, and a replay endpoint without a port: %v; want 2 errors", err)
 	}
 	t.Log(err)
 	ctx, cancel := context.WithCancel(context.Background())
