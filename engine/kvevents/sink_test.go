@@ -396,10 +396,10 @@ func TestPoolSinkOverflow(t *testing.T) {
 // time; events after Close are ignored.
 func TestPoolSinkClose(t *testing.T) {
 	w := newWorker(t, PublisherConfig{}, SinkConfig{DrainTimeout: 50 * time.Millisecond})
+	w.pub.sendMu.Lock() // the socket blocks before the batch is flushed, so it stays queued
 	w.step([]uint32{1, 2, 3, 4})
 	w.pool.Reset()
 	w.sink.Event(pool.Event{Kind: pool.AllBlocksCleared}) // not flushed
-	w.pub.sendMu.Lock()
 	err := w.sink.Close()
 	w.pub.sendMu.Unlock()
 	if !errors.Is(err, ErrDrainTimeout) {
