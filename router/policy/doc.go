@@ -39,8 +39,12 @@
 //
 // active_prefill_tokens and active_blocks are the worker's load: the
 // Sequences this Router routed to it (prefill tokens predicted at routing,
-// until the first token; the prompt's blocks until Done), plus
-// Candidate.Load, load the Router cannot see (another frontend replica's).
+// until the first token; the blocks the prompt adds to the pool — all of
+// them, the partial last one included, less the Overlap it shares with
+// blocks already there — until Done), plus Candidate.Load, load the Router
+// cannot see (another frontend replica's). Blocks a sequence generates
+// are not counted: the prompt dominates, and the caller may add them
+// through Candidate.Load.
 //
 // Worked example, with the defaults (the sim profile P(x) = 16.50142 +
 // 1.518344e-2·x + 4.209989e-7·x² ms, B = 16, 4 KiB blocks, DRAM 2 GB/s +

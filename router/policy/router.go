@@ -48,7 +48,10 @@ type Load struct {
 	// PrefillTokens is the predicted prefill tokens of the requests not
 	// yet at their first token.
 	PrefillTokens float64
-	// Blocks is the KV blocks of the active requests' prompts.
+	// Blocks is the KV blocks the active requests' prompts added to the
+	// pool: a prompt's blocks, the partial last one included, less those
+	// already in the pool when it was routed (Candidate.Overlap), which it
+	// shares rather than adds.
 	Blocks int
 	// Prefilling and Decoding count the active requests before and after
 	// their first token.
@@ -168,7 +171,7 @@ func (r *Router) Choose(req Request, cands []Candidate) (Decision, error) {
 	if k.policy != Random && k.policy != RoundRobin {
 		d.Cost = r.cost(k, c, d.NewTokens)
 	}
-	d.Seq = r.start(c.Worker, d.NewTokens, ceilDiv(req.Tokens, r.cfg.BlockTokens))
+	d.Seq = r.start(c.Worker, d.NewTokens, ceilDiv(req.Tokens, r.cfg.BlockTokens)-c.Overlap)
 	return d, nil
 }
 

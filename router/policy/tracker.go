@@ -2,7 +2,7 @@ package policy
 
 // Sequence is a request routed to a worker, active from Choose until Done:
 // its predicted prefill tokens count in the worker's load until
-// FirstToken, its prompt's blocks until Done. Its methods are safe for
+// FirstToken, the blocks its prompt adds to the pool until Done. Its methods are safe for
 // concurrent use, idempotent, and do nothing on a nil Sequence.
 type Sequence struct {
 	r       *Router
