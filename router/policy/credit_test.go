@@ -106,7 +106,7 @@ func TestWorkedExample(t *testing.T) {
 	if math.Abs(nt-11.37) > 0.01 {
 		t.Errorf("new tokens = %.4f, want 11.37", nt)
 	}
-	if got := r.cost(knobs{weight: 1}, &c, nt); math.Abs(got-0.711) > 0.001 {
+	if got := r.cost(knobs{weight: 1}, Load{}, nt); math.Abs(got-0.711) > 0.001 {
 		t.Errorf("cost = %.4f, want 0.711", got)
 	}
 	if math.Abs(credited[index.TierDRAM-1]-7.79) > 0.01 {
@@ -117,8 +117,8 @@ func TestWorkedExample(t *testing.T) {
 	}
 	tiers[index.TierDRAM-1] = 12
 	cold := Candidate{Worker: "b", Tiers: tiers}
-	if nt, _ := r.newTokens(req, &cold, KVTiered); math.Abs(r.cost(knobs{weight: 1}, &cold, nt)-0.74) > 0.005 {
-		t.Errorf("cost restoring all 12 blocks = %.4f, want 0.74", r.cost(knobs{weight: 1}, &cold, nt))
+	if nt, _ := r.newTokens(req, &cold, KVTiered); math.Abs(r.cost(knobs{weight: 1}, Load{}, nt)-0.74) > 0.005 {
+		t.Errorf("cost restoring all 12 blocks = %.4f, want 0.74", r.cost(knobs{weight: 1}, Load{}, nt))
 	}
 	if nt, _ := r.newTokens(req, &c, KVHBM); nt != 136 {
 		t.Errorf("kv-hbm new tokens = %v, want 136", nt)

@@ -102,6 +102,7 @@ type Router struct {
 	// Scratch, reused under mu.
 	costs []float64
 	elig  []int
+	lds   []Load // per candidate: tracked load plus Candidate.Load
 }
 
 // New returns a Router with cfg's settings (defaults filled in), or an
@@ -137,13 +138,15 @@ func (r *Router) Choose(req Request, cands []Candidate) (Decision, error) {
 		return Decision{}, err
 	}
 	r.elig = r.elig[:0]
+	r.lds = r.lds[:0]
 	busy := 0
 	for i := range cands {
 		c := &cands[i]
+		r.lds = append(r.lds, r.load(c))
 		if c.Unhealthy {
 			continue
 		}
-		if r.busy(k, c) {
+		if busyWith(k, c.Capacity, r.lds[i]) {
 			busy++
 			continue
 		}
@@ -169,7 +172,7 @@ func (r *Router) Choose(req Request, cands []Candidate) (Decision, error) {
 	d.Worker = c.Worker
 	d.NewTokens, d.Credited = r.newTokens(req, c, k.policy)
 	if k.policy != Random && k.policy != RoundRobin {
-		d.Cost = r.cost(k, c, d.NewTokens)
+		d.Cost = r.cost(k, r.lds[d.Index], d.NewTokens)
 	}
 	d.Seq = r.start(c.Worker, d.NewTokens, ceilDiv(req.Tokens, r.cfg.BlockTokens)-c.Overlap)
 	return d, nil
@@ -208,9 +211,8 @@ func (r *Router) load(c *Candidate) Load {
 	return l
 }
 
-func (r *Router) busy(k knobs, c *Candidate) bool {
-	l := r.load(c)
-	if k.busyFrac >= 0 && c.Capacity > 0 && float64(l.Blocks) >= k.busyFrac*float64(c.Capacity) {
+func busyWith(k knobs, capacity int, l Load) bool {
+	if k.busyFrac >= 0 && capacity > 0 && float64(l.Blocks) >= k.busyFrac*float64(capacity) {
 		return true
 	}
 	return k.busyPrefill >= 0 && l.PrefillTokens >= float64(k.busyPrefill)
@@ -245,8 +247,7 @@ func (r *Router) newTokens(req Request, c *Candidate, p Policy) (float64, [NumTi
 	return bt*(float64(req.Blocks-pos)+work) + tail, credited
 }
 
-func (r *Router) cost(k knobs, c *Candidate, newTokens float64) float64 {
-	l := r.load(c)
+func (r *Router) cost(k knobs, l Load, newTokens float64) float64 {
 	return k.weight*(l.PrefillTokens+newTokens)/float64(r.cfg.BlockTokens) + float64(l.Blocks)
 }
 
@@ -256,7 +257,7 @@ func (r *Router) pick(req Request, cands []Candidate, k knobs) int {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, i := range r.elig {
 		nt, _ := r.newTokens(req, &cands[i], k.policy)
-		c := r.cost(k, &cands[i], nt)
+		c := r.cost(k, r.lds[i], nt)
 		r.costs = append(r.costs, c)
 		lo, hi = min(lo, c), max(hi, c)
 	}
