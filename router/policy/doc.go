@@ -88,6 +88,22 @@
 // cheapest, whatever the model and load. The generator is seeded
 // (Config.Seed): the same calls in the same order give the same choices.
 //
+// # Use
+//
+// The frontend keeps one Router per model and, per request, builds the
+// candidates in a stable order (sorted by worker) from its worker set, its
+// failure detector (Unhealthy), the KV index (Overlap) and one cache Lookup
+// (TierCounts), maps the request's routing fields to an Override, and calls
+// Choose. ErrAllBusy means wait in the queue or answer 503 with
+// Retry-After. It calls Seq.FirstToken on the first streamed token and
+// Seq.Done when the stream ends, however it ends; to re-route a request
+// whose worker died it calls Done, marks that worker Unhealthy and chooses
+// again with the prompt plus the tokens produced. Disaggregated serving can
+// choose the prefill worker with kv-tiered and the decode worker with an
+// Override of least-loaded. `kvctl replay --simulate` runs one Router per
+// policy over the same trace; with a fixed Seed and the same calls in the
+// same order, its choices are the same on every run.
+//
 // # Concurrency
 //
 // A Router is safe for concurrent use. Choose computes the costs, picks
