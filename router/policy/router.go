@@ -23,6 +23,11 @@ type Request struct {
 	Override *Override
 }
 
+// MaxPromptBlocks is the most full blocks a Request may have: the Router
+// keeps a table of recompute times of 16 bytes a block position, as long
+// as the longest prompt seen.
+const MaxPromptBlocks = 1 << 20
+
 // Candidate is one worker as the caller sees it for one request.
 type Candidate struct {
 	// Worker names the worker; the Router tracks its load by this name.
@@ -180,8 +185,8 @@ func (r *Router) Choose(req Request, cands []Candidate) (Decision, error) {
 
 func (r *Router) check(req Request, cands []Candidate) error {
 	bt := r.cfg.BlockTokens
-	if req.Tokens < 0 || req.Blocks < 0 || req.Blocks > req.Tokens/bt {
-		return fmt.Errorf("%w: %d tokens in %d full blocks of %d", ErrBadRequest, req.Tokens, req.Blocks, bt)
+	if req.Tokens < 0 || req.Blocks < 0 || req.Blocks > req.Tokens/bt || req.Blocks > MaxPromptBlocks {
+		return fmt.Errorf("%w: %d tokens in %d full blocks of %d (at most %d blocks)", ErrBadRequest, req.Tokens, req.Blocks, bt, MaxPromptBlocks)
 	}
 	for i := range cands {
 		c := &cands[i]

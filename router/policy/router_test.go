@@ -99,6 +99,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		"override weight":      {Request{Tokens: 64, Blocks: 4, Override: &Override{OverlapWeight: ptr(0.0)}}, cands, ErrBadConfig},
 		"override policy":      {Request{Tokens: 64, Blocks: 4, Override: &Override{Policy: ptr(Policy(42))}}, cands, ErrBadConfig},
 		"blocks past tokens":   {Request{Tokens: 20, Blocks: 2}, cands, ErrBadRequest},
+		"too long":             {Request{Tokens: 16 << 21, Blocks: 1 << 21}, nil, ErrBadRequest},
 		"overlap past blocks":  {Request{Tokens: 16, Blocks: 1}, cands, ErrBadRequest},
 		"negative tier":        {Request{Tokens: 64, Blocks: 4}, []Candidate{{Worker: "a", Tiers: [NumTiers]int{0, -1}}}, ErrBadRequest},
 		"tiers past blocks":    {Request{Tokens: 64, Blocks: 4}, []Candidate{{Worker: "a", Overlap: 1, Tiers: dram(4)}}, ErrBadRequest},
