@@ -112,7 +112,8 @@ type Config struct {
 	BlockBytes int64
 	// Profile is the workers' step times; its Prefill curve (ms of x new
 	// tokens) gives each block's recompute time. Nil means
-	// sim.DefaultProfile(). A Router serves workers of one model.
+	// sim.DefaultProfile(). A worker whose profile differs brings its own
+	// (Candidate.Prefill).
 	Profile *sim.Profile
 	// Tiers is the restore cost of each cache tier, indexed by
 	// index.TierKind − 1. Zero fields take DefaultTierCosts.

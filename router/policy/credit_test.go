@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func TestATierSlowerThanRecomputingEarnsNothing(t *testing.T) {
 func TestCreditTableMatchesTheFormula(t *testing.T) {
 	bumpy := &sim.Profile{Prefill: sim.Curve{Points: [][2]float64{{0, 0}, {64, 5}, {128, 6}, {1024, 100}}}}
 	for _, p := range []*sim.Profile{defaultProfile(), bumpy} {
-		tab := newRecompute(p, 16)
+		tab := newPrefill(p, 16)
 		for _, c := range []float64{0, 0.01, 0.25, 0.3, 2, 50} {
 			for _, a := range []int{0, 3, 40} {
 				n := 30
@@ -141,5 +142,35 @@ func TestTierCounts(t *testing.T) {
 		if got := TierCounts(locs, tc.overlap); got != tc.want {
 			t.Errorf("TierCounts(overlap %d) = %v, want %v", tc.overlap, got, tc.want)
 		}
+	}
+}
+
+// A worker's own prefill profile decides what restoring saves there: from
+// the object store, nothing on a worker with the default (fast) profile,
+// most of the recompute on one ten times slower a token.
+func TestTheWorkersProfileDecidesItsCredit(t *testing.T) {
+	slowP := sim.Profile{Prefill: sim.Curve{Poly: []float64{16.5, 0.15, 4.2e-6}}, Decode: sim.Curve{Poly: []float64{6}}}
+	slow, err := NewPrefill(slowP, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRouter(t, Config{BlockBytes: 512 << 10})
+	var s3 [NumTiers]int
+	s3[index.TierS3-1] = 32
+	req := Request{Tokens: 512, Blocks: 32}
+	fast := choose(t, r, KVTiered, req, []Candidate{{Worker: "fast", Tiers: s3}})
+	slowD := choose(t, r, KVTiered, req, []Candidate{{Worker: "slow", Tiers: s3, Prefill: slow}})
+	if fast.Credited[index.TierS3-1] != 0 {
+		t.Errorf("fast worker credited %v blocks from s3, want 0", fast.Credited)
+	}
+	if c := slowD.Credited[index.TierS3-1]; c < 16 || c > 32 {
+		t.Errorf("slow worker credited %v blocks of 32 from s3, want most", c)
+	}
+	if _, err := NewPrefill(sim.Profile{}, 16); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("NewPrefill of an empty profile: %v, want ErrBadConfig", err)
+	}
+	other, _ := NewPrefill(slowP, 32)
+	if _, err := r.Choose(req, []Candidate{{Worker: "x", Prefill: other}}); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("a Prefill of 32-token blocks on a 16-token router: %v, want ErrBadRequest", err)
 	}
 }

@@ -25,7 +25,8 @@
 //	0                                          otherwise;
 //
 //	recompute_i = P((i+1)·B) − P(i·B)           (P: the worker's prefill profile,
-//	                                            sim.Profile.Prefill, ms of T new tokens)
+//	                                            sim.Profile.Prefill, ms of T new tokens:
+//	                                            Candidate.Prefill, else Config.Profile)
 //	restore_t   = BlockBytes / Bandwidth_t + Latency_t / n_t
 //
 // recompute_i is the marginal prefill time of the block's tokens at its

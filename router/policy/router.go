@@ -43,6 +43,10 @@ type Candidate struct {
 	Capacity int
 	// Unhealthy takes the worker out of the candidates.
 	Unhealthy bool
+	// Prefill is the worker's prefill profile when it differs from the
+	// Router's Config.Profile (nil: the Router's); its block size must be
+	// the Router's.
+	Prefill *Prefill
 	// Load is load the Router does not track (routed by another frontend
 	// replica, say); it is added to the Router's own.
 	Load Load
@@ -99,11 +103,11 @@ var (
 type Router struct {
 	cfg Config
 
-	mu    sync.Mutex
-	rng   *rand.Rand
-	rr    uint64
-	table *recompute
-	loads map[string]*Load
+	mu      sync.Mutex
+	rng     *rand.Rand
+	rr      uint64
+	prefill *Prefill
+	loads   map[string]*Load
 	// Scratch, reused under mu.
 	costs []float64
 	elig  []int
@@ -118,10 +122,10 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	return &Router{
-		cfg:   cfg,
-		rng:   rand.New(rand.NewPCG(cfg.Seed, 0x6b7673747261)),
-		table: newRecompute(cfg.Profile, cfg.BlockTokens),
-		loads: make(map[string]*Load),
+		cfg:     cfg,
+		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x6b7673747261)),
+		prefill: newPrefill(cfg.Profile, cfg.BlockTokens),
+		loads:   make(map[string]*Load),
 	}, nil
 }
 
@@ -196,9 +200,10 @@ func (r *Router) check(req Request, cands []Candidate) error {
 			bad = bad || t < 0
 			n += t
 		}
+		bad = bad || c.Prefill != nil && c.Prefill.blockTokens != bt
 		if bad || n > req.Blocks || n < 0 {
-			return fmt.Errorf("%w: candidate %d (%q): overlap %d, tiers %v, capacity %d, load %+v for a prompt of %d blocks",
-				ErrBadRequest, i, c.Worker, c.Overlap, c.Tiers, c.Capacity, c.Load, req.Blocks)
+			return fmt.Errorf("%w: candidate %d (%q): overlap %d, tiers %v, capacity %d, load %+v for a prompt of %d blocks (or a Prefill of other than %d-token blocks)",
+				ErrBadRequest, i, c.Worker, c.Overlap, c.Tiers, c.Capacity, c.Load, req.Blocks, bt)
 		}
 	}
 	return nil
@@ -235,6 +240,10 @@ func (r *Router) newTokens(req Request, c *Candidate, p Policy) (float64, [NumTi
 	case KVHBM:
 		return float64(req.Tokens - c.Overlap*r.cfg.BlockTokens), credited
 	}
+	pf := r.prefill
+	if c.Prefill != nil {
+		pf = c.Prefill
+	}
 	pos := c.Overlap
 	work := 0.0
 	for t, n := range c.Tiers {
@@ -243,7 +252,7 @@ func (r *Router) newTokens(req Request, c *Candidate, p Policy) (float64, [NumTi
 		}
 		w := float64(n)
 		if ms := restoreMs(r.cfg.Tiers[t], r.cfg.BlockBytes, n); ms >= 0 {
-			w = r.table.work(pos, n, ms)
+			w = pf.work(pos, n, ms)
 		}
 		credited[t] = float64(n) - w
 		work += w
