@@ -212,7 +212,7 @@ func (x *Index) Stats() Stats {
 	}
 	for _, sp := range r.spaces {
 		sp.mu.RLock()
-		s.Blocks += len(sp.slots)
+		s.Blocks += sp.tab.n
 		s.Entries += sp.entries
 		sp.mu.RUnlock()
 	}

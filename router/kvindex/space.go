@@ -19,8 +19,8 @@ type space struct {
 	seed        uint64
 	blockTokens int
 
-	slots  map[index.Hash]uint32 // kvstrata hash → its block's slot
-	blocks []block               // by slot
+	tab    table   // kvstrata hash → its block's slot (and first bitmap word)
+	blocks []block // by slot
 	// bits holds each slot's bitmap of holders: stride words a slot,
 	// bit b of the row for the worker of bit index b.
 	bits   []uint64
@@ -40,6 +40,7 @@ type space struct {
 type block struct {
 	hash index.Hash
 	gen  uint32 // counts the slot's reuses: a ref of another gen is stale
+	pos  int32  // the block's position in tab
 	used bool
 }
 
@@ -67,7 +68,7 @@ type worker struct {
 
 func newSpace(x *Index, ns index.Namespace) *space {
 	return &space{x: x, seed: ns.Seed(), blockTokens: ns.BlockTokens,
-		slots: map[index.Hash]uint32{}, stride: 1, present: make([]uint64, 1)}
+		tab: newTable(), stride: 1, present: make([]uint64, 1)}
 }
 
 func (sp *space) addWorker(id WorkerID) *worker {
@@ -108,6 +109,17 @@ func (sp *space) removeWorker(w *worker) {
 	sp.present[w.bit/64] &^= 1 << (w.bit % 64)
 }
 
+// moved records that slot s's table entry is now at pos.
+func (sp *space) moved(s uint32, pos int) { sp.blocks[s].pos = int32(pos) }
+
+// synced copies the first word of slot s's row to its table entry, after
+// a change of the row.
+func (sp *space) synced(s uint32) {
+	if b := &sp.blocks[s]; b.used {
+		sp.tab.ents[b.pos].row0 = sp.bits[int(s)*sp.stride]
+	}
+}
+
 func (sp *space) row(s uint32) []uint64 {
 	return sp.bits[int(s)*sp.stride : (int(s)+1)*sp.stride]
 }
@@ -116,8 +128,8 @@ func (sp *space) has(s uint32, b int) bool { return sp.row(s)[b/64]&(1<<(b%64)) 
 
 // slot returns the slot of h, taking a free one if h is not indexed.
 func (sp *space) slot(h index.Hash) uint32 {
-	if s, ok := sp.slots[h]; ok {
-		return s
+	if pos := sp.tab.find(h); pos >= 0 {
+		return sp.tab.ents[pos].slot
 	}
 	var s uint32
 	if n := len(sp.free); n > 0 {
@@ -132,14 +144,14 @@ func (sp *space) slot(h index.Hash) uint32 {
 	}
 	b := &sp.blocks[s]
 	b.hash, b.used = h, true
-	sp.slots[h] = s
+	b.pos = int32(sp.tab.insert(h, s, 0, sp.moved))
 	return s
 }
 
 // freeSlot drops slot s, whose row is empty, from the index.
 func (sp *space) freeSlot(s uint32) {
 	b := &sp.blocks[s]
-	delete(sp.slots, b.hash)
+	sp.tab.remove(int(b.pos))
 	b.used = false
 	sp.refs[s/64] &^= 1 << (s % 64)
 	b.gen++
@@ -177,15 +189,21 @@ func (w *worker) lookup(ek uint64) (uint32, bool) {
 }
 
 // sweep drops w's stale engine entries when they could outnumber the
-// valid ones.
+// valid ones. It copies the valid ones to a new map rather than deleting
+// in place: deleted entries would leave tombstones that lengthen every
+// lookup of a new name.
 func (w *worker) sweep() {
 	if len(w.engine) <= w.sweepAt {
 		return
 	}
-	for ek := range w.engine {
-		w.lookup(ek)
+	fresh := make(map[uint64]ref, w.live+len(w.dups))
+	for ek, r := range w.engine {
+		if b := &w.sp.blocks[r.slot]; b.used && b.gen == r.gen {
+			fresh[ek] = r
+		}
 	}
-	w.sweepAt = 2*len(w.engine) + 1024
+	w.engine = fresh
+	w.sweepAt = 2*len(fresh) + 1024
 }
 
 // store applies a BlockStored of worker w.
@@ -235,6 +253,7 @@ func (sp *space) store(w *worker, e *kvevents.BlockStored) {
 			w.dups[s]++
 		} else {
 			sp.row(s)[w.bit/64] |= 1 << (w.bit % 64)
+			sp.synced(s)
 			w.live++
 			sp.entries++
 		}
@@ -267,6 +286,7 @@ func (sp *space) remove(w *worker, ek uint64) {
 // last.
 func (sp *space) unset(w *worker, s uint32) {
 	sp.row(s)[w.bit/64] &^= 1 << (w.bit % 64)
+	sp.synced(s)
 	w.live--
 	sp.entries--
 	if sp.empty(s) {
@@ -342,14 +362,12 @@ func (sp *space) overlap(hashes []index.Hash, dst []Match) []Match {
 		m := min(batch, len(hashes)-n)
 		k := 0
 		for ; k < m; k++ {
-			s, ok := sp.slots[hashes[n+k]]
-			if !ok {
+			pos := sp.tab.find(hashes[n+k])
+			if pos < 0 {
 				break
 			}
-			found[k] = s
-		}
-		for i := range k {
-			rows[i] = sp.bits[int(found[i])*sp.stride]
+			e := &sp.tab.ents[pos]
+			found[k], rows[k] = e.slot, e.row0
 		}
 		for i := range k {
 			s := found[i]
