@@ -47,8 +47,11 @@
 // longest prefix of the chain that each worker holds: what the routing cost
 // needs. It walks the chain once, keeping the set of workers still matching
 // as a bitmap and intersecting it with each block's bitmap of holders, and
-// stops at the first block no candidate holds. Each block is one map lookup
-// and a few word operations, whatever the number of workers.
+// stops at the first block no candidate holds. Each block is one lookup in
+// an open-addressing table whose entry carries the first word of the
+// block's bitmap (one memory access for up to 64 workers; more workers add
+// a word per 64), and the lookups are issued eight at a time so that their
+// cache misses overlap.
 //
 // # Memory
 //
@@ -60,7 +63,9 @@
 // namespace is back under 15/16 of the cap. Pruning only forgets: an
 // overlap may become shorter, never longer than what a worker holds.
 // Stats.Pruned counts the entries dropped. BenchmarkBytesPerBlock measures
-// the memory of an indexed block.
+// the memory of an indexed block: about 120 bytes for a block one worker
+// holds, 155 for one two workers hold (the table at 37–75 % load, the
+// block's slot, its bitmap, each holder's engine-hash entry).
 //
 // # Concurrency
 //
