@@ -99,7 +99,7 @@ func TestANodeThatDoesNotAnswerIsOneLineAndStatus1(t *testing.T) {
 		{"evict", "--all", "--yes"},
 		{"bench", "--requests", "1"},
 	} {
-		code, _, stderr := run(t, append([]string{"--addr", addr, "--timeout", "2s"}, args...)...)
+		code, _, stderr := run(t, append([]string{"--addr", addr, "--timeout", "10s"}, args...)...)
 		wantFailure(t, code, stderr, exitFailure, "the node at "+addr+" does not answer: connection refused")
 		if strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%v: stderr is not one line: %q", args, stderr)

@@ -96,6 +96,7 @@ tier held.`,
 				c := tmpl
 				c.Role, c.Cache = role, cache
 				c.Listen = net.JoinHostPort(host, strconv.Itoa(n.httpPort+i))
+				c.KVEvents, c.KVEventsReplay = "", "" // --kv-events-port 0: no events
 				if n.eventsPort != 0 {
 					c.KVEvents = "tcp://" + net.JoinHostPort(host, strconv.Itoa(n.eventsPort+2*i))
 					c.KVEventsReplay = "tcp://" + net.JoinHostPort(host, strconv.Itoa(n.eventsPort+2*i+1))

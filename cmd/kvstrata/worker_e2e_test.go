@@ -460,6 +460,25 @@ func TestUpRunsACacheNodeAndTwoWorkersAndStopsCleanly(t *testing.T) {
 	}
 }
 
+// With --kv-events-port 0 no worker publishes events: two workers do not
+// both bind the default events port.
+func TestUpWithoutKVEventsRunsEveryWorker(t *testing.T) {
+	httpBase := freePortRun(t, 2)
+	node := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
+	p := &proc{t: t, dir: t.TempDir()}
+	p.args = []string{"up", "--workers", "2", "--http-port", strconv.Itoa(httpBase), "--kv-events-port", "0",
+		"--speedup", "20", "--num-gpu-blocks", "256", "--data-dir", p.dir, "--dram-capacity", "64MiB", "--ssd-capacity", "256MiB",
+		"--listen-grpc", node[0], "--listen-data", node[1], "--listen-http", node[2], "--cluster-raft-addr", node[3], "--listen-resp", ""}
+	p.launch()
+	defer p.stop()
+	for i := range 2 {
+		waitWorkerHealth(t, p, "http://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(httpBase+i)))
+	}
+	if log := p.log.String(); strings.Contains(log, "kv_events=tcp://") {
+		t.Errorf("a worker publishes KV events under --kv-events-port 0:\n%s", log)
+	}
+}
+
 func TestWorkerAndUpBadFlagsExitTwoWithEveryProblem(t *testing.T) {
 	for _, c := range []struct {
 		args []string
