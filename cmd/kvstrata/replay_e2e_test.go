@@ -56,12 +56,11 @@ func TestReplayOfTheConversationTraceCompletesAgainstASimWorker(t *testing.T) {
 			t.Errorf("request %d: %d prompt and %d output tokens, want the trace's %d and %d",
 				i, r.PromptTokens, r.OutputTokens, want.InputLength, want.OutputLength)
 		}
-		// The worker streams usage only at the end, and leaves out of the
-		// stream the tokens whose text ends mid-character, to come with
-		// the next chunk: a chunk may carry more than one token, so the
-		// tokens timed are at most the tokens generated.
-		if n := int64(len(r.ITL)) + 1; n > want.OutputLength || n < want.OutputLength/2 {
-			t.Errorf("request %d: %d tokens timed, want at most the %d generated and most of them", i, n, want.OutputLength)
+		// Every token is timed: the worker's continuous usage says how
+		// many tokens a chunk carries when a token's text ends
+		// mid-character and comes with the next one.
+		if n := int64(len(r.ITL)) + 1; n != want.OutputLength {
+			t.Errorf("request %d: %d tokens timed, want %d", i, n, want.OutputLength)
 		}
 		// Every request starts with hash id 0 and, among the first 20,
 		// shares nothing more: the second and later find exactly its 512
