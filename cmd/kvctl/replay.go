@@ -52,7 +52,8 @@ are outstanding; one whose time comes when that many are is sent as soon as
 one ends, and counted as "waited for a slot".
 
 ITL is measured between chunks with text; a chunk that carries k tokens (as
-vLLM's continuous usage stats tell) counts k latencies of a k-th of its gap.
+the continuous usage stats of vLLM and kvstrata workers tell) counts k
+latencies of a k-th of its gap; extra tokens in the first chunk count in TTFT.
 Prefix hits are usage.prompt_tokens_details.cached_tokens over prompt tokens,
 in total: an OpenAI-compatible usage does not say which tier served them.
 
