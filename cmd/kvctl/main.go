@@ -125,7 +125,7 @@ case nothing ran.`,
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "how long each call to the node may take")
 
 	root.AddCommand(a.newStatsCommand(), a.newEvictCommand(), a.newLookupCommand(), a.newWarmCommand(), a.newClusterCommand(),
-		a.newPutCommand(), a.newGetCommand(), a.newBenchCommand(), a.newSimCommand())
+		a.newPutCommand(), a.newGetCommand(), a.newBenchCommand(), a.newSimCommand(), a.newReplayCommand())
 	return root
 }
 

@@ -64,7 +64,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	head := chatCompletion{ID: id, Created: time.Now().Unix(), Model: s.cfg.ModelName}
 	if p.stream {
 		head.Object = "chat.completion.chunk"
-		s.streamChat(ctx, w, head, jobs, p.includeUsage)
+		s.streamChat(ctx, w, head, jobs, p.includeUsage, p.continuousUsage)
 		return
 	}
 	head.Object = "chat.completion"
@@ -136,18 +136,21 @@ func (s *Server) checkChat(req *ChatCompletionRequest) (ids []uint32, maxTokens 
 
 // streamChat streams the job's pieces as chat chunks: the assistant role
 // first, then content deltas, the last with the finish reason.
-func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, head chatCompletion, jobs []*job, includeUsage bool) {
+func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, head chatCompletion, jobs []*job, includeUsage, continuousUsage bool) {
 	out := newSSE(w)
-	chunk := func(d chatMessage, f *finish) error {
+	chunk := func(d chatMessage, pc piece) error {
 		c := head
-		c.Choices = []chatChoice{{Delta: &d, FinishReason: reason(f)}}
-		if f != nil {
-			c.Choices[0].StopReason = f.stopReason
+		c.Choices = []chatChoice{{Delta: &d, FinishReason: reason(pc.fin)}}
+		if pc.fin != nil {
+			c.Choices[0].StopReason = pc.fin.stopReason
+		}
+		if continuousUsage {
+			c.Usage = pc.usageSoFar()
 		}
 		return out.send(c)
 	}
 	empty := ""
-	if chunk(chatMessage{Role: "assistant", Content: &empty}, nil) != nil {
+	if chunk(chatMessage{Role: "assistant", Content: &empty}, piece{prompt: jobs[0].promptLen}) != nil {
 		return
 	}
 	total := &usageJSON{}
@@ -163,7 +166,7 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, head cha
 			continue
 		}
 		text := pc.text
-		if chunk(chatMessage{Content: &text}, f) != nil {
+		if chunk(chatMessage{Content: &text}, pc) != nil {
 			return
 		}
 		if f != nil {

@@ -58,7 +58,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	head := completion{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
 	if p.stream {
-		s.streamCompletion(ctx, w, head, jobs, echoes, p.includeUsage)
+		s.streamCompletion(ctx, w, head, jobs, echoes, p.includeUsage, p.continuousUsage)
 		return
 	}
 	texts := make([]strings.Builder, len(jobs))
@@ -145,18 +145,21 @@ func (s *Server) checkCompletion(req *CompletionRequest) (prompts [][]uint32, ec
 }
 
 // streamCompletion streams the jobs' pieces as completion chunks.
-func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, head completion, jobs []*job, echoes []string, includeUsage bool) {
+func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, head completion, jobs []*job, echoes []string, includeUsage, continuousUsage bool) {
 	out := newSSE(w)
-	chunk := func(i int, text string, f *finish) error {
+	chunk := func(pc piece) error {
 		c := head
-		c.Choices = []completionChoice{{Index: i, Text: text, FinishReason: reason(f)}}
-		if f != nil {
-			c.Choices[0].StopReason = f.stopReason
+		c.Choices = []completionChoice{{Index: pc.index, Text: pc.text, FinishReason: reason(pc.fin)}}
+		if pc.fin != nil {
+			c.Choices[0].StopReason = pc.fin.stopReason
+		}
+		if continuousUsage {
+			c.Usage = pc.usageSoFar()
 		}
 		return out.send(c)
 	}
 	for i, e := range echoes {
-		if e != "" && chunk(i, e, nil) != nil {
+		if e != "" && chunk(piece{index: i, text: e, prompt: jobs[i].promptLen}) != nil {
 			return
 		}
 	}
@@ -172,7 +175,7 @@ func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, he
 		if pc.text == "" && f == nil {
 			continue
 		}
-		if chunk(pc.index, pc.text, f) != nil {
+		if chunk(pc) != nil {
 			return // the client is gone; returning cancels the requests
 		}
 		if f != nil {

@@ -35,6 +35,20 @@ type piece struct {
 	index int
 	text  string
 	fin   *finish // set on a prompt's last piece
+	// The prompt's tokens, and those generated up to and with this piece.
+	prompt, generated int
+}
+
+// usageSoFar is the usage of pc's prompt up to pc: its final usage on the
+// last piece.
+func (pc piece) usageSoFar() *usageJSON {
+	u := &usageJSON{}
+	if pc.fin != nil {
+		u.add(pc.fin.usage)
+		return u
+	}
+	u.add(sched.Usage{PromptTokens: pc.prompt, CompletionTokens: pc.generated})
+	return u
 }
 
 // finish is how one prompt ended.
@@ -93,7 +107,7 @@ func merge(ctx context.Context, jobs []*job) <-chan piece {
 			defer wg.Done()
 			defer j.cancel()
 			j.run(func(pc piece) bool {
-				pc.index = j.index
+				pc.index, pc.prompt, pc.generated = j.index, j.promptLen, j.generated
 				select {
 				case ch <- pc:
 					return true

@@ -21,7 +21,10 @@ type StreamOptions struct {
 	// IncludeUsage adds a last chunk with the usage and no choices. As in
 	// vLLM, it is true when stream_options is given without it.
 	IncludeUsage *bool `json:"include_usage"`
-	// ContinuousUsageStats is accepted and ignored.
+	// ContinuousUsageStats, with IncludeUsage, puts in every chunk the
+	// usage of its choice so far, as vLLM does: a client learns from
+	// completion_tokens how many tokens each chunk carries (a token whose
+	// text ends mid-character comes with the next chunk).
 	ContinuousUsageStats *bool `json:"continuous_usage_stats"`
 }
 
@@ -102,7 +105,10 @@ type params struct {
 	ignoreEOS    bool
 	stream       bool
 	includeUsage bool
-	transfer     *sched.KVTransferParams
+	// continuousUsage: every streamed chunk carries its choice's usage so
+	// far (stream_options.continuous_usage_stats with include_usage).
+	continuousUsage bool
+	transfer        *sched.KVTransferParams
 }
 
 // decodeBody decodes a JSON body into v; a syntax or type error is a 400
@@ -162,6 +168,7 @@ func (r *sampling) check(vocab int, eos []uint32) (params, *apiError) {
 			return p, badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
 		}
 		p.includeUsage = r.StreamOptions.IncludeUsage == nil || *r.StreamOptions.IncludeUsage
+		p.continuousUsage = p.includeUsage && r.StreamOptions.ContinuousUsageStats != nil && *r.StreamOptions.ContinuousUsageStats
 	}
 	return p, nil
 }
