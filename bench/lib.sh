@@ -51,6 +51,22 @@ wait_port() { wait_for bash -c "exec 3<>/dev/tcp/127.0.0.1/$1"; }
 # wait_ready HOST:PORT waits until a node's /readyz there answers 200.
 wait_ready() { wait_for curl -fs "http://$1/readyz"; }
 
+# start_versitygw KEY starts versitygw (an S3-compatible server: go install
+# github.com/versity/versitygw/cmd/versitygw@v1.8.0) on a free port over
+# $work/s3, with credentials KEY / KEYsecret exported as AWS_ACCESS_KEY_ID and
+# AWS_SECRET_ACCESS_KEY, and sets s3port once it listens.
+start_versitygw() {
+	local vgw
+	vgw=$(command -v versitygw || echo "$(go env GOPATH)/bin/versitygw")
+	[ -x "$vgw" ] || { echo "$(basename "$0"): versitygw not found; go install github.com/versity/versitygw/cmd/versitygw@v1.8.0" >&2; exit 1; }
+	export AWS_ACCESS_KEY_ID=$1 AWS_SECRET_ACCESS_KEY=${1}secret
+	s3port=$(free_port)
+	mkdir -p "$work/s3"
+	"$vgw" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --port "127.0.0.1:$s3port" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
+	pids+=($!)
+	wait_port "$s3port"
+}
+
 # median prints the median of the numbers on stdin.
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 

@@ -19,9 +19,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TOKENS=${TOKENS:-100000} BLOCK_TOKENS=${BLOCK_TOKENS:-256} RUNS=${RUNS:-3} CONCURRENCY=${CONCURRENCY:-16}
-vgw=$(command -v versitygw || echo "$(go env GOPATH)/bin/versitygw")
-[ -x "$vgw" ] || { echo "s3-restore: versitygw not found; go install github.com/versity/versitygw/cmd/versitygw@v1.8.0" >&2; exit 1; }
-
 . "$(dirname "$0")/lib.sh"
 bench_workdir s3-restore
 
@@ -29,12 +26,7 @@ echo "building..." >&2
 go build -o "$work/kvstrata" ./cmd/kvstrata
 go build -o "$work/s3restore" ./bench/s3restore
 
-export AWS_ACCESS_KEY_ID=restorebench AWS_SECRET_ACCESS_KEY=restorebenchsecret
-s3port=$(free_port)
-mkdir -p "$work/s3"
-"$vgw" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --port "127.0.0.1:$s3port" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
-pids+=($!)
-wait_port "$s3port"
+start_versitygw restorebench
 
 grpc=$(free_port) data=$(free_port)
 "$work/kvstrata" serve --data-dir "$work/node" --dram-capacity 2GiB --ssd-capacity 2GiB \

@@ -20,9 +20,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TOKENS=${TOKENS:-16,64,128,256,512,1024,2048,4096} RUNS=${RUNS:-3} WORKERS=${WORKERS:-0}
-vgw=$(command -v versitygw || echo "$(go env GOPATH)/bin/versitygw")
-[ -x "$vgw" ] || { echo "tiny-breakeven: versitygw not found; go install github.com/versity/versitygw/cmd/versitygw@v1.8.0" >&2; exit 1; }
-
 . "$(dirname "$0")/lib.sh"
 bench_workdir tiny-breakeven
 
@@ -30,12 +27,7 @@ echo "building..." >&2
 go build -o "$work/kvstrata" ./cmd/kvstrata
 go build -o "$work/breakeven" ./bench/breakeven
 
-export AWS_ACCESS_KEY_ID=breakevenbench AWS_SECRET_ACCESS_KEY=breakevenbenchsecret
-s3port=$(free_port)
-mkdir -p "$work/s3"
-"$vgw" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --port "127.0.0.1:$s3port" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
-pids+=($!)
-wait_port "$s3port"
+start_versitygw breakevenbench
 
 grpc=$(free_port) data=$(free_port)
 "$work/kvstrata" serve --data-dir "$work/node" --dram-capacity 256MiB --ssd-capacity 256MiB \
