@@ -39,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvstrata_frontend_routing_decisions_total",
 			Help: "Routing decisions, by chosen worker and policy."}, []string{"worker", "policy"}),
 		overlap: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_routed_overlap_blocks",
-			Help: "Per routing decision, the prompt's prefix blocks the chosen worker finds in its pool (tier=pool) or restores from each cache tier.",
+			Help:    "Per routing decision, the prompt's prefix blocks the chosen worker finds in its pool (tier=pool) or restores from each cache tier.",
 			Buckets: lens}, []string{"tier"}),
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvstrata_frontend_migrations_total",
 			Help: "Requests moved to another worker, by cause (refused, status, broken, overloaded)."}, []string{"cause"}),
