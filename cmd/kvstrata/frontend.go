@@ -92,19 +92,20 @@ only), least-loaded, random, round-robin.`,
 				probs = append(probs, fmt.Sprintf("--policy %q: %v", policyName, err))
 			}
 			fcfg.Policy.Policy = p
-			if len(probs) > 0 {
-				return usageError{fmt.Errorf("bad flags:\n  %s", strings.Join(probs, "\n  "))}
-			}
 			model.EnsureDefaults()
-			ns, err := worker.Namespace(model)
-			if err != nil {
-				return usageError{fmt.Errorf("bad flags: the workers' model: %w", err)}
+			if ns, err := worker.Namespace(model); err != nil {
+				probs = append(probs, configProblems(err)...)
+			} else {
+				fcfg.Namespace = ns
 			}
-			fcfg.Namespace = ns
 			fcfg.Logger = proc.logger(stderr)
 			fcfg.EnsureDefaults()
-			if err := fcfg.Validate(); err != nil {
-				return usageError{fmt.Errorf("bad flags: %w", err)}
+			if err := fcfg.Validate(); err != nil && fcfg.Namespace.Model != "" {
+				msg := strings.TrimPrefix(err.Error(), frontend.ErrBadConfig.Error()+": ")
+				probs = append(probs, strings.Split(msg, "; ")...)
+			}
+			if len(probs) > 0 {
+				return usageError{fmt.Errorf("bad flags:\n  %s", strings.Join(probs, "\n  "))}
 			}
 			part := &frontendPart{cfg: fcfg, model: model, listen: listen, failed: make(chan error, 1)}
 			r, err := lifecycle.New(lifecycle.Config{ShutdownTimeout: proc.shutdown, Logger: fcfg.Logger}, part)

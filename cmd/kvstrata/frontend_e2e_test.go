@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -121,5 +123,57 @@ func TestFrontendStreamsAndSurvivesAKilledWorker(t *testing.T) {
 	}
 	if ok := workerMetricSum(metrics, "kvstrata_frontend_requests_total"); ok < n+1 {
 		t.Errorf("the frontend counted %v requests, want %d", ok, n+1)
+	}
+}
+
+// TestUpWithAFrontend: `up --frontend` runs a frontend in front of its
+// workers; a streamed completion through it gets its tokens, and the
+// frontend's decisions show on its /metrics.
+func TestUpWithAFrontend(t *testing.T) {
+	httpBase, eventsBase := freePortRun(t, 2), freePortRun(t, 4)
+	fe := freeport.Addr(t)
+	node := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
+	p := &proc{t: t, dir: t.TempDir()}
+	p.args = []string{"up", "--workers", "2", "--http-port", strconv.Itoa(httpBase), "--kv-events-port", strconv.Itoa(eventsBase),
+		"--frontend", fe, "--speedup", "20", "--num-gpu-blocks", "256", "--data-dir", p.dir, "--dram-capacity", "64MiB",
+		"--ssd-capacity", "256MiB", "--listen-grpc", node[0], "--listen-data", node[1], "--listen-http", node[2],
+		"--cluster-raft-addr", node[3], "--listen-resp", ""}
+	p.launch()
+	url := "http://" + fe
+	waitWorkerHealth(t, p, url)
+	res := streamCompletion(frontendSDK(url), "Hello through up's frontend", 6, nil)
+	if res.err != nil || res.finish != "length" || res.completion != 6 {
+		t.Fatalf("a streamed completion through up's frontend: %+v", res)
+	}
+	if n := workerMetricSum(scrapeWorker(t, url), "kvstrata_frontend_routing_decisions_total"); n != 1 {
+		t.Errorf("the frontend counted %v routing decisions, want 1", n)
+	}
+	if !strings.Contains(p.log.String(), `msg="frontend serving"`) {
+		t.Errorf("the log does not say the frontend serves:\n%s", p.log)
+	}
+}
+
+func TestFrontendBadFlagsExitTwoWithEveryProblem(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"frontend", "--policy", "best", "--worker", "http://127.0.0.1:1,color=red", "--worker", "ftp://x",
+			"--queue-wait", "long", "--temperature", "-1"},
+			[]string{`--policy "best"`, `unknown key "color"`, `worker URL "ftp://x" is not http://host:port`, `--queue-wait "long"`}},
+		{[]string{"frontend"}, []string{"--worker: at least one is needed"}},
+		{[]string{"frontend", "--worker", "http://127.0.0.1:1", "--model", "llama"}, []string{`Model "llama" is unknown`}},
+		{[]string{"frontend", "extra"}, []string{"frontend takes no arguments"}},
+	} {
+		out, err := exec.Command(binary, c.args...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Errorf("%v: exit %v, want status 2:\n%s", c.args, err, out)
+			continue
+		}
+		for _, want := range c.want {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("%v: the output does not say %q:\n%s", c.args, want, out)
+			}
+		}
 	}
 }
