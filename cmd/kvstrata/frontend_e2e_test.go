@@ -51,13 +51,14 @@ type streamed struct {
 
 // streamCompletion streams a completion of prompt through the SDK; first
 // is closed (once) at its first chunk.
-func streamCompletion(c *sdk.Client, prompt string, maxTokens int64, first func()) streamed {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+func streamCompletion(c *sdk.Client, model, prompt string, maxTokens int64, first func()) streamed {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second) // tiny on a loaded CPU is slow
 	defer cancel()
 	s := c.Completions.NewStreaming(ctx, sdk.CompletionNewParams{
-		Model:         "kvstrata-sim",
+		Model:         sdk.CompletionNewParamsModel(model),
 		Prompt:        sdk.CompletionNewParamsPromptUnion{OfString: sdk.String(prompt)},
 		MaxTokens:     sdk.Int(maxTokens),
+		Temperature:   sdk.Float(0),
 		StreamOptions: sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)},
 	}, option.WithJSONSet("ignore_eos", true))
 	var out streamed
@@ -83,46 +84,68 @@ func streamCompletion(c *sdk.Client, prompt string, maxTokens int64, first func(
 }
 
 // TestFrontendStreamsAndSurvivesAKilledWorker: the SDK streams completions
-// through the frontend from two sim workers; a worker killed with SIGKILL
-// in the middle of 12 streaming requests costs none of them — each
-// finishes with all its tokens, and the frontend counts the migrations.
+// through the frontend from two workers; a worker killed with SIGKILL in
+// the middle of 20 streaming requests costs none of them — each finishes
+// with all its tokens, the frontend counts the migrations, and with tiny
+// (greedy) every completion is the text of an undisturbed run.
 func TestFrontendStreamsAndSurvivesAKilledWorker(t *testing.T) {
-	node := startNode(t, t.TempDir())
-	ws := []*wproc{startWorkerProcess(t, node.grpc), startWorkerProcess(t, node.grpc)}
-	_, url := startFrontendProcess(t, node.grpc, ws)
-	c := frontendSDK(url)
+	for _, c := range []struct {
+		backend   string
+		maxTokens int64
+	}{{"sim", 300}, {"tiny", 12}} {
+		t.Run(c.backend, func(t *testing.T) {
+			model := "kvstrata-" + c.backend
+			node := startNode(t, t.TempDir())
+			flags := []string{"--model", c.backend}
+			ws := []*wproc{startWorkerProcess(t, node.grpc, flags...), startWorkerProcess(t, node.grpc, flags...)}
+			_, url := startFrontendProcess(t, node.grpc, ws, flags...)
+			cl := frontendSDK(url)
 
-	one := streamCompletion(c, "Hello, frontend", 8, nil)
-	if one.err != nil || one.finish != "length" || one.completion != 8 || one.chunks < 2 {
-		t.Fatalf("a streamed completion: %+v; want 8 tokens over several chunks, finish length", one)
-	}
+			one := streamCompletion(cl, model, "Hello, frontend", 8, nil)
+			if one.err != nil || one.finish != "length" || one.completion != 8 || one.chunks < 2 {
+				t.Fatalf("a streamed completion: %+v; want 8 tokens over several chunks, finish length", one)
+			}
 
-	const n, maxTokens = 12, 300
-	var started sync.WaitGroup
-	started.Add(n)
-	results := make([]streamed, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			var once sync.Once
-			results[i] = streamCompletion(c, fmt.Sprintf("Request %d shares this long preamble about caches and tiers.", i), maxTokens,
-				func() { once.Do(started.Done) })
+			const n = 20
+			prompt := func(i int) string {
+				return fmt.Sprintf("Request %d shares this long preamble about caches, tiers and routers.", i)
+			}
+			run := func(kill func()) []streamed {
+				var started sync.WaitGroup
+				started.Add(n)
+				results := make([]streamed, n)
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Go(func() {
+						var once sync.Once
+						results[i] = streamCompletion(cl, model, prompt(i), c.maxTokens, func() { once.Do(started.Done) })
+					})
+				}
+				started.Wait() // every request is streaming
+				if kill != nil {
+					kill()
+				}
+				wg.Wait()
+				return results
+			}
+			var undisturbed []streamed
+			if c.backend == "tiny" {
+				undisturbed = run(nil)
+			}
+			results := run(ws[0].kill)
+			for i, r := range results {
+				if r.err != nil || r.finish != "length" || r.completion != c.maxTokens {
+					t.Errorf("request %d after the kill: finish %q, %d tokens, %v; want length, %d", i, r.finish, r.completion, r.err, c.maxTokens)
+				}
+				if undisturbed != nil && r.text != undisturbed[i].text {
+					t.Errorf("request %d after the kill answered %q; undisturbed, %q", i, r.text, undisturbed[i].text)
+				}
+			}
+			metrics := scrapeWorker(t, url)
+			if moved := workerMetricSum(metrics, "kvstrata_frontend_migrations_total"); moved < 1 {
+				t.Errorf("the frontend counted %v migrations after a worker was killed mid-stream", moved)
+			}
 		})
-	}
-	started.Wait() // every request is streaming
-	ws[0].kill()
-	wg.Wait()
-	for i, r := range results {
-		if r.err != nil || r.finish != "length" || r.completion != maxTokens {
-			t.Errorf("request %d after the kill: finish %q, %d tokens, %v; want length, %d", i, r.finish, r.completion, r.err, maxTokens)
-		}
-	}
-	metrics := scrapeWorker(t, url)
-	if moved := workerMetricSum(metrics, "kvstrata_frontend_migrations_total"); moved < 1 {
-		t.Errorf("the frontend counted %v migrations after a worker was killed mid-stream", moved)
-	}
-	if ok := workerMetricSum(metrics, "kvstrata_frontend_requests_total"); ok < n+1 {
-		t.Errorf("the frontend counted %v requests, want %d", ok, n+1)
 	}
 }
 
@@ -141,7 +164,7 @@ func TestUpWithAFrontend(t *testing.T) {
 	p.launch()
 	url := "http://" + fe
 	waitWorkerHealth(t, p, url)
-	res := streamCompletion(frontendSDK(url), "Hello through up's frontend", 6, nil)
+	res := streamCompletion(frontendSDK(url), "kvstrata-sim", "Hello through up's frontend", 6, nil)
 	if res.err != nil || res.finish != "length" || res.completion != 6 {
 		t.Fatalf("a streamed completion through up's frontend: %+v", res)
 	}
