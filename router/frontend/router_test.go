@@ -216,3 +216,45 @@ func TestAllBusyIsAnswered503(t *testing.T) {
 	ws[0].stop(0)
 	<-long
 }
+
+// TestQueuedRequestRunsWhenAWorkerFrees: a request that finds every worker
+// busy waits in the queue (its depth shows it) and runs once the busy
+// request ends.
+func TestQueuedRequestRunsWhenAWorkerFrees(t *testing.T) {
+	ws := startWorkers(t, 1, "sim", "")
+	r, _ := newRouter(t, Config{Workers: specs(ws), Namespace: namespace(ws), WorkerBlocks: 1,
+		Policy: policy.Config{BusyBlockFraction: 0.5}, QueueSize: 4, QueueWait: time.Minute})
+	first := make(chan result, 1)
+	go func() { first <- generate(t, r, sched.Request{Prompt: ids(1, 20), MaxTokens: 200, IgnoreEOS: true}, nil) }()
+	waitFor(t, "the first request is running", func() bool { return r.Load(ws[0].spec.URL).Blocks > 0 })
+	second := make(chan result, 1)
+	go func() { second <- generate(t, r, sched.Request{Prompt: ids(2, 20), MaxTokens: 5, IgnoreEOS: true}, nil) }()
+	waitFor(t, "the second request waits in the queue", func() bool { return testutil.ToFloat64(r.m.queue) == 1 })
+	for i, ch := range []chan result{first, second} {
+		if res := <-ch; res.err != nil || res.finish != sched.FinishLength {
+			t.Fatalf("request %d: %d tokens, finish %q, %v", i+1, len(res.tokens), res.finish, res.err)
+		}
+	}
+	if d := testutil.ToFloat64(r.m.queue); d != 0 {
+		t.Fatalf("queue depth %v after both ran", d)
+	}
+}
+
+func TestConfigValidateNamesEveryProblem(t *testing.T) {
+	ws := startWorkers(t, 1, "sim", "")
+	cfg := Config{Workers: []WorkerSpec{{URL: "ftp://x"}, ws[0].spec, ws[0].spec, {URL: "http://127.0.0.1:1", Replay: "tcp://127.0.0.1:2"}},
+		QueueSize: -1, WorkerBlocks: -2}
+	_, err := New(cfg)
+	if !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("New: %v, want ErrBadConfig", err)
+	}
+	for _, want := range []string{`"ftp://x" is not http://host:port`, "is listed twice", "replay endpoint but no events",
+		"namespace:", "queue size is -1", "worker blocks is -2"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+	if _, err := New(Config{}); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "no workers") {
+		t.Errorf("an empty config: %v", err)
+	}
+}
