@@ -225,10 +225,14 @@ func TestQueuedRequestRunsWhenAWorkerFrees(t *testing.T) {
 	r, _ := newRouter(t, Config{Workers: specs(ws), Namespace: namespace(ws), WorkerBlocks: 1,
 		Policy: policy.Config{BusyBlockFraction: 0.5}, QueueSize: 4, QueueWait: time.Minute})
 	first := make(chan result, 1)
-	go func() { first <- generate(t, r, sched.Request{Prompt: ids(1, 20), MaxTokens: 200, IgnoreEOS: true}, nil) }()
+	go func() {
+		first <- generate(t, r, sched.Request{Prompt: ids(1, 20), MaxTokens: 200, IgnoreEOS: true}, nil)
+	}()
 	waitFor(t, "the first request is running", func() bool { return r.Load(ws[0].spec.URL).Blocks > 0 })
 	second := make(chan result, 1)
-	go func() { second <- generate(t, r, sched.Request{Prompt: ids(2, 20), MaxTokens: 5, IgnoreEOS: true}, nil) }()
+	go func() {
+		second <- generate(t, r, sched.Request{Prompt: ids(2, 20), MaxTokens: 5, IgnoreEOS: true}, nil)
+	}()
 	waitFor(t, "the second request waits in the queue", func() bool { return testutil.ToFloat64(r.m.queue) == 1 })
 	for i, ch := range []chan result{first, second} {
 		if res := <-ch; res.err != nil || res.finish != sched.FinishLength {
