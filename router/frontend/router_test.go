@@ -17,8 +17,7 @@ import (
 	"github.com/kvstrata/kvstrata/router/policy"
 )
 
-// routedTo is the worker r routed its last request to: the one whose
-// decisions counter grew since before.
+// decisions are r's routing decisions so far, per worker.
 func decisions(r *Router, ws []*testWorker) []float64 {
 	var n []float64
 	for _, w := range ws {
@@ -31,6 +30,8 @@ func decisions(r *Router, ws []*testWorker) []float64 {
 	return n
 }
 
+// routedTo is the worker r routed run's one request to: the one whose
+// decisions grew.
 func routedTo(t *testing.T, r *Router, ws []*testWorker, run func()) int {
 	t.Helper()
 	before := decisions(r, ws)
