@@ -191,7 +191,7 @@ func (f *frontendPart) Start(ctx context.Context) (err error) {
 		return err
 	}
 	api, err := openai.New(openai.Config{Engine: f.router, Tokenizer: tok, ModelName: f.model.ModelName,
-		ContextLen: f.model.ContextLen, StopTokens: f.model.StopTokens(), Gatherer: reg, Logger: f.cfg.Logger})
+		ContextLen: f.model.ContextLen, StopTokens: f.model.StopTokens(), Gatherer: reg, Health: f.router.Ready, Logger: f.cfg.Logger})
 	if err != nil {
 		f.router.Close()
 		return err

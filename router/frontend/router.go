@@ -132,6 +132,17 @@ func (r *Router) Healthy(url string) bool {
 	return ok && w.healthy.Load()
 }
 
+// Ready is nil while some worker is a candidate, else ErrNoWorkers: what
+// the frontend's /health says.
+func (r *Router) Ready() error {
+	for _, w := range r.workers {
+		if w.healthy.Load() {
+			return nil
+		}
+	}
+	return ErrNoWorkers
+}
+
 // Load is the load the Router tracks on the worker of url.
 func (r *Router) Load(url string) policy.Load { return r.choose.Load(url) }
 

@@ -173,7 +173,7 @@ func TestRefusedWorkerLeavesTheCandidates(t *testing.T) {
 
 // TestUnhealthyWorkerComesBack: a worker whose /health fails leaves the
 // candidates without a request failing on it, and comes back once it
-// answers again.
+// answers again; the Router is Ready while some worker is a candidate.
 func TestUnhealthyWorkerComesBack(t *testing.T) {
 	var mu sync.Mutex
 	sick := true
@@ -182,10 +182,21 @@ func TestUnhealthyWorkerComesBack(t *testing.T) {
 	r, _ := newRouter(t, Config{Workers: []WorkerSpec{{URL: srv}, ws[0].spec}, Namespace: namespace(ws),
 		HealthInterval: 20 * time.Millisecond, ProbeMax: 40 * time.Millisecond})
 	waitFor(t, "the sick worker leaves the candidates", func() bool { return !r.Healthy(srv) })
+	if err := r.Ready(); err != nil {
+		t.Fatalf("Ready with a healthy worker left: %v", err)
+	}
+	ws[0].stop(0)
+	waitFor(t, "the stopped worker leaves the candidates", func() bool { return !r.Healthy(ws[0].spec.URL) })
+	if err := r.Ready(); !errors.Is(err, ErrNoWorkers) {
+		t.Fatalf("Ready with no healthy worker: %v, want ErrNoWorkers", err)
+	}
 	mu.Lock()
 	sick = false
 	mu.Unlock()
 	waitFor(t, "the healed worker comes back", func() bool { return r.Healthy(srv) })
+	if err := r.Ready(); err != nil {
+		t.Fatalf("Ready once a worker is back: %v", err)
+	}
 }
 
 // TestAllBusyIsAnswered503: with its one worker busy, a request waits in
