@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/engine/worker"
 	"github.com/kvstrata/kvstrata/internal/lifecycle"
+	"github.com/kvstrata/kvstrata/router/frontend"
 	"github.com/kvstrata/kvstrata/transfer"
 )
 
@@ -28,7 +30,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 	tmpl := worker.DefaultConfig()
 	var t flagTable
 	var n struct{ workers, prefill, decode, httpPort, eventsPort int }
-	var host, configPath string
+	var host, configPath, frontendListen string
 	nodeDefaults := config.Default()
 	settings := nodeDefaults.Settings()
 	cmd := &cobra.Command{
@@ -45,6 +47,11 @@ N prefill and M decode workers (in that order). Worker i (from 0) listens on
 its KV events on tcp://--host:--kv-events-port+2i with its replay socket on
 the port after. Each part logs one line saying where it listens.
 
+With --frontend ADDR (aggregated workers only), a frontend (as
+` + "`kvstrata frontend`" + ` runs it) serves the OpenAI API on ADDR and routes every
+request to the worker that serves it best, by the workers' KV events and
+the cache node's tiers.
+
 The cache node takes serve's settings from its defaults, --config, the
 KVSTRATA_ environment variables and the flags below; its data lives in
 --data-dir (default ./data, as serve's), so a restart finds what its SSD
@@ -56,6 +63,11 @@ tier held.`,
 
   # Four tiny-transformer workers on 8000-8003, data in a scratch directory
   kvstrata up --model tiny --workers 4 --data-dir /tmp/kvstrata
+
+  # Two workers behind a frontend on :8080; then stream a completion through it
+  kvstrata up --workers 2 --frontend 127.0.0.1:8080
+  curl -sN 127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8, "stream": true}'
 
   # A disaggregated set: prefill workers on 8000-8001, decode workers on 8002-8004
   kvstrata up --prefill 2 --decode 3`,
@@ -110,6 +122,9 @@ tier held.`,
 				}
 				cfgs = append(cfgs, c)
 			}
+			if frontendListen != "" && n.prefill+n.decode > 0 {
+				probs = append(probs, "--frontend with --prefill/--decode: the frontend routes aggregated workers only, so far")
+			}
 			if len(probs) > 0 {
 				return usageError{fmt.Errorf("bad flags:\n  %s", strings.Join(probs, "\n  "))}
 			}
@@ -125,6 +140,13 @@ tier held.`,
 					return usageError{err}
 				}
 				parts = append(parts, w)
+			}
+			if frontendListen != "" {
+				fe, err := upFrontend(frontendListen, cache, cfgs, log)
+				if err != nil {
+					return usageError{err}
+				}
+				parts = append(parts, fe)
 			}
 			var tr transfer.Transport
 			if node.Listen.Data != "" {
@@ -154,6 +176,7 @@ tier held.`,
 	t.str("host", "127.0.0.1", "address the workers' HTTP and KV-event sockets listen on", &host)
 	t.int("http-port", 8000, "HTTP port of worker 0; worker i listens on this + i", &n.httpPort)
 	t.int("kv-events-port", 5557, "KV-event PUB port of worker 0; worker i publishes on this + 2i, its replay socket on the port after (0: no events)", &n.eventsPort)
+	t.str("frontend", "", `HTTP address of a frontend routing to the workers ("": none)`, &frontendListen)
 	addModelFlags(&t, &tmpl)
 	fs.StringVar(&configPath, "config", "", "the cache node's TOML config file, as serve's (default $KVSTRATA_CONFIG)")
 	for _, s := range settings {
@@ -208,4 +231,22 @@ func checkPorts(flag string, base, n, per int) []string {
 		return []string{fmt.Sprintf("%s %d: %d workers need ports %d to %d, outside [1, 65535]", flag, base, n, base, base+n*per-1)}
 	}
 	return nil
+}
+
+// upFrontend is the frontend `up --frontend` runs in front of its workers:
+// started after them, stopped before.
+func upFrontend(listen, cache string, workers []worker.Config, log *slog.Logger) (*frontendPart, error) {
+	ns, err := worker.Namespace(workers[0])
+	if err != nil {
+		return nil, err
+	}
+	cfg := frontend.Config{Namespace: ns, Cache: cache, WorkerBlocks: workers[0].Blocks, Logger: log}
+	for _, w := range workers {
+		cfg.Workers = append(cfg.Workers, frontend.WorkerSpec{URL: "http://" + w.Listen, Events: w.KVEvents, Replay: w.KVEventsReplay})
+	}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &frontendPart{cfg: cfg, model: workers[0], listen: listen, failed: make(chan error, 1)}, nil
 }

@@ -29,6 +29,11 @@ type completionChoice struct {
 	Logprobs     *struct{} `json:"logprobs"`
 	FinishReason *string   `json:"finish_reason"`
 	StopReason   any       `json:"stop_reason"`
+	// PromptTokenIDs and TokenIDs answer return_token_ids, as vLLM's
+	// choices carry them: the prompt's ids (once per choice when
+	// streaming) and the generated ids.
+	PromptTokenIDs []uint32 `json:"prompt_token_ids,omitempty"`
+	TokenIDs       []uint32 `json:"token_ids,omitempty"`
 }
 
 // completions serves POST /v1/completions.
@@ -58,16 +63,22 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	head := completion{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
 	if p.stream {
-		s.streamCompletion(ctx, w, head, jobs, echoes, p.includeUsage, p.continuousUsage)
+		var promptIDs [][]uint32
+		if req.ReturnTokenIDs {
+			promptIDs = prompts
+		}
+		s.streamCompletion(ctx, w, head, jobs, echoes, promptIDs, p.includeUsage, p.continuousUsage)
 		return
 	}
 	texts := make([]strings.Builder, len(jobs))
+	tokens := make([][]uint32, len(jobs))
 	fins := make([]*finish, len(jobs))
 	for i := range texts {
 		texts[i].WriteString(echoes[i])
 	}
 	for pc := range merge(ctx, jobs) {
 		texts[pc.index].WriteString(pc.text)
+		tokens[pc.index] = append(tokens[pc.index], pc.tokens...)
 		if f := pc.fin; f != nil {
 			if f.err != nil {
 				cancel()
@@ -84,7 +95,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	resp := head
 	resp.Usage = &usageJSON{}
 	for i, f := range fins {
-		resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: texts[i].String(), FinishReason: reason(f), StopReason: f.stopReason})
+		c := completionChoice{Index: i, Text: texts[i].String(), FinishReason: reason(f), StopReason: f.stopReason}
+		if req.ReturnTokenIDs {
+			c.PromptTokenIDs, c.TokenIDs = prompts[i], tokens[i]
+			if c.TokenIDs == nil {
+				c.TokenIDs = []uint32{}
+			}
+		}
+		resp.Choices = append(resp.Choices, c)
 		resp.Usage.add(f.usage)
 		if resp.KVTransferParams == nil {
 			resp.KVTransferParams = f.transfer
@@ -144,9 +162,13 @@ func (s *Server) checkCompletion(req *CompletionRequest) (prompts [][]uint32, ec
 	return
 }
 
-// streamCompletion streams the jobs' pieces as completion chunks.
-func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, head completion, jobs []*job, echoes []string, includeUsage, continuousUsage bool) {
+// streamCompletion streams the jobs' pieces as completion chunks. With
+// promptIDs (return_token_ids), each choice's first chunk carries its
+// prompt's ids and every chunk the token ids it adds.
+func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, head completion, jobs []*job, echoes []string, promptIDs [][]uint32, includeUsage, continuousUsage bool) {
 	out := newSSE(w)
+	withIDs := promptIDs != nil
+	sentPrompt := make([]bool, len(jobs))
 	chunk := func(pc piece) error {
 		c := head
 		c.Choices = []completionChoice{{Index: pc.index, Text: pc.text, FinishReason: reason(pc.fin)}}
@@ -155,6 +177,12 @@ func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, he
 		}
 		if continuousUsage {
 			c.Usage = pc.usageSoFar()
+		}
+		if withIDs {
+			if !sentPrompt[pc.index] {
+				c.Choices[0].PromptTokenIDs, sentPrompt[pc.index] = promptIDs[pc.index], true
+			}
+			c.Choices[0].TokenIDs = pc.tokens
 		}
 		return out.send(c)
 	}
@@ -172,7 +200,7 @@ func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, he
 			out.done()
 			return
 		}
-		if pc.text == "" && f == nil {
+		if pc.text == "" && f == nil && (!withIDs || len(pc.tokens) == 0) {
 			continue
 		}
 		if chunk(pc) != nil {

@@ -74,7 +74,11 @@ func engineError(err error) *apiError {
 }
 
 // writeError answers e as JSON with its status.
+// A 503 says when to retry: a second from now.
 func writeError(w http.ResponseWriter, e *apiError) {
+	if e.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
 	writeJSON(w, e.Status, e.body())
 }
 

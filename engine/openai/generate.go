@@ -34,7 +34,11 @@ type job struct {
 type piece struct {
 	index int
 	text  string
-	fin   *finish // set on a prompt's last piece
+	// tokens are the token ids generated since the previous piece, stop
+	// tokens included (return_token_ids reports them as the engine made
+	// them), even when their text is held back.
+	tokens []uint32
+	fin    *finish // set on a prompt's last piece
 	// The prompt's tokens, and those generated up to and with this piece.
 	prompt, generated int
 }
@@ -127,9 +131,11 @@ func merge(ctx context.Context, jobs []*job) <-chan piece {
 // run reads j's outputs, detokenizes them and emits pieces until the
 // request ends or emit fails. A stop string cancels the engine request.
 func (j *job) run(emit func(piece) bool) {
+	var pending []uint32 // tokens not yet sent in a piece
 	for o := range j.out {
 		toks := o.Tokens
 		j.generated += len(toks)
+		pending = append(pending, toks...)
 		var stopTok any
 		if o.Finish == sched.FinishStop && !j.ignoreEOS && len(toks) > 0 && slices.Contains(j.eos, toks[len(toks)-1]) {
 			last := toks[len(toks)-1]
@@ -147,14 +153,17 @@ func (j *job) run(emit func(piece) bool) {
 					final = o
 				}
 			}
-			emit(piece{text: j.det.take(true), fin: &finish{
+			emit(piece{text: j.det.take(true), tokens: pending, fin: &finish{
 				reason: "stop", stopReason: j.det.stopString, usage: j.usage(final.Usage), transfer: final.Transfer,
 			}})
 			return
 		}
 		if o.Finish == "" {
-			if t := j.det.take(false); t != "" && !emit(piece{text: t}) {
-				return
+			if t := j.det.take(false); t != "" || len(pending) > 0 {
+				if !emit(piece{text: t, tokens: pending}) {
+					return
+				}
+				pending = nil
 			}
 			continue
 		}
@@ -165,7 +174,7 @@ func (j *job) run(emit func(piece) bool) {
 				f.err = errors.New("openai: the engine aborted the request")
 			}
 		}
-		emit(piece{text: j.det.take(true), fin: f})
+		emit(piece{text: j.det.take(true), tokens: pending, fin: f})
 		return
 	}
 	emit(piece{fin: &finish{err: errNoFinal}})

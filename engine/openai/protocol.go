@@ -74,6 +74,11 @@ type CompletionRequest struct {
 	// Echo puts the prompt's text before each choice's text.
 	Echo     bool            `json:"echo"`
 	Logprobs json.RawMessage `json:"logprobs"`
+	// ReturnTokenIDs adds each choice's token ids, as vLLM ≥ 0.10.2 does:
+	// the prompt's (prompt_token_ids, on a stream's first chunk of each
+	// choice) and the generated ones (token_ids, on every chunk the ones
+	// it adds, stop tokens included).
+	ReturnTokenIDs bool `json:"return_token_ids"`
 }
 
 // ChatMessage is one message of a chat request.

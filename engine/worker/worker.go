@@ -41,6 +41,7 @@ import (
 	"github.com/kvstrata/kvstrata/engine/openai"
 	"github.com/kvstrata/kvstrata/engine/sched"
 	"github.com/kvstrata/kvstrata/engine/tokenizer"
+	"github.com/kvstrata/kvstrata/index"
 )
 
 // The engine's parts fit one another.
@@ -174,12 +175,8 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if cfg.Role == RolePrefill {
 		eng = prefillEngine{w.engine}
 	}
-	var stop []uint32
-	if cfg.Model == ModelTiny {
-		stop = []uint32{tinyEOS}
-	}
 	api, err := openai.New(openai.Config{
-		Engine: eng, Tokenizer: tok, ModelName: cfg.ModelName, ContextLen: cfg.ContextLen, StopTokens: stop,
+		Engine: eng, Tokenizer: tok, ModelName: cfg.ModelName, ContextLen: cfg.ContextLen, StopTokens: cfg.StopTokens(),
 		Limits: cfg.HTTP, Gatherer: w.reg, Health: w.Ready, Logger: w.log,
 	})
 	if err != nil {
@@ -244,6 +241,30 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // tinyEOS is o200k's <|endoftext|>, the tiny model's end of sequence.
 const tinyEOS = 199999
+
+// StopTokens are the end-of-sequence token ids of c's model: tiny's
+// <|endoftext|>, none for sim.
+func (c *Config) StopTokens() []uint32 {
+	if c.Model == ModelTiny {
+		return []uint32{tinyEOS}
+	}
+	return nil
+}
+
+// Namespace is the block namespace of the workers of c's model (backend,
+// weights, KV layout): what a router hashes their prompts in. It builds
+// the model to know it (for tiny, generates or reads its weights).
+func Namespace(c Config) (index.Namespace, error) {
+	c.EnsureDefaults()
+	if err := c.Validate(); err != nil {
+		return index.Namespace{}, err
+	}
+	m, err := newModel(c)
+	if err != nil {
+		return index.Namespace{}, err
+	}
+	return m.Layout().Namespace, nil
+}
 
 // newModel builds cfg's model backend.
 func newModel(cfg Config) (model.Model, error) {

@@ -1,0 +1,58 @@
+package frontend
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the frontend's Prometheus series.
+type metrics struct {
+	requests   *prometheus.CounterVec   // worker, outcome
+	ttft       *prometheus.HistogramVec // worker
+	itl        *prometheus.HistogramVec // worker
+	e2e        *prometheus.HistogramVec // worker
+	inputLen   *prometheus.HistogramVec // worker
+	outputLen  *prometheus.HistogramVec // worker
+	decisions  *prometheus.CounterVec   // worker, policy
+	overlap    *prometheus.HistogramVec // tier (pool, hbm, dram, ssd, s3)
+	migrations *prometheus.CounterVec   // cause
+	queue      prometheus.Gauge
+	healthy    *prometheus.GaugeVec // worker
+	lookups    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	lat := prometheus.ExponentialBuckets(0.001, 2, 16) // 1 ms … 33 s
+	lens := prometheus.ExponentialBuckets(1, 2, 18)    // 1 … 131072 tokens
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvstrata_frontend_requests_total",
+			Help: "Requests served, by the worker that finished them and outcome (ok, error, cancelled)."}, []string{"worker", "outcome"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_time_to_first_token_seconds",
+			Help: "From a request's arrival to its first token, by worker.", Buckets: lat}, []string{"worker"}),
+		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_inter_token_latency_seconds",
+			Help: "Between a request's successive tokens, by worker.", Buckets: lat}, []string{"worker"}),
+		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_request_duration_seconds",
+			Help: "From a request's arrival to its last token, by worker.", Buckets: lat}, []string{"worker"}),
+		inputLen: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_input_sequence_tokens",
+			Help: "Prompt lengths, by worker.", Buckets: lens}, []string{"worker"}),
+		outputLen: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_output_sequence_tokens",
+			Help: "Generated lengths, by worker.", Buckets: lens}, []string{"worker"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvstrata_frontend_routing_decisions_total",
+			Help: "Routing decisions, by chosen worker and policy."}, []string{"worker", "policy"}),
+		overlap: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_routed_overlap_blocks",
+			Help:    "Per routing decision, the prompt's prefix blocks the chosen worker finds in its pool (tier=pool) or restores from each cache tier.",
+			Buckets: lens}, []string{"tier"}),
+		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvstrata_frontend_migrations_total",
+			Help: "Requests moved to another worker, by cause (refused, status, broken, overloaded)."}, []string{"cause"}),
+		queue: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvstrata_frontend_queue_depth",
+			Help: "Requests waiting for a worker that is not busy."}),
+		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvstrata_frontend_worker_healthy",
+			Help: "1 while a worker is a candidate, 0 while it is out after a failure."}, []string{"worker"}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvstrata_frontend_cache_lookups_total",
+			Help: "Cache lookups for routing, by outcome (ok, error: routed without tier credit)."}, []string{"outcome"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.ttft, m.itl, m.e2e, m.inputLen, m.outputLen, m.decisions, m.overlap,
+			m.migrations, m.queue, m.healthy, m.lookups)
+	}
+	return m
+}
