@@ -153,27 +153,11 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, head cha
 	if chunk(chatMessage{Role: "assistant", Content: &empty}, piece{prompt: jobs[0].promptLen}) != nil {
 		return
 	}
-	total := &usageJSON{}
-	for pc := range merge(ctx, jobs) {
-		f := pc.fin
-		if f != nil && f.err != nil {
-			s.cfg.Logger.Warn("openai: streamed chat completion failed", "id", head.ID, "err", f.err)
-			out.fail(engineError(f.err))
-			out.done()
-			return
-		}
-		if pc.text == "" && f == nil {
-			continue
-		}
+	total, ok := s.streamPieces(ctx, out, head.ID, jobs, func(pc piece) bool { return pc.text != "" }, func(pc piece) error {
 		text := pc.text
-		if chunk(chatMessage{Content: &text}, pc) != nil {
-			return
-		}
-		if f != nil {
-			total.add(f.usage)
-		}
-	}
-	if ctx.Err() != nil {
+		return chunk(chatMessage{Content: &text}, pc)
+	})
+	if !ok {
 		return
 	}
 	if includeUsage {

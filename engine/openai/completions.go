@@ -191,26 +191,8 @@ func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, he
 			return
 		}
 	}
-	total := &usageJSON{}
-	for pc := range merge(ctx, jobs) {
-		f := pc.fin
-		if f != nil && f.err != nil {
-			s.cfg.Logger.Warn("openai: streamed completion failed", "id", head.ID, "err", f.err)
-			out.fail(engineError(f.err))
-			out.done()
-			return
-		}
-		if pc.text == "" && f == nil && (!withIDs || len(pc.tokens) == 0) {
-			continue
-		}
-		if chunk(pc) != nil {
-			return // the client is gone; returning cancels the requests
-		}
-		if f != nil {
-			total.add(f.usage)
-		}
-	}
-	if ctx.Err() != nil {
+	total, ok := s.streamPieces(ctx, out, head.ID, jobs, func(pc piece) bool { return pc.text != "" || withIDs && len(pc.tokens) > 0 }, chunk)
+	if !ok {
 		return
 	}
 	if includeUsage {

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"unicode/utf8"
@@ -165,4 +166,32 @@ func incompleteTail(s string) int {
 		}
 	}
 	return 0
+}
+
+// streamPieces sends the jobs' pieces as they come, each with chunk, but a
+// piece that neither finishes its prompt nor has content (worth) is skipped.
+// It returns the finished prompts' usage, and false when the stream is
+// over already: an engine request failed (told the client, then [DONE]),
+// or the client is gone (returning cancels the requests).
+func (s *Server) streamPieces(ctx context.Context, out *sse, id string, jobs []*job, worth func(piece) bool, chunk func(piece) error) (*usageJSON, bool) {
+	total := &usageJSON{}
+	for pc := range merge(ctx, jobs) {
+		f := pc.fin
+		if f != nil && f.err != nil {
+			s.cfg.Logger.Warn("openai: streamed request failed", "id", id, "err", f.err)
+			out.fail(engineError(f.err))
+			out.done()
+			return nil, false
+		}
+		if f == nil && !worth(pc) {
+			continue
+		}
+		if chunk(pc) != nil {
+			return nil, false
+		}
+		if f != nil {
+			total.add(f.usage)
+		}
+	}
+	return total, ctx.Err() == nil
 }
