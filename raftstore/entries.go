@@ -64,6 +64,9 @@ var entryNames = map[EntryType]string{
 	EntryLiveness:       "liveness",
 	EntryCapacities:     "capacities",
 	EntryLivenessInTerm: "liveness-in-term",
+	EntryWorkerUpsert:   "worker-upsert",
+	EntryWorkerRemove:   "worker-remove",
+	EntryWorkerExpire:   "worker-expire",
 }
 
 func (t EntryType) String() string {

@@ -35,6 +35,7 @@ import (
 type FSM struct {
 	dir     atomic.Pointer[index.Directory]
 	state   atomic.Pointer[roster]
+	workers atomic.Pointer[registry] // nil: none (see registry.go)
 	applied atomic.Uint64
 	events  atomic.Uint64
 	skipped atomic.Uint64
@@ -237,6 +238,8 @@ func (f *FSM) applyEntry(l *raft.Log) any {
 		return f.change(func(s *roster) (*roster, error) { return s.setLiveness(e.node, e.liveness) })
 	case EntryCapacities:
 		return f.change(func(s *roster) (*roster, error) { return s.setCapacities(e.caps) })
+	case EntryWorkerUpsert, EntryWorkerRemove, EntryWorkerExpire:
+		return f.applyRegistry(e)
 	default: // an unknown ignorable type
 		f.skipped.Add(1)
 		return nil

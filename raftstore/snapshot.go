@@ -15,8 +15,9 @@ import (
 
 // A snapshot, as Persist writes it:
 //
-//	magic "KVSTRDIR", version byte 1
+//	magic "KVSTRDIR", version byte 1 or 2
 //	frame S: uvarint applied index, then the cluster state (appendRoster)
+//	frame W, in version 2 only: the worker registry (appendRegistry)
 //	frame D, any number: directory entries, back to back, until the frame ends
 //	frame E: uvarint entries, uvarint D frames
 //
@@ -29,13 +30,17 @@ import (
 //
 // where the namespace, when its flag is clear, is that of the entry before
 // it in the frame (entries of one namespace dominate a directory).
+//
+// A snapshot of an FSM with no registered workers is written in version
+// 1, which builds that know no registry read too.
 const (
 	snapMagic   = "KVSTRDIR"
-	snapVersion = 1
+	snapVersion = 2
 
-	frameState = 'S'
-	frameDir   = 'D'
-	frameEnd   = 'E'
+	frameState    = 'S'
+	frameRegistry = 'W'
+	frameDir      = 'D'
+	frameEnd      = 'E'
 
 	snapParent = 0x01 // the entry has a parent, which follows its hash
 	snapNS     = 0x02 // the entry's namespace follows
@@ -53,6 +58,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type fsmSnapshot struct {
 	dir     *index.DirectorySnapshot
 	state   *roster
+	workers *registry
 	applied uint64
 }
 
@@ -60,7 +66,7 @@ type fsmSnapshot struct {
 // shards are shared until their next write copies them); Persist does the
 // writing, concurrently with later Applies, which it does not see.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &fsmSnapshot{dir: f.Directory().Snapshot(), state: f.state.Load(), applied: f.applied.Load()}, nil
+	return &fsmSnapshot{dir: f.Directory().Snapshot(), state: f.state.Load(), workers: f.reg(), applied: f.applied.Load()}, nil
 }
 
 // Persist writes the snapshot to sink and closes it, or cancels it on error.
@@ -82,11 +88,20 @@ func (s *fsmSnapshot) Release() {}
 func (s *fsmSnapshot) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	bw.WriteString(snapMagic)
-	bw.WriteByte(snapVersion)
+	version := byte(1)
+	if len(s.workers.workers) > 0 {
+		version = snapVersion
+	}
+	bw.WriteByte(version)
 	buf := appendUvarint(nil, s.applied)
 	buf = appendRoster(buf, s.state)
 	if err := writeFrame(bw, frameState, buf); err != nil {
 		return err
+	}
+	if version >= 2 {
+		if err := writeFrame(bw, frameRegistry, appendRegistry(buf[:0], s.workers)); err != nil {
+			return err
+		}
 	}
 	var entries, frames uint64
 	var err error
@@ -164,43 +179,59 @@ func appendSnapEntry(dst []byte, k index.Key, e *index.Entry, first bool, prevNS
 // been read and checked; on error the FSM is unchanged. Readers holding
 // the old directory keep it. Restore does not close rc (raft does).
 func (f *FSM) Restore(rc io.ReadCloser) error {
-	dir, state, applied, err := readSnapshot(rc)
+	dir, state, workers, applied, err := readSnapshot(rc)
 	if err != nil {
 		return fmt.Errorf("raftstore: restore snapshot: %w", err)
 	}
 	f.dir.Store(dir)
 	f.state.Store(state)
+	f.workers.Store(workers)
 	f.applied.Store(applied)
 	return nil
 }
 
 // readSnapshot reads what write wrote. An error wraps ErrCorrupt when
 // the bytes are damaged, the reader's error when reading failed.
-func readSnapshot(r io.Reader) (*index.Directory, *roster, uint64, error) {
+func readSnapshot(r io.Reader) (*index.Directory, *roster, *registry, uint64, error) {
 	br := bufio.NewReaderSize(r, 256<<10)
 	var head [len(snapMagic) + 1]byte
 	if _, err := io.ReadFull(br, head[:]); err != nil {
-		return nil, nil, 0, fmt.Errorf("read header: %w", eofIsCorrupt(err))
+		return nil, nil, nil, 0, fmt.Errorf("read header: %w", eofIsCorrupt(err))
 	}
 	if string(head[:len(snapMagic)]) != snapMagic {
-		return nil, nil, 0, fmt.Errorf("%w: not a directory snapshot", ErrCorrupt)
+		return nil, nil, nil, 0, fmt.Errorf("%w: not a directory snapshot", ErrCorrupt)
 	}
-	if v := head[len(snapMagic)]; v != snapVersion {
-		return nil, nil, 0, fmt.Errorf("%w: snapshot format %d, this build reads %d", ErrCorrupt, v, snapVersion)
+	version := head[len(snapMagic)]
+	if version < 1 || version > snapVersion {
+		return nil, nil, nil, 0, fmt.Errorf("%w: snapshot format %d, this build reads 1 to %d", ErrCorrupt, version, snapVersion)
 	}
 	var buf []byte
 	kind, payload, err := readFrame(br, buf)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
 	if kind != frameState {
-		return nil, nil, 0, fmt.Errorf("%w: first frame is %q, want the cluster state", ErrCorrupt, kind)
+		return nil, nil, nil, 0, fmt.Errorf("%w: first frame is %q, want the cluster state", ErrCorrupt, kind)
 	}
 	pr := reader{b: payload}
 	applied := pr.uvarint()
 	state := readRoster(&pr)
 	if err := pr.done(); err != nil {
-		return nil, nil, 0, fmt.Errorf("%w: cluster state: %w", ErrCorrupt, err)
+		return nil, nil, nil, 0, fmt.Errorf("%w: cluster state: %w", ErrCorrupt, err)
+	}
+	workers := emptyRegistry
+	if version >= 2 {
+		if kind, payload, err = readFrame(br, payload); err != nil {
+			return nil, nil, nil, 0, err
+		}
+		if kind != frameRegistry {
+			return nil, nil, nil, 0, fmt.Errorf("%w: frame %q after the cluster state, want the worker registry", ErrCorrupt, kind)
+		}
+		wr := reader{b: payload}
+		workers = readRegistry(&wr)
+		if err := wr.done(); err != nil {
+			return nil, nil, nil, 0, fmt.Errorf("%w: worker registry: %w", ErrCorrupt, err)
+		}
 	}
 	dir := index.NewDirectory()
 	var entries, frames uint64
@@ -208,17 +239,17 @@ func readSnapshot(r io.Reader) (*index.Directory, *roster, uint64, error) {
 	for {
 		kind, payload, err = readFrame(br, payload)
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, 0, err
 		}
 		if kind == frameEnd {
 			break
 		}
 		if kind != frameDir {
-			return nil, nil, 0, fmt.Errorf("%w: frame %q after the cluster state", ErrCorrupt, kind)
+			return nil, nil, nil, 0, fmt.Errorf("%w: frame %q after the cluster state", ErrCorrupt, kind)
 		}
 		var n int
 		if changes, n, err = decodeSnapEntries(changes[:0], payload); err != nil {
-			return nil, nil, 0, fmt.Errorf("%w: directory frame %d: %w", ErrCorrupt, frames, err)
+			return nil, nil, nil, 0, fmt.Errorf("%w: directory frame %d: %w", ErrCorrupt, frames, err)
 		}
 		dir.ApplyBatch(changes)
 		entries += uint64(n)
@@ -227,16 +258,16 @@ func readSnapshot(r io.Reader) (*index.Directory, *roster, uint64, error) {
 	er := reader{b: payload}
 	wantEntries, wantFrames := er.uvarint(), er.uvarint()
 	if err := er.done(); err != nil {
-		return nil, nil, 0, fmt.Errorf("%w: end frame: %w", ErrCorrupt, err)
+		return nil, nil, nil, 0, fmt.Errorf("%w: end frame: %w", ErrCorrupt, err)
 	}
 	if wantEntries != entries || wantFrames != frames {
-		return nil, nil, 0, fmt.Errorf("%w: read %d entries in %d frames, the end frame says %d in %d",
+		return nil, nil, nil, 0, fmt.Errorf("%w: read %d entries in %d frames, the end frame says %d in %d",
 			ErrCorrupt, entries, frames, wantEntries, wantFrames)
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
-		return nil, nil, 0, fmt.Errorf("%w: bytes after the end frame", ErrCorrupt)
+		return nil, nil, nil, 0, fmt.Errorf("%w: bytes after the end frame", ErrCorrupt)
 	}
-	return dir, state, applied, nil
+	return dir, state, workers, applied, nil
 }
 
 // readFrame reads one frame into buf (reusing its memory) and checks it.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -51,12 +52,14 @@ func busyFSM(t testing.TB) *applier {
 	a.ok(encode(chainEvents(1, 500, s3)))
 	a.ok(encode(chainEvents(2, 500, n2SSD)))
 	a.ok(encode(randomEventsSeed(11, 3000)))
+	a.ok(raftstore.EncodeWorkerUpsert(workerRec(1, t0)))
+	a.ok(raftstore.EncodeWorkerUpsert(workerRec(2, t0.Add(time.Minute))))
 	return a
 }
 
 // fsmState is everything an FSM holds, as text to compare.
 func fsmState(f *raftstore.FSM) string {
-	return fmt.Sprintf("%s\n%+v\napplied %d", dumpDir(f.Directory()), f.Roster(), f.AppliedIndex())
+	return fmt.Sprintf("%s\n%+v\n%+v\napplied %d", dumpDir(f.Directory()), f.Roster(), f.Workers(time.Time{}), f.AppliedIndex())
 }
 
 func persist(t testing.TB, snap raft.FSMSnapshot) *memSink {
@@ -128,7 +131,8 @@ func TestRestoreRejectsDamagedSnapshotsAndKeepsItsState(t *testing.T) {
 	cases := map[string][]byte{
 		"empty":           nil,
 		"bad magic":       append([]byte("XVSTRDIR"), good[8:]...),
-		"newer version":   append(append([]byte("KVSTRDIR"), 2), good[9:]...),
+		"newer version":   append(append([]byte("KVSTRDIR"), 3), good[9:]...),
+		"version 1, a W":  append(append([]byte("KVSTRDIR"), 1), good[9:]...),
 		"no end frame":    good[:len(good)-8],
 		"one byte short":  good[:len(good)-1],
 		"trailing byte":   append(bytes.Clone(good), 0),

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/kvstrata/kvstrata/index"
 )
@@ -21,6 +22,9 @@ type decoded struct {
 	liveness Liveness     // EntryLiveness, EntryLivenessInTerm
 	term     uint64       // EntryLivenessInTerm: the term its leader decided in
 	caps     Capacities   // EntryCapacities
+	worker   Worker       // EntryWorkerUpsert
+	url      string       // EntryWorkerRemove
+	cutoff   time.Time    // EntryWorkerExpire
 }
 
 // decode decodes the entry data, appending the events of an EntryEvents
@@ -66,6 +70,12 @@ func decode(dst []Event, data []byte) (decoded, error) {
 		e.term, e.node, e.liveness = v.term, v.id, v.l
 	case EntryCapacities:
 		e.caps, err = decodeEntry(data, readCapacities)
+	case EntryWorkerUpsert:
+		e.worker, err = decodeEntry(data, readWorker)
+	case EntryWorkerRemove:
+		e.url, err = decodeEntry(data, (*reader).string)
+	case EntryWorkerExpire:
+		e.cutoff, err = decodeEntry(data, (*reader).time)
 	default:
 		if e.typ&Ignorable == 0 {
 			err = fmt.Errorf("%w %v", ErrUnknownEntry, e.typ)
@@ -76,7 +86,8 @@ func decode(dst []Event, data []byte) (decoded, error) {
 
 // ValidateEntry reports whether data may be proposed: it decodes data as
 // the FSM does when it applies it, and checks what the entry says: a
-// known type (or one a replica may ignore), member ids > 0, known tiers.
+// known type (or one a replica may ignore), member ids > 0, known tiers,
+// worker records within the registry's bounds (CheckWorker).
 // Every proposal passes it before it reaches the log (RaftPropose), so
 // that what a caller sends can never stop a replica. An error wraps
 // ErrInvalidEntry, and ErrBadEntry or ErrUnknownEntry when data does not
@@ -128,6 +139,12 @@ func (e *decoded) check() error {
 				return fmt.Errorf("capacities: unknown tier %v", t.Tier)
 			}
 		}
+	case EntryWorkerUpsert:
+		return CheckWorker(e.worker)
+	case EntryWorkerRemove:
+		if e.url == "" || len(e.url) > MaxWorkerField {
+			return fmt.Errorf("worker-remove: a URL of %d bytes, not 1 to %d", len(e.url), MaxWorkerField)
+		}
 	}
 	return nil
 }
@@ -153,7 +170,8 @@ func knownTier(t index.TierKind) bool { return t >= index.TierHBM && t <= index.
 // what it proposes while it does not lead: its directory events, about its
 // own locations and cluster-wide ones, and its own member record. Entries
 // that only a leader makes (liveness, removals, other members' records,
-// capacities, which the leader records from heartbeats) are not taken from
+// capacities, which the leader records from heartbeats, and the worker
+// registry, which the leader keeps for the workers) are not taken from
 // another node, nor is anything from node 0. Entries of unknown ignorable
 // types, which a newer member may make, pass. An error wraps
 // ErrNotForwardable.
@@ -179,7 +197,8 @@ func CheckForwarded(data []byte, from index.NodeID) error {
 		if e.member.ID != from {
 			return refuse("the record of node %d", e.member.ID)
 		}
-	case EntryMemberRemove, EntryLiveness, EntryLivenessInTerm, EntryCapacities:
+	case EntryMemberRemove, EntryLiveness, EntryLivenessInTerm, EntryCapacities,
+		EntryWorkerUpsert, EntryWorkerRemove, EntryWorkerExpire:
 		return refuse("only the leader proposes it")
 	}
 	return nil
