@@ -95,6 +95,7 @@ func (c *Agent) monitorOnce() {
 		return
 	}
 	c.promote()
+	c.expireWorkers()
 	changes, up := c.livenessChanges(term, time.Now())
 	for i, m := range changes {
 		if !c.rep.IsLeader() || c.rep.Term() != term {

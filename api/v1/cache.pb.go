@@ -2086,6 +2086,371 @@ func (x *WarmProgress) GetLastError() string {
 	return ""
 }
 
+// A worker of the registry: an OpenAI-compatible server with KV events.
+type WorkerRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`                                             // its OpenAI API base, http://host:port: the key
+	Events        string                 `protobuf:"bytes,2,opt,name=events,proto3" json:"events,omitempty"`                                       // ZMQ endpoint of its KV events; "" none
+	Replay        string                 `protobuf:"bytes,3,opt,name=replay,proto3" json:"replay,omitempty"`                                       // ZMQ endpoint of their replay socket; "" none
+	Role          string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`                                           // aggregated (or ""), prefill or decode
+	Model         string                 `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`                                         // its served model name
+	Namespace     uint64                 `protobuf:"fixed64,6,opt,name=namespace,proto3" json:"namespace,omitempty"`                               // the ID of its block namespace; 0 unknown
+	BlockTokens   uint32                 `protobuf:"varint,7,opt,name=block_tokens,json=blockTokens,proto3" json:"block_tokens,omitempty"`         // tokens per block; 0 unknown
+	PoolBlocks    uint64                 `protobuf:"varint,8,opt,name=pool_blocks,json=poolBlocks,proto3" json:"pool_blocks,omitempty"`            // its GPU pool in blocks; 0 unknown
+	ExpiresUnixMs int64                  `protobuf:"varint,9,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"` // when its lease ends (answers only)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerRecord) Reset() {
+	*x = WorkerRecord{}
+	mi := &file_api_v1_cache_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerRecord) ProtoMessage() {}
+
+func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
+func (*WorkerRecord) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WorkerRecord) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *WorkerRecord) GetEvents() string {
+	if x != nil {
+		return x.Events
+	}
+	return ""
+}
+
+func (x *WorkerRecord) GetReplay() string {
+	if x != nil {
+		return x.Replay
+	}
+	return ""
+}
+
+func (x *WorkerRecord) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *WorkerRecord) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *WorkerRecord) GetNamespace() uint64 {
+	if x != nil {
+		return x.Namespace
+	}
+	return 0
+}
+
+func (x *WorkerRecord) GetBlockTokens() uint32 {
+	if x != nil {
+		return x.BlockTokens
+	}
+	return 0
+}
+
+func (x *WorkerRecord) GetPoolBlocks() uint64 {
+	if x != nil {
+		return x.PoolBlocks
+	}
+	return 0
+}
+
+func (x *WorkerRecord) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
+type RegisterWorkerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        *WorkerRecord          `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"` // the lease, 1 s to 10 min
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterWorkerRequest) Reset() {
+	*x = RegisterWorkerRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterWorkerRequest) ProtoMessage() {}
+
+func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
+func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RegisterWorkerRequest) GetWorker() *WorkerRecord {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *RegisterWorkerRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+type RegisterWorkerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExpiresUnixMs int64                  `protobuf:"varint,1,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"` // when the lease ends, by the leader's clock
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterWorkerResponse) Reset() {
+	*x = RegisterWorkerResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterWorkerResponse) ProtoMessage() {}
+
+func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
+func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RegisterWorkerResponse) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
+type DeregisterWorkerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterWorkerRequest) Reset() {
+	*x = DeregisterWorkerRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterWorkerRequest) ProtoMessage() {}
+
+func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterWorkerRequest.ProtoReflect.Descriptor instead.
+func (*DeregisterWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DeregisterWorkerRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+type DeregisterWorkerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterWorkerResponse) Reset() {
+	*x = DeregisterWorkerResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterWorkerResponse) ProtoMessage() {}
+
+func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterWorkerResponse.ProtoReflect.Descriptor instead.
+func (*DeregisterWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
+}
+
+type ListWorkersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersRequest) Reset() {
+	*x = ListWorkersRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersRequest) ProtoMessage() {}
+
+func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
+}
+
+type ListWorkersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workers       []*WorkerRecord        `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"` // by URL
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersResponse) Reset() {
+	*x = ListWorkersResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersResponse) ProtoMessage() {}
+
+func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListWorkersResponse) GetWorkers() []*WorkerRecord {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
 type Member struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2105,7 +2470,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2482,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2495,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Member) GetId() uint32 {
@@ -2222,7 +2587,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2599,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2612,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -2286,7 +2651,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2663,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2676,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
 }
 
 type MembersResponse struct {
@@ -2327,7 +2692,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2704,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2717,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -2399,7 +2764,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2776,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2789,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinRequest) GetMember() *Member {
@@ -2442,7 +2807,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2819,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2832,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
 }
 
 type RemoveRequest struct {
@@ -2479,7 +2844,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2856,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2869,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveRequest) GetId() uint32 {
@@ -2522,7 +2887,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2899,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2912,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
 }
 
 type ProposeRequest struct {
@@ -2559,7 +2924,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2936,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2949,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ProposeRequest) GetEntry() []byte {
@@ -2603,7 +2968,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2980,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2993,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ProposeResponse) GetIndex() uint64 {
@@ -2651,7 +3016,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +3028,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +3041,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -2711,7 +3076,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +3088,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +3101,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HeartbeatResponse) GetCommitIndex() uint64 {
@@ -2754,7 +3119,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +3131,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +3144,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{50}
 }
 
 type SyncResponse struct {
@@ -2790,7 +3155,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3167,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3180,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{51}
 }
 
 type LocateRequest struct {
@@ -2827,7 +3192,7 @@ type LocateRequest struct {
 
 func (x *LocateRequest) Reset() {
 	*x = LocateRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2839,7 +3204,7 @@ func (x *LocateRequest) String() string {
 func (*LocateRequest) ProtoMessage() {}
 
 func (x *LocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2852,7 +3217,7 @@ func (x *LocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
 func (*LocateRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *LocateRequest) GetKeys() []*BlockKey {
@@ -2872,7 +3237,7 @@ type LocateResponse struct {
 
 func (x *LocateResponse) Reset() {
 	*x = LocateResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +3249,7 @@ func (x *LocateResponse) String() string {
 func (*LocateResponse) ProtoMessage() {}
 
 func (x *LocateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +3262,7 @@ func (x *LocateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateResponse.ProtoReflect.Descriptor instead.
 func (*LocateResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LocateResponse) GetKeys() []*KeyLocations {
@@ -2923,7 +3288,7 @@ type KeyLocations struct {
 
 func (x *KeyLocations) Reset() {
 	*x = KeyLocations{}
-	mi := &file_api_v1_cache_proto_msgTypes[47]
+	mi := &file_api_v1_cache_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3300,7 @@ func (x *KeyLocations) String() string {
 func (*KeyLocations) ProtoMessage() {}
 
 func (x *KeyLocations) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[47]
+	mi := &file_api_v1_cache_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3313,7 @@ func (x *KeyLocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyLocations.ProtoReflect.Descriptor instead.
 func (*KeyLocations) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KeyLocations) GetLocations() []*TierBlocks {
@@ -3121,7 +3486,29 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x06failed\x18\x06 \x01(\rR\x06failed\x12\x14\n" +
 	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\b \x01(\tR\tlastError\"\xbd\x02\n" +
+	"last_error\x18\b \x01(\tR\tlastError\"\x84\x02\n" +
+	"\fWorkerRecord\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06events\x18\x02 \x01(\tR\x06events\x12\x16\n" +
+	"\x06replay\x18\x03 \x01(\tR\x06replay\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x1c\n" +
+	"\tnamespace\x18\x06 \x01(\x06R\tnamespace\x12!\n" +
+	"\fblock_tokens\x18\a \x01(\rR\vblockTokens\x12\x1f\n" +
+	"\vpool_blocks\x18\b \x01(\x04R\n" +
+	"poolBlocks\x12&\n" +
+	"\x0fexpires_unix_ms\x18\t \x01(\x03R\rexpiresUnixMs\"a\n" +
+	"\x15RegisterWorkerRequest\x121\n" +
+	"\x06worker\x18\x01 \x01(\v2\x19.kvstrata.v1.WorkerRecordR\x06worker\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"@\n" +
+	"\x16RegisterWorkerResponse\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x01 \x01(\x03R\rexpiresUnixMs\"+\n" +
+	"\x17DeregisterWorkerRequest\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\"\x1a\n" +
+	"\x18DeregisterWorkerResponse\"\x14\n" +
+	"\x12ListWorkersRequest\"J\n" +
+	"\x13ListWorkersResponse\x123\n" +
+	"\aworkers\x18\x01 \x03(\v2\x19.kvstrata.v1.WorkerRecordR\aworkers\"\xbd\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -3184,7 +3571,7 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x03Pin\x12\x17.kvstrata.v1.PinRequest\x1a\x18.kvstrata.v1.PinResponse\x12D\n" +
 	"\aRelease\x12\x1b.kvstrata.v1.ReleaseRequest\x1a\x1c.kvstrata.v1.ReleaseResponse\x12=\n" +
 	"\x04Warm\x12\x18.kvstrata.v1.WarmRequest\x1a\x19.kvstrata.v1.WarmProgress0\x01\x12V\n" +
-	"\rLocateObjects\x12!.kvstrata.v1.LocateObjectsRequest\x1a\".kvstrata.v1.LocateObjectsResponse2\xe1\x03\n" +
+	"\rLocateObjects\x12!.kvstrata.v1.LocateObjectsRequest\x1a\".kvstrata.v1.LocateObjectsResponse2\xef\x05\n" +
 	"\aCluster\x12D\n" +
 	"\aMembers\x12\x1b.kvstrata.v1.MembersRequest\x1a\x1c.kvstrata.v1.MembersResponse\x12;\n" +
 	"\x04Join\x12\x18.kvstrata.v1.JoinRequest\x1a\x19.kvstrata.v1.JoinResponse\x12A\n" +
@@ -3192,7 +3579,10 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\aPropose\x12\x1b.kvstrata.v1.ProposeRequest\x1a\x1c.kvstrata.v1.ProposeResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.kvstrata.v1.HeartbeatRequest\x1a\x1e.kvstrata.v1.HeartbeatResponse\x12;\n" +
 	"\x04Sync\x12\x18.kvstrata.v1.SyncRequest\x1a\x19.kvstrata.v1.SyncResponse\x12A\n" +
-	"\x06Locate\x12\x1a.kvstrata.v1.LocateRequest\x1a\x1b.kvstrata.v1.LocateResponseB0Z.github.com/kvstrata/kvstrata/api/v1;kvstratav1b\x06proto3"
+	"\x06Locate\x12\x1a.kvstrata.v1.LocateRequest\x1a\x1b.kvstrata.v1.LocateResponse\x12Y\n" +
+	"\x0eRegisterWorker\x12\".kvstrata.v1.RegisterWorkerRequest\x1a#.kvstrata.v1.RegisterWorkerResponse\x12_\n" +
+	"\x10DeregisterWorker\x12$.kvstrata.v1.DeregisterWorkerRequest\x1a%.kvstrata.v1.DeregisterWorkerResponse\x12P\n" +
+	"\vListWorkers\x12\x1f.kvstrata.v1.ListWorkersRequest\x1a .kvstrata.v1.ListWorkersResponseB0Z.github.com/kvstrata/kvstrata/api/v1;kvstratav1b\x06proto3"
 
 var (
 	file_api_v1_cache_proto_rawDescOnce sync.Once
@@ -3206,57 +3596,64 @@ func file_api_v1_cache_proto_rawDescGZIP() []byte {
 	return file_api_v1_cache_proto_rawDescData
 }
 
-var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_api_v1_cache_proto_goTypes = []any{
-	(*BlockKey)(nil),              // 0: kvstrata.v1.BlockKey
-	(*BlockMeta)(nil),             // 1: kvstrata.v1.BlockMeta
-	(*InfoRequest)(nil),           // 2: kvstrata.v1.InfoRequest
-	(*NodeInfo)(nil),              // 3: kvstrata.v1.NodeInfo
-	(*PutRequest)(nil),            // 4: kvstrata.v1.PutRequest
-	(*PutHeader)(nil),             // 5: kvstrata.v1.PutHeader
-	(*PutResponse)(nil),           // 6: kvstrata.v1.PutResponse
-	(*BlockResult)(nil),           // 7: kvstrata.v1.BlockResult
-	(*GetRequest)(nil),            // 8: kvstrata.v1.GetRequest
-	(*GetResponse)(nil),           // 9: kvstrata.v1.GetResponse
-	(*LookupRequest)(nil),         // 10: kvstrata.v1.LookupRequest
-	(*LookupResponse)(nil),        // 11: kvstrata.v1.LookupResponse
-	(*Freshness)(nil),             // 12: kvstrata.v1.Freshness
-	(*TierBlocks)(nil),            // 13: kvstrata.v1.TierBlocks
-	(*ExistsRequest)(nil),         // 14: kvstrata.v1.ExistsRequest
-	(*ExistsResponse)(nil),        // 15: kvstrata.v1.ExistsResponse
-	(*EvictRequest)(nil),          // 16: kvstrata.v1.EvictRequest
-	(*EvictResponse)(nil),         // 17: kvstrata.v1.EvictResponse
-	(*EvictedBlock)(nil),          // 18: kvstrata.v1.EvictedBlock
-	(*StatsRequest)(nil),          // 19: kvstrata.v1.StatsRequest
-	(*StatsResponse)(nil),         // 20: kvstrata.v1.StatsResponse
-	(*TierStats)(nil),             // 21: kvstrata.v1.TierStats
-	(*PinRequest)(nil),            // 22: kvstrata.v1.PinRequest
-	(*PinResponse)(nil),           // 23: kvstrata.v1.PinResponse
-	(*ReleaseRequest)(nil),        // 24: kvstrata.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 25: kvstrata.v1.ReleaseResponse
-	(*LocateObjectsRequest)(nil),  // 26: kvstrata.v1.LocateObjectsRequest
-	(*LocateObjectsResponse)(nil), // 27: kvstrata.v1.LocateObjectsResponse
-	(*BlockPlacement)(nil),        // 28: kvstrata.v1.BlockPlacement
-	(*WarmRequest)(nil),           // 29: kvstrata.v1.WarmRequest
-	(*WarmProgress)(nil),          // 30: kvstrata.v1.WarmProgress
-	(*Member)(nil),                // 31: kvstrata.v1.Member
-	(*TierUsage)(nil),             // 32: kvstrata.v1.TierUsage
-	(*MembersRequest)(nil),        // 33: kvstrata.v1.MembersRequest
-	(*MembersResponse)(nil),       // 34: kvstrata.v1.MembersResponse
-	(*JoinRequest)(nil),           // 35: kvstrata.v1.JoinRequest
-	(*JoinResponse)(nil),          // 36: kvstrata.v1.JoinResponse
-	(*RemoveRequest)(nil),         // 37: kvstrata.v1.RemoveRequest
-	(*RemoveResponse)(nil),        // 38: kvstrata.v1.RemoveResponse
-	(*ProposeRequest)(nil),        // 39: kvstrata.v1.ProposeRequest
-	(*ProposeResponse)(nil),       // 40: kvstrata.v1.ProposeResponse
-	(*HeartbeatRequest)(nil),      // 41: kvstrata.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 42: kvstrata.v1.HeartbeatResponse
-	(*SyncRequest)(nil),           // 43: kvstrata.v1.SyncRequest
-	(*SyncResponse)(nil),          // 44: kvstrata.v1.SyncResponse
-	(*LocateRequest)(nil),         // 45: kvstrata.v1.LocateRequest
-	(*LocateResponse)(nil),        // 46: kvstrata.v1.LocateResponse
-	(*KeyLocations)(nil),          // 47: kvstrata.v1.KeyLocations
-	nil,                           // 48: kvstrata.v1.TierStats.DetailEntry
+	(*BlockKey)(nil),                 // 0: kvstrata.v1.BlockKey
+	(*BlockMeta)(nil),                // 1: kvstrata.v1.BlockMeta
+	(*InfoRequest)(nil),              // 2: kvstrata.v1.InfoRequest
+	(*NodeInfo)(nil),                 // 3: kvstrata.v1.NodeInfo
+	(*PutRequest)(nil),               // 4: kvstrata.v1.PutRequest
+	(*PutHeader)(nil),                // 5: kvstrata.v1.PutHeader
+	(*PutResponse)(nil),              // 6: kvstrata.v1.PutResponse
+	(*BlockResult)(nil),              // 7: kvstrata.v1.BlockResult
+	(*GetRequest)(nil),               // 8: kvstrata.v1.GetRequest
+	(*GetResponse)(nil),              // 9: kvstrata.v1.GetResponse
+	(*LookupRequest)(nil),            // 10: kvstrata.v1.LookupRequest
+	(*LookupResponse)(nil),           // 11: kvstrata.v1.LookupResponse
+	(*Freshness)(nil),                // 12: kvstrata.v1.Freshness
+	(*TierBlocks)(nil),               // 13: kvstrata.v1.TierBlocks
+	(*ExistsRequest)(nil),            // 14: kvstrata.v1.ExistsRequest
+	(*ExistsResponse)(nil),           // 15: kvstrata.v1.ExistsResponse
+	(*EvictRequest)(nil),             // 16: kvstrata.v1.EvictRequest
+	(*EvictResponse)(nil),            // 17: kvstrata.v1.EvictResponse
+	(*EvictedBlock)(nil),             // 18: kvstrata.v1.EvictedBlock
+	(*StatsRequest)(nil),             // 19: kvstrata.v1.StatsRequest
+	(*StatsResponse)(nil),            // 20: kvstrata.v1.StatsResponse
+	(*TierStats)(nil),                // 21: kvstrata.v1.TierStats
+	(*PinRequest)(nil),               // 22: kvstrata.v1.PinRequest
+	(*PinResponse)(nil),              // 23: kvstrata.v1.PinResponse
+	(*ReleaseRequest)(nil),           // 24: kvstrata.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 25: kvstrata.v1.ReleaseResponse
+	(*LocateObjectsRequest)(nil),     // 26: kvstrata.v1.LocateObjectsRequest
+	(*LocateObjectsResponse)(nil),    // 27: kvstrata.v1.LocateObjectsResponse
+	(*BlockPlacement)(nil),           // 28: kvstrata.v1.BlockPlacement
+	(*WarmRequest)(nil),              // 29: kvstrata.v1.WarmRequest
+	(*WarmProgress)(nil),             // 30: kvstrata.v1.WarmProgress
+	(*WorkerRecord)(nil),             // 31: kvstrata.v1.WorkerRecord
+	(*RegisterWorkerRequest)(nil),    // 32: kvstrata.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),   // 33: kvstrata.v1.RegisterWorkerResponse
+	(*DeregisterWorkerRequest)(nil),  // 34: kvstrata.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil), // 35: kvstrata.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),       // 36: kvstrata.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 37: kvstrata.v1.ListWorkersResponse
+	(*Member)(nil),                   // 38: kvstrata.v1.Member
+	(*TierUsage)(nil),                // 39: kvstrata.v1.TierUsage
+	(*MembersRequest)(nil),           // 40: kvstrata.v1.MembersRequest
+	(*MembersResponse)(nil),          // 41: kvstrata.v1.MembersResponse
+	(*JoinRequest)(nil),              // 42: kvstrata.v1.JoinRequest
+	(*JoinResponse)(nil),             // 43: kvstrata.v1.JoinResponse
+	(*RemoveRequest)(nil),            // 44: kvstrata.v1.RemoveRequest
+	(*RemoveResponse)(nil),           // 45: kvstrata.v1.RemoveResponse
+	(*ProposeRequest)(nil),           // 46: kvstrata.v1.ProposeRequest
+	(*ProposeResponse)(nil),          // 47: kvstrata.v1.ProposeResponse
+	(*HeartbeatRequest)(nil),         // 48: kvstrata.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 49: kvstrata.v1.HeartbeatResponse
+	(*SyncRequest)(nil),              // 50: kvstrata.v1.SyncRequest
+	(*SyncResponse)(nil),             // 51: kvstrata.v1.SyncResponse
+	(*LocateRequest)(nil),            // 52: kvstrata.v1.LocateRequest
+	(*LocateResponse)(nil),           // 53: kvstrata.v1.LocateResponse
+	(*KeyLocations)(nil),             // 54: kvstrata.v1.KeyLocations
+	nil,                              // 55: kvstrata.v1.TierStats.DetailEntry
 }
 var file_api_v1_cache_proto_depIdxs = []int32{
 	0,  // 0: kvstrata.v1.BlockMeta.key:type_name -> kvstrata.v1.BlockKey
@@ -3273,61 +3670,69 @@ var file_api_v1_cache_proto_depIdxs = []int32{
 	1,  // 11: kvstrata.v1.EvictedBlock.meta:type_name -> kvstrata.v1.BlockMeta
 	3,  // 12: kvstrata.v1.StatsResponse.node:type_name -> kvstrata.v1.NodeInfo
 	21, // 13: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
-	48, // 14: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
+	55, // 14: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
 	0,  // 15: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
 	0,  // 16: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
 	28, // 17: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
 	1,  // 18: kvstrata.v1.BlockPlacement.meta:type_name -> kvstrata.v1.BlockMeta
 	0,  // 19: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
-	32, // 20: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
-	31, // 21: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
-	31, // 22: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
-	32, // 23: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
-	0,  // 24: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
-	47, // 25: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
-	12, // 26: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
-	13, // 27: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
-	2,  // 28: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
-	4,  // 29: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
-	8,  // 30: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
-	10, // 31: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
-	14, // 32: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
-	16, // 33: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
-	19, // 34: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
-	22, // 35: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
-	24, // 36: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
-	29, // 37: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
-	26, // 38: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
-	33, // 39: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
-	35, // 40: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
-	37, // 41: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
-	39, // 42: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
-	41, // 43: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
-	43, // 44: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
-	45, // 45: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
-	3,  // 46: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
-	6,  // 47: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
-	9,  // 48: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
-	11, // 49: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
-	15, // 50: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
-	17, // 51: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
-	20, // 52: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
-	23, // 53: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
-	25, // 54: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
-	30, // 55: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
-	27, // 56: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
-	34, // 57: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
-	36, // 58: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
-	38, // 59: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
-	40, // 60: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
-	42, // 61: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
-	44, // 62: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
-	46, // 63: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
-	46, // [46:64] is the sub-list for method output_type
-	28, // [28:46] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	31, // 20: kvstrata.v1.RegisterWorkerRequest.worker:type_name -> kvstrata.v1.WorkerRecord
+	31, // 21: kvstrata.v1.ListWorkersResponse.workers:type_name -> kvstrata.v1.WorkerRecord
+	39, // 22: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
+	38, // 23: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
+	38, // 24: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
+	39, // 25: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
+	0,  // 26: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
+	54, // 27: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
+	12, // 28: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
+	13, // 29: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
+	2,  // 30: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
+	4,  // 31: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
+	8,  // 32: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
+	10, // 33: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
+	14, // 34: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
+	16, // 35: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
+	19, // 36: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
+	22, // 37: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
+	24, // 38: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
+	29, // 39: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
+	26, // 40: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
+	40, // 41: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
+	42, // 42: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
+	44, // 43: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
+	46, // 44: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
+	48, // 45: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
+	50, // 46: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
+	52, // 47: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
+	32, // 48: kvstrata.v1.Cluster.RegisterWorker:input_type -> kvstrata.v1.RegisterWorkerRequest
+	34, // 49: kvstrata.v1.Cluster.DeregisterWorker:input_type -> kvstrata.v1.DeregisterWorkerRequest
+	36, // 50: kvstrata.v1.Cluster.ListWorkers:input_type -> kvstrata.v1.ListWorkersRequest
+	3,  // 51: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
+	6,  // 52: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
+	9,  // 53: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
+	11, // 54: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
+	15, // 55: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
+	17, // 56: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
+	20, // 57: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
+	23, // 58: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
+	25, // 59: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
+	30, // 60: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
+	27, // 61: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
+	41, // 62: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
+	43, // 63: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
+	45, // 64: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
+	47, // 65: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
+	49, // 66: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
+	51, // 67: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
+	53, // 68: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
+	33, // 69: kvstrata.v1.Cluster.RegisterWorker:output_type -> kvstrata.v1.RegisterWorkerResponse
+	35, // 70: kvstrata.v1.Cluster.DeregisterWorker:output_type -> kvstrata.v1.DeregisterWorkerResponse
+	37, // 71: kvstrata.v1.Cluster.ListWorkers:output_type -> kvstrata.v1.ListWorkersResponse
+	51, // [51:72] is the sub-list for method output_type
+	30, // [30:51] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_api_v1_cache_proto_init() }
@@ -3345,7 +3750,7 @@ func file_api_v1_cache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_v1_cache_proto_rawDesc), len(file_api_v1_cache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -549,13 +549,16 @@ var Cache_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Cluster_Members_FullMethodName   = "/kvstrata.v1.Cluster/Members"
-	Cluster_Join_FullMethodName      = "/kvstrata.v1.Cluster/Join"
-	Cluster_Remove_FullMethodName    = "/kvstrata.v1.Cluster/Remove"
-	Cluster_Propose_FullMethodName   = "/kvstrata.v1.Cluster/Propose"
-	Cluster_Heartbeat_FullMethodName = "/kvstrata.v1.Cluster/Heartbeat"
-	Cluster_Sync_FullMethodName      = "/kvstrata.v1.Cluster/Sync"
-	Cluster_Locate_FullMethodName    = "/kvstrata.v1.Cluster/Locate"
+	Cluster_Members_FullMethodName          = "/kvstrata.v1.Cluster/Members"
+	Cluster_Join_FullMethodName             = "/kvstrata.v1.Cluster/Join"
+	Cluster_Remove_FullMethodName           = "/kvstrata.v1.Cluster/Remove"
+	Cluster_Propose_FullMethodName          = "/kvstrata.v1.Cluster/Propose"
+	Cluster_Heartbeat_FullMethodName        = "/kvstrata.v1.Cluster/Heartbeat"
+	Cluster_Sync_FullMethodName             = "/kvstrata.v1.Cluster/Sync"
+	Cluster_Locate_FullMethodName           = "/kvstrata.v1.Cluster/Locate"
+	Cluster_RegisterWorker_FullMethodName   = "/kvstrata.v1.Cluster/RegisterWorker"
+	Cluster_DeregisterWorker_FullMethodName = "/kvstrata.v1.Cluster/DeregisterWorker"
+	Cluster_ListWorkers_FullMethodName      = "/kvstrata.v1.Cluster/ListWorkers"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -587,6 +590,17 @@ type ClusterClient interface {
 	Sync(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*SyncResponse, error)
 	// Locate says, for each key, every location of it in the directory.
 	Locate(ctx context.Context, in *LocateRequest, opts ...grpc.CallOption) (*LocateResponse, error)
+	// RegisterWorker registers an inference worker, or renews its lease
+	// (forwarded to the leader, which records the lease's end by its clock).
+	// An empty URL, a TTL out of bounds or a field too long is
+	// INVALID_ARGUMENT; a new worker in a full registry RESOURCE_EXHAUSTED.
+	RegisterWorker(ctx context.Context, in *RegisterWorkerRequest, opts ...grpc.CallOption) (*RegisterWorkerResponse, error)
+	// DeregisterWorker removes a worker from the registry (forwarded to the
+	// leader); an unknown one is no error.
+	DeregisterWorker(ctx context.Context, in *DeregisterWorkerRequest, opts ...grpc.CallOption) (*DeregisterWorkerResponse, error)
+	// ListWorkers lists the registered workers whose lease has not ended,
+	// from this node's replica.
+	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
 }
 
 type clusterClient struct {
@@ -667,6 +681,36 @@ func (c *clusterClient) Locate(ctx context.Context, in *LocateRequest, opts ...g
 	return out, nil
 }
 
+func (c *clusterClient) RegisterWorker(ctx context.Context, in *RegisterWorkerRequest, opts ...grpc.CallOption) (*RegisterWorkerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterWorkerResponse)
+	err := c.cc.Invoke(ctx, Cluster_RegisterWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterClient) DeregisterWorker(ctx context.Context, in *DeregisterWorkerRequest, opts ...grpc.CallOption) (*DeregisterWorkerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeregisterWorkerResponse)
+	err := c.cc.Invoke(ctx, Cluster_DeregisterWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterClient) ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWorkersResponse)
+	err := c.cc.Invoke(ctx, Cluster_ListWorkers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -696,6 +740,17 @@ type ClusterServer interface {
 	Sync(context.Context, *SyncRequest) (*SyncResponse, error)
 	// Locate says, for each key, every location of it in the directory.
 	Locate(context.Context, *LocateRequest) (*LocateResponse, error)
+	// RegisterWorker registers an inference worker, or renews its lease
+	// (forwarded to the leader, which records the lease's end by its clock).
+	// An empty URL, a TTL out of bounds or a field too long is
+	// INVALID_ARGUMENT; a new worker in a full registry RESOURCE_EXHAUSTED.
+	RegisterWorker(context.Context, *RegisterWorkerRequest) (*RegisterWorkerResponse, error)
+	// DeregisterWorker removes a worker from the registry (forwarded to the
+	// leader); an unknown one is no error.
+	DeregisterWorker(context.Context, *DeregisterWorkerRequest) (*DeregisterWorkerResponse, error)
+	// ListWorkers lists the registered workers whose lease has not ended,
+	// from this node's replica.
+	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -726,6 +781,15 @@ func (UnimplementedClusterServer) Sync(context.Context, *SyncRequest) (*SyncResp
 }
 func (UnimplementedClusterServer) Locate(context.Context, *LocateRequest) (*LocateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Locate not implemented")
+}
+func (UnimplementedClusterServer) RegisterWorker(context.Context, *RegisterWorkerRequest) (*RegisterWorkerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterWorker not implemented")
+}
+func (UnimplementedClusterServer) DeregisterWorker(context.Context, *DeregisterWorkerRequest) (*DeregisterWorkerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeregisterWorker not implemented")
+}
+func (UnimplementedClusterServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -874,6 +938,60 @@ func _Cluster_Locate_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_RegisterWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).RegisterWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_RegisterWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).RegisterWorker(ctx, req.(*RegisterWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cluster_DeregisterWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeregisterWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).DeregisterWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_DeregisterWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).DeregisterWorker(ctx, req.(*DeregisterWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cluster_ListWorkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWorkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).ListWorkers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_ListWorkers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).ListWorkers(ctx, req.(*ListWorkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -908,6 +1026,18 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Locate",
 			Handler:    _Cluster_Locate_Handler,
+		},
+		{
+			MethodName: "RegisterWorker",
+			Handler:    _Cluster_RegisterWorker_Handler,
+		},
+		{
+			MethodName: "DeregisterWorker",
+			Handler:    _Cluster_DeregisterWorker_Handler,
+		},
+		{
+			MethodName: "ListWorkers",
+			Handler:    _Cluster_ListWorkers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
