@@ -62,6 +62,13 @@ return_token_ids (kvstrata worker, vLLM ≥ 0.10.2). --model and its flags
 must describe the workers' model, whose block namespace the prompts are
 hashed in.
 
+--discover takes the workers that registered with the cache cluster at
+--cache ('kvstrata worker --register') as well, listing the registry every
+--discover-interval: every frontend replica, whichever node of the cluster
+it asks, sees the same workers. It routes to the aggregated workers of its
+model's namespace; a worker that deregisters or whose lease ends leaves,
+and one that fails leaves the candidates at once, as a --worker does.
+
 Policies: kv-tiered (pool and cache tiers, the default), kv-hbm (pool
 only), least-loaded, random, round-robin.`,
 		Example: `  # A cache node, two sim workers and the frontend in front of them
@@ -84,8 +91,8 @@ only), least-loaded, random, round-robin.`,
 				}
 				fcfg.Workers = append(fcfg.Workers, spec)
 			}
-			if len(specs) == 0 {
-				probs = append(probs, "--worker: at least one is needed")
+			if len(specs) == 0 && !fcfg.Discover {
+				probs = append(probs, "--worker: at least one is needed, or --discover")
 			}
 			p, err := policy.ParsePolicy(policyName)
 			if err != nil {
@@ -120,6 +127,8 @@ only), least-loaded, random, round-robin.`,
 	t.fs = fs
 	t.str("listen", listen, "HTTP address of the OpenAI API, /health and /metrics", &listen)
 	fs.StringArrayVar(&specs, "worker", nil, "a worker: URL[,events=tcp://host:port][,replay=tcp://host:port] (repeat for each)")
+	fs.BoolVar(&fcfg.Discover, "discover", false, "also route to the workers registered with the cache cluster at --cache (kvstrata worker --register)")
+	t.duration("discover-interval", frontend.DefaultDiscoverInterval, "how often --discover lists the worker registry", &fcfg.DiscoverInterval)
 	t.str("cache", "127.0.0.1:7070", `gRPC address of a cache node asked where prompts' blocks are, per tier ("": none, no tier credit)`, &fcfg.Cache)
 	t.duration("cache-timeout", frontend.DefaultCacheTimeout, "longest wait for the cache's answer; past it a request is routed without tier credit", &fcfg.CacheTimeout)
 	t.str("policy", policy.KVTiered.String(), "routing policy: kv-tiered, kv-hbm, least-loaded, random or round-robin", &policyName)

@@ -25,6 +25,8 @@ func newWorkerCommand(stderr io.Writer) *cobra.Command {
 	cfg := worker.DefaultConfig()
 	var t flagTable
 	var proc processFlags
+	reg := registration{ttl: DefaultRegisterTTL}
+	var register bool
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run an inference worker (OpenAI API, vLLM's metrics and KV events) that uses a cache node",
@@ -48,6 +50,12 @@ the prompt's blocks go to kvstrata and the response's kv_transfer_params
 name them for a decode worker. The role is exported as
 kvstrata_worker_info{role=...}.
 
+--register records the worker in the worker registry of the cache cluster
+at --cache (its URL, KV-event endpoints, role, model, namespace and pool),
+with a lease of --register-ttl renewed three times per lease, so that
+every 'kvstrata frontend --discover' replica routes to it. A clean
+shutdown deregisters it first; a killed worker's lease ends by itself.
+
 On SIGINT or SIGTERM the worker stops accepting, lets requests in flight
 finish (up to --shutdown-timeout), sends its last KV events and exits 0.`,
 		Example: `  # A sim worker on :8000 using the cache node at 127.0.0.1:7070
@@ -70,6 +78,9 @@ finish (up to --shutdown-timeout), sends its last KV events and exits 0.`,
 			if err := cfg.Validate(); err != nil {
 				probs = append(probs, configProblems(err)...)
 			}
+			if register {
+				probs = append(probs, reg.check(cfg)...)
+			}
 			if len(probs) > 0 {
 				return usageError{fmt.Errorf("bad flags:\n  %s", strings.Join(probs, "\n  "))}
 			}
@@ -78,7 +89,12 @@ finish (up to --shutdown-timeout), sends its last KV events and exits 0.`,
 			if err != nil {
 				return usageError{err}
 			}
-			r, err := lifecycle.New(lifecycle.Config{ShutdownTimeout: proc.shutdown, Logger: cfg.Logger}, w)
+			parts := []lifecycle.Part{w}
+			if register {
+				reg.w, reg.cache, reg.log = w, cfg.Cache, cfg.Logger
+				parts = append(parts, &reg)
+			}
+			r, err := lifecycle.New(lifecycle.Config{ShutdownTimeout: proc.shutdown, Logger: cfg.Logger}, parts...)
 			if err != nil {
 				return err
 			}
@@ -93,6 +109,9 @@ finish (up to --shutdown-timeout), sends its last KV events and exits 0.`,
 	t.str("cache", cfg.Cache, `gRPC address of the kvstrata node to onboard from and offload to ("": no cache)`, &cfg.Cache)
 	t.str("kv-events", cfg.KVEvents, `ZMQ endpoint of the KV-event PUB socket, as vLLM's ("": no events)`, &cfg.KVEvents)
 	t.str("kv-events-replay", cfg.KVEventsReplay, `ZMQ endpoint of the KV-event replay (ROUTER) socket ("": none)`, &cfg.KVEventsReplay)
+	fs.BoolVar(&register, "register", false, "register the worker in the cache cluster's worker registry at --cache, for frontends that --discover")
+	t.str("advertise-url", "", `the worker's OpenAI API URL in the registry ("": http:// and the --listen address)`, &reg.advertise)
+	t.duration("register-ttl", reg.ttl, "the registration's lease: a worker killed without deregistering is listed this long at most", &reg.ttl)
 	addModelFlags(&t, &cfg)
 	proc.add(fs)
 	return cmd

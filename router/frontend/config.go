@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"time"
 
@@ -23,12 +22,15 @@ const (
 	DefaultHealthInterval = 500 * time.Millisecond
 	DefaultHealthTimeout  = time.Second
 	DefaultProbeMax       = 8 * time.Second
+	// DefaultDiscoverInterval is how often a discovering Router lists the
+	// registry.
+	DefaultDiscoverInterval = time.Second
 )
 
 // ErrBadConfig marks a Config that fails Validate.
 var ErrBadConfig = errors.New("frontend: bad config")
 
-// WorkerSpec is one worker of the static list.
+// WorkerSpec is one worker: of the static list, or discovered.
 type WorkerSpec struct {
 	// URL is the worker's OpenAI API base, http://host:port.
 	URL string
@@ -37,13 +39,24 @@ type WorkerSpec struct {
 	Events string
 	// Replay is the ZMQ endpoint of its events' replay socket; "" none.
 	Replay string
+	// Blocks is its pool in blocks, for the busy threshold; 0 means
+	// Config.WorkerBlocks.
+	Blocks int
 }
 
 // Config is a Router's settings; zero fields take their defaults.
 type Config struct {
-	// Workers is the static list of workers, at least one, each URL once.
-	// A worker is named by its URL in metrics and logs.
+	// Workers is the static list of workers, each URL once; at least one
+	// unless Discover is set. A worker is named by its URL in metrics and
+	// logs.
 	Workers []WorkerSpec
+	// Discover adds the workers that the cache cluster's registry lists
+	// (at Cache; see discover.go) to the static ones, and removes them when
+	// the registry no longer lists them.
+	Discover bool
+	// DiscoverInterval is how often the registry is listed. The default
+	// is 1 s.
+	DiscoverInterval time.Duration
 	// Namespace is the workers' block namespace (their model's): prompts
 	// are hashed in it, for the KV index and the cache.
 	Namespace index.Namespace
@@ -110,6 +123,9 @@ func (c *Config) EnsureDefaults() {
 	if c.ProbeMax == 0 {
 		c.ProbeMax = DefaultProbeMax
 	}
+	if c.DiscoverInterval == 0 {
+		c.DiscoverInterval = DefaultDiscoverInterval
+	}
 	if c.Policy.BlockTokens == 0 {
 		c.Policy.BlockTokens = c.Namespace.BlockTokens
 	}
@@ -126,22 +142,19 @@ func (c *Config) EnsureDefaults() {
 func (c *Config) Validate() error {
 	var probs []string
 	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
-	if len(c.Workers) == 0 {
+	if len(c.Workers) == 0 && !c.Discover {
 		bad("no workers")
+	}
+	if c.Discover && c.Cache == "" {
+		bad("discovering workers needs a cache node (Cache)")
 	}
 	seen := map[string]bool{}
 	for _, w := range c.Workers {
-		u, err := url.Parse(w.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("worker URL %q is not http://host:port", w.URL)
-		}
+		probs = append(probs, checkSpec(w)...)
 		if seen[w.URL] {
 			bad("worker %q is listed twice", w.URL)
 		}
 		seen[w.URL] = true
-		if w.Replay != "" && w.Events == "" {
-			bad("worker %q has a replay endpoint but no events endpoint", w.URL)
-		}
 	}
 	if err := c.Namespace.Validate(); err != nil {
 		bad("namespace: %v", err)
@@ -153,7 +166,8 @@ func (c *Config) Validate() error {
 		bad("%v", err)
 	}
 	for name, d := range map[string]time.Duration{"cache timeout": c.CacheTimeout, "queue wait": c.QueueWait,
-		"health interval": c.HealthInterval, "health timeout": c.HealthTimeout, "probe max": c.ProbeMax} {
+		"health interval": c.HealthInterval, "health timeout": c.HealthTimeout, "probe max": c.ProbeMax,
+		"discover interval": c.DiscoverInterval} {
 		if d < 0 {
 			bad("%s is %v, must be > 0", name, d)
 		}

@@ -7,10 +7,10 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvstrata/kvstrata/api/client"
-	"github.com/kvstrata/kvstrata/engine/kvevents"
 	"github.com/kvstrata/kvstrata/engine/sched"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/router/kvindex"
@@ -42,8 +42,11 @@ type Router struct {
 	http   *http.Client
 	m      *metrics
 
-	workers []*worker
-	byName  map[string]*worker
+	set    atomic.Pointer[workerSet] // the workers (workers.go)
+	setMu  sync.Mutex                // serializes changes of set
+	nextID uint32                    // the last kvindex.WorkerID given
+	// retired says when each removed worker still in set's byName left.
+	retired map[string]time.Time
 
 	ctx    context.Context // ended by Close
 	cancel context.CancelFunc
@@ -71,7 +74,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		cfg: cfg, ns: cfg.Namespace.ID(), kv: kv, choose: choose, m: newMetrics(cfg.Registerer),
-		byName: map[string]*worker{}, freed: make(chan struct{}),
+		retired: map[string]time.Time{}, freed: make(chan struct{}),
 		http: &http.Client{Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: 256,
@@ -85,28 +88,14 @@ func New(cfg Config) (*Router, error) {
 			return nil, fmt.Errorf("frontend: cache %s: %w", cfg.Cache, err)
 		}
 	}
-	for i, spec := range cfg.Workers {
-		w := &worker{r: r, id: kvindex.WorkerID(i), spec: spec, name: spec.URL, poke: make(chan struct{}, 1)}
-		w.healthy.Store(true)
-		r.m.healthy.WithLabelValues(w.name).Set(1)
-		if err := kv.Register(w.id, cfg.Namespace); err != nil {
+	for _, spec := range cfg.Workers {
+		if err := r.addWorker(spec, true); err != nil {
 			r.Close()
 			return nil, err
 		}
-		if spec.Events != "" {
-			sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{
-				Endpoint: spec.Events, ReplayEndpoint: spec.Replay,
-				OnReset: w.clear, OnLost: func(int64, int64) { w.clear() },
-			})
-			if err != nil {
-				r.Close()
-				return nil, fmt.Errorf("%w: worker %s: %v", ErrBadConfig, spec.URL, err)
-			}
-			r.wg.Go(func() { sub.Run(r.ctx, func(_ int64, b *kvevents.Batch) { kv.Apply(w.id, b) }) })
-		}
-		r.workers = append(r.workers, w)
-		r.byName[w.name] = w
-		r.wg.Go(w.watch)
+	}
+	if cfg.Discover {
+		r.wg.Go(r.discover)
 	}
 	return r, nil
 }
@@ -128,14 +117,14 @@ func (r *Router) Index() *kvindex.Index { return r.kv }
 
 // Healthy reports whether the worker of url is a candidate now.
 func (r *Router) Healthy(url string) bool {
-	w, ok := r.byName[url]
+	w, ok := r.workerSet().byName[url]
 	return ok && w.healthy.Load()
 }
 
 // Ready is nil while some worker is a candidate, else ErrNoWorkers: what
 // the frontend's /health says.
 func (r *Router) Ready() error {
-	for _, w := range r.workers {
+	for _, w := range r.workerSet().list {
 		if w.healthy.Load() {
 			return nil
 		}
@@ -234,11 +223,12 @@ func (r *Router) candidates(hashes []index.Hash, tiers []index.TierKind) []polic
 	for _, m := range matches {
 		overlap[m.Worker] = m.Blocks
 	}
-	cands := make([]policy.Candidate, len(r.workers))
-	for i, w := range r.workers {
+	workers := r.workerSet().list
+	cands := make([]policy.Candidate, len(workers))
+	for i, w := range workers {
 		o := overlap[w.id]
 		cands[i] = policy.Candidate{Worker: w.name, Overlap: o, Tiers: policy.TierCounts(tiers, o),
-			Capacity: r.cfg.WorkerBlocks, Unhealthy: !w.healthy.Load()}
+			Capacity: w.blocks, Unhealthy: !w.healthy.Load()}
 	}
 	return cands
 }

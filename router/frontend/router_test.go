@@ -77,7 +77,7 @@ func TestSharedPrefixGoesToItsHolder(t *testing.T) {
 				hashes := namespace(ws).Hashes(prefix)
 				waitFor(t, "the index learns the first request's blocks", func() bool {
 					for _, m := range r.Index().Overlap(r.ns, hashes, nil) {
-						if m.Worker == r.workers[first].id && m.Blocks == len(hashes) {
+						if m.Worker == r.workerSet().list[first].id && m.Blocks == len(hashes) {
 							return true
 						}
 					}

@@ -83,7 +83,7 @@ func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision
 		}
 	}
 	for {
-		w := r.byName[d.Worker]
+		w := r.workerSet().byName[d.Worker]
 		seq := d.Seq
 		firstHere := true
 		a := r.stream(ctx, w, req, prompt, req.MaxTokens-len(produced), func(toks []uint32) bool {

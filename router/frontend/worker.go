@@ -10,12 +10,17 @@ import (
 	"github.com/kvstrata/kvstrata/router/kvindex"
 )
 
-// worker is one worker of the static list, as the Router sees it.
+// worker is one worker, static or discovered, as the Router sees it.
 type worker struct {
-	r    *Router
-	id   kvindex.WorkerID
-	spec WorkerSpec
-	name string
+	r      *Router
+	id     kvindex.WorkerID
+	spec   WorkerSpec
+	name   string
+	static bool // from Config.Workers: discovery never removes it
+	blocks int  // its pool in blocks, for the busy threshold; 0 unknown
+	// ctx ends when the worker is removed (stop) or the Router closes.
+	ctx  context.Context
+	stop context.CancelFunc
 	// healthy is false from a failure until a probe of /health succeeds.
 	healthy atomic.Bool
 	poke    chan struct{} // a failure was seen: probe on the backoff's schedule
@@ -48,7 +53,7 @@ func (w *worker) watch() {
 	defer t.Stop()
 	for {
 		select {
-		case <-w.r.ctx.Done():
+		case <-w.ctx.Done():
 			return
 		case <-w.poke:
 			backoff = cfg.HealthInterval
@@ -83,7 +88,7 @@ func (w *worker) watch() {
 
 // check asks the worker's /health.
 func (w *worker) check() error {
-	ctx, cancel := context.WithTimeout(w.r.ctx, w.r.cfg.HealthTimeout)
+	ctx, cancel := context.WithTimeout(w.ctx, w.r.cfg.HealthTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.spec.URL+"/health", nil)
 	if err != nil {
