@@ -18,9 +18,11 @@ type worker struct {
 	name   string
 	static bool // from Config.Workers: discovery never removes it
 	blocks int  // its pool in blocks, for the busy threshold; 0 unknown
-	// ctx ends when the worker is removed (stop) or the Router closes.
-	ctx  context.Context
-	stop context.CancelFunc
+	// ctx ends when the worker is removed (stop) or the Router closes;
+	// watched is closed once its watch has returned.
+	ctx     context.Context
+	stop    context.CancelFunc
+	watched chan struct{}
 	// healthy is false from a failure until a probe of /health succeeds.
 	healthy atomic.Bool
 	poke    chan struct{} // a failure was seen: probe on the backoff's schedule

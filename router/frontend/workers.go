@@ -124,7 +124,11 @@ func (r *Router) addWorker(spec WorkerSpec, static bool) error {
 	next.byName[w.name] = w
 	r.set.Store(next)
 	delete(r.retired, w.name)
-	r.wg.Go(w.watch)
+	w.watched = make(chan struct{})
+	r.wg.Go(func() {
+		defer close(w.watched)
+		w.watch()
+	})
 	if !static {
 		r.cfg.Logger.Info("frontend: worker added", "worker", w.name, "events", orNoEvents(spec.Events))
 	}
@@ -140,11 +144,14 @@ func (r *Router) removeLocked(url string) bool {
 		return false
 	}
 	w := old.list[i]
-	w.healthy.Store(false)
 	r.retired[url] = time.Now()
 	next := &workerSet{list: slices.Delete(slices.Clone(old.list), i, i+1), byName: r.liveNames(old)}
 	r.set.Store(next)
+	// Its watch ends first (its health check is cut short), so that no
+	// late result of it marks the worker healthy again.
 	w.stop()
+	<-w.watched
+	w.healthy.Store(false)
 	_ = r.kv.RemoveWorker(w.id)
 	r.m.healthy.DeleteLabelValues(w.name)
 	r.cfg.Logger.Info("frontend: worker removed", "worker", w.name)
