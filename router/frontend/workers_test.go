@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/engine/sched"
 	"github.com/kvstrata/kvstrata/router/policy"
 )
@@ -92,5 +93,24 @@ func TestConfigDiscoverNeedsNoStaticWorkersButACache(t *testing.T) {
 	c.Cache = "127.0.0.1:1"
 	if err := c.Validate(); err != nil {
 		t.Fatalf("Validate of discovery with a cache and no static worker: %v", err)
+	}
+}
+
+func TestDiscoveryTakesTheAggregatedWorkersOfItsNamespace(t *testing.T) {
+	r := &Router{ns: 0x1234}
+	for _, c := range []struct {
+		rec  *pb.WorkerRecord
+		want bool
+	}{
+		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x1234, Role: "aggregated"}, true},
+		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x1234}, true},
+		{&pb.WorkerRecord{Url: "http://a:1"}, true}, // namespace unknown
+		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x9999}, false},
+		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x1234, Role: "prefill"}, false},
+		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x1234, Role: "decode"}, false},
+	} {
+		if got := r.serves(c.rec); got != c.want {
+			t.Errorf("serves(%v) = %v, want %v", c.rec, got, c.want)
+		}
 	}
 }
