@@ -135,6 +135,7 @@ func TestTwoFrontendsDiscoverRegisteredWorkers(t *testing.T) {
 	for _, w := range ws {
 		bothSee(w, true, "both frontends count "+w.url+" a candidate")
 	}
+	registeredAt := time.Now() // the first leases end before registeredAt + registryTTL
 
 	// Each prefix is computed first on a worker of its own, asked
 	// directly; then requests sharing it go, alternately, to the two
@@ -205,6 +206,18 @@ func TestTwoFrontendsDiscoverRegisteredWorkers(t *testing.T) {
 		}
 		return true
 	})
+
+	// The live worker renews its lease: once its first lease has ended,
+	// the registry and both frontends have it still.
+	if wait := time.Until(registeredAt.Add(registryTTL + 2*time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	for _, w := range []*wproc{ws[1]} {
+		if !strings.Contains(strings.Join(registered(t, node), " "), w.url) {
+			t.Fatalf("%s is not registered after its first lease ended: renewals failed\n%s", w.url, w.log)
+		}
+		bothSee(w, true, "both frontends still count "+w.url+" a candidate after its first lease")
+	}
 
 	// A worker stopped cleanly deregisters: both frontends drop it, well
 	// before its lease would have ended.
