@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvstrata/kvstrata/api/client"
+	pb "github.com/kvstrata/kvstrata/api/v1"
 )
 
 // End-to-end tests of the worker registry with real processes: a cache
@@ -256,5 +260,58 @@ func TestRegisterBadFlagsExitTwo(t *testing.T) {
 				t.Errorf("%v: the output does not say %q:\n%s", c.args, want, out)
 			}
 		}
+	}
+}
+
+// TestClientWorkerRegistryCalls: the Go client's registry calls against a
+// real node — a lease kept by KeepWorker is listed with its record and
+// renewed, Close deregisters it, and bad input is an error matching
+// client.ErrInvalid that changes nothing.
+func TestClientWorkerRegistryCalls(t *testing.T) {
+	node := startNode(t, t.TempDir())
+	c := node.api()
+	ctx := context.Background()
+	rec := &pb.WorkerRecord{Url: "http://127.0.0.1:1", Events: "tcp://127.0.0.1:2", Role: "aggregated", Model: "m",
+		Namespace: 7, BlockTokens: 16, PoolBlocks: 99}
+	for name, bad := range map[string]func() error{
+		"an empty URL": func() error {
+			_, err := c.RegisterWorker(ctx, &pb.WorkerRecord{}, 5*time.Second)
+			return err
+		},
+		"a 1 ms lease": func() error { _, err := c.RegisterWorker(ctx, rec, time.Millisecond); return err },
+		"a huge model": func() error {
+			_, err := c.RegisterWorker(ctx, &pb.WorkerRecord{Url: "http://a:1", Model: strings.Repeat("m", 4096)}, 5*time.Second)
+			return err
+		},
+		"KeepWorker of an empty URL": func() error {
+			_, err := c.KeepWorker(ctx, &pb.WorkerRecord{}, 5*time.Second, nil)
+			return err
+		},
+		"deregistering the empty URL": func() error { return c.DeregisterWorker(ctx, "") },
+	} {
+		if err := bad(); !errors.Is(err, client.ErrInvalid) {
+			t.Errorf("%s: %v, want an error matching client.ErrInvalid", name, err)
+		}
+	}
+	if urls := registered(t, node); len(urls) != 0 {
+		t.Fatalf("bad registrations left %v in the registry", urls)
+	}
+
+	lease, err := c.KeepWorker(ctx, rec, time.Second, nil)
+	if err != nil {
+		t.Fatalf("KeepWorker: %v", err)
+	}
+	first := lease.Expires()
+	ws, err := c.ListWorkers(ctx)
+	if err != nil || len(ws) != 1 || ws[0].Url != rec.Url || ws[0].PoolBlocks != 99 || ws[0].Namespace != 7 ||
+		ws[0].ExpiresUnixMs != first.UnixMilli() {
+		t.Fatalf("ListWorkers = %v, %v; want the record, its lease ending at %v", ws, err, first)
+	}
+	eventually(t, 10*time.Second, "the lease is renewed", func() bool { return lease.Expires().After(first) })
+	if err := lease.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if urls := registered(t, node); len(urls) != 0 {
+		t.Fatalf("after Close the registry lists %v", urls)
 	}
 }
