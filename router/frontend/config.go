@@ -23,6 +23,8 @@ const (
 	DefaultHealthInterval = 500 * time.Millisecond
 	DefaultHealthTimeout  = time.Second
 	DefaultProbeMax       = 8 * time.Second
+	// DefaultDisaggMinUncached is Dynamo's default max_local_prefill_length.
+	DefaultDisaggMinUncached = 1000
 )
 
 // ErrBadConfig marks a Config that fails Validate.
@@ -37,6 +39,9 @@ type WorkerSpec struct {
 	Events string
 	// Replay is the ZMQ endpoint of its events' replay socket; "" none.
 	Replay string
+	// Role is RoleAggregated (""), RolePrefill or RoleDecode: the list
+	// serves disaggregated when it has prefill and decode workers.
+	Role string
 }
 
 // Config is a Router's settings; zero fields take their defaults.
@@ -80,6 +85,13 @@ type Config struct {
 	// ProbeMax is the longest wait between probes of an unhealthy worker;
 	// they start at HealthInterval and double. The default is 8 s.
 	ProbeMax time.Duration
+	// DisaggMinUncached: in disaggregated serving, a request whose
+	// uncached tokens on its decode worker (the prompt less that worker's
+	// pool overlap and the cache tiers' credit) are at most this many is
+	// prefilled there, without a prefill worker. The default is 1000
+	// (Dynamo's max_local_prefill_length); negative disaggregates every
+	// request.
+	DisaggMinUncached int
 	// Registerer gets the frontend's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger receives worker failures and migrations. The default is
@@ -109,6 +121,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.ProbeMax == 0 {
 		c.ProbeMax = DefaultProbeMax
+	}
+	if c.DisaggMinUncached == 0 {
+		c.DisaggMinUncached = DefaultDisaggMinUncached
 	}
 	if c.Policy.BlockTokens == 0 {
 		c.Policy.BlockTokens = c.Namespace.BlockTokens
@@ -143,6 +158,7 @@ func (c *Config) Validate() error {
 			bad("worker %q has a replay endpoint but no events endpoint", w.URL)
 		}
 	}
+	probs = append(probs, roleProblems(c.Workers)...)
 	if err := c.Namespace.Validate(); err != nil {
 		bad("namespace: %v", err)
 	}
