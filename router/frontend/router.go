@@ -188,7 +188,9 @@ func (r *Router) route(ctx context.Context, prompt []uint32) (policy.Decision, e
 // While every worker of p is busy it waits in the queue if wait, else
 // fails with ErrAllBusy's policy error.
 func (r *Router) place(ctx context.Context, p *pool, preq policy.Request, hashes []index.Hash, tiers []index.TierKind, wait bool) (policy.Decision, policy.Candidate, error) {
-	preq.Override = p.override
+	if p.override != nil {
+		preq.Override = p.override
+	}
 	var deadline <-chan time.Time
 	queued := false
 	defer func() {
