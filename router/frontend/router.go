@@ -186,7 +186,7 @@ func (r *Router) route(ctx context.Context, prompt []uint32) (policy.Decision, e
 // place chooses a worker of p for a prompt of hashes whose blocks the
 // cache holds in tiers, and returns the decision and the chosen candidate.
 // While every worker of p is busy it waits in the queue if wait, else
-// fails with ErrAllBusy's policy error.
+// returns the policy's error, wrapping policy.ErrAllBusy.
 func (r *Router) place(ctx context.Context, p *pool, preq policy.Request, hashes []index.Hash, tiers []index.TierKind, wait bool) (policy.Decision, policy.Candidate, error) {
 	if p.override != nil {
 		preq.Override = p.override
