@@ -56,8 +56,8 @@ plus the tokens already produced), and the client sees one stream. When
 every worker is busy, requests wait in a bounded queue, then get 503 with
 Retry-After.
 
---worker is URL[,events=ZMQ endpoint][,replay=ZMQ endpoint], repeated:
-any OpenAI-compatible server that accepts token-id prompts and
+--worker is URL[,events=ZMQ endpoint][,replay=ZMQ endpoint][,role=ROLE],
+repeated: any OpenAI-compatible server that accepts token-id prompts and
 return_token_ids (kvstrata worker, vLLM ≥ 0.10.2). --model and its flags
 must describe the workers' model, whose block namespace the prompts are
 hashed in.
@@ -69,6 +69,15 @@ it asks, sees the same workers. It routes to the aggregated workers of its
 model's namespace; a worker that deregisters or whose lease ends leaves,
 and one that fails leaves the candidates at once, as a --worker does.
 
+Roles: aggregated (the default) workers serve whole requests. A list of
+prefill and decode workers (kvstrata worker --role prefill|decode) serves
+disaggregated: the decode worker is the least loaded; when the part of the
+prompt that neither its pool nor the cache holds is longer than
+--disagg-min-uncached-tokens, a prefill worker chosen by --policy prefills
+it (do_remote_decode), storing its blocks in kvstrata, and the decode
+worker, given the kv_transfer_params, loads them and streams the answer;
+otherwise the decode worker prefills it itself.
+
 Policies: kv-tiered (pool and cache tiers, the default), kv-hbm (pool
 only), least-loaded, random, round-robin.`,
 		Example: `  # A cache node, two sim workers and the frontend in front of them
@@ -79,7 +88,13 @@ only), least-loaded, random, round-robin.`,
     --worker http://127.0.0.1:8001,events=tcp://127.0.0.1:5601,replay=tcp://127.0.0.1:5602 \
     --worker http://127.0.0.1:8002,events=tcp://127.0.0.1:5603,replay=tcp://127.0.0.1:5604
   curl -sN 127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8, "stream": true}'`,
+    -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8, "stream": true}'
+
+  # Disaggregated: a prefill and a decode worker
+  kvstrata worker --role prefill --listen 127.0.0.1:8001 --kv-events tcp://127.0.0.1:5601 &
+  kvstrata worker --role decode --listen 127.0.0.1:8002 --kv-events tcp://127.0.0.1:5603 &
+  kvstrata frontend --worker http://127.0.0.1:8001,events=tcp://127.0.0.1:5601,role=prefill \
+    --worker http://127.0.0.1:8002,events=tcp://127.0.0.1:5603,role=decode`,
 		Args: noArgs("frontend"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			probs := t.apply()
@@ -126,7 +141,7 @@ only), least-loaded, random, round-robin.`,
 	fs.SortFlags = false
 	t.fs = fs
 	t.str("listen", listen, "HTTP address of the OpenAI API, /health and /metrics", &listen)
-	fs.StringArrayVar(&specs, "worker", nil, "a worker: URL[,events=tcp://host:port][,replay=tcp://host:port] (repeat for each)")
+	fs.StringArrayVar(&specs, "worker", nil, "a worker: URL[,events=tcp://host:port][,replay=tcp://host:port][,role=aggregated|prefill|decode] (repeat for each)")
 	fs.BoolVar(&fcfg.Discover, "discover", false, "also route to the workers registered with the cache cluster at --cache (kvstrata worker --register)")
 	t.duration("discover-interval", frontend.DefaultDiscoverInterval, "how often --discover lists the worker registry", &fcfg.DiscoverInterval)
 	t.str("cache", "127.0.0.1:7070", `gRPC address of a cache node asked where prompts' blocks are, per tier ("": none, no tier credit)`, &fcfg.Cache)
@@ -138,6 +153,7 @@ only), least-loaded, random, round-robin.`,
 	t.int("queue-size", frontend.DefaultQueueSize, "most requests waiting while every worker is busy; past it, 503", &fcfg.QueueSize)
 	t.duration("queue-wait", frontend.DefaultQueueWait, "longest wait in that queue; past it, 503", &fcfg.QueueWait)
 	t.duration("health-interval", frontend.DefaultHealthInterval, "how often each worker's /health is asked", &fcfg.HealthInterval)
+	t.int("disagg-min-uncached-tokens", frontend.DefaultDisaggMinUncached, "disaggregated: a prompt whose uncached part on its decode worker is at most this many tokens is prefilled there (negative: never)", &fcfg.DisaggMinUncached)
 	t.str("model", model.Model, "the workers' model backend: sim or tiny", &model.Model)
 	t.str("served-model-name", "", `the model name requests use and /v1/models lists (default "kvstrata-sim" or "kvstrata-tiny")`, &model.ModelName)
 	t.int("token-bytes", model.TokenBytes, "sim: the workers' KV bytes per token per layer", &model.TokenBytes)
@@ -149,7 +165,7 @@ only), least-loaded, random, round-robin.`,
 	return cmd
 }
 
-// parseWorkerSpec reads URL[,events=...][,replay=...].
+// parseWorkerSpec reads URL[,events=...][,replay=...][,role=...].
 func parseWorkerSpec(s string) (frontend.WorkerSpec, error) {
 	parts := strings.Split(s, ",")
 	spec := frontend.WorkerSpec{URL: strings.TrimSuffix(parts[0], "/")}
@@ -162,8 +178,10 @@ func parseWorkerSpec(s string) (frontend.WorkerSpec, error) {
 			spec.Events = v
 		case k == "replay":
 			spec.Replay = v
+		case k == "role":
+			spec.Role = v
 		default:
-			return spec, fmt.Errorf("unknown key %q (events or replay)", k)
+			return spec, fmt.Errorf("unknown key %q (events, replay or role)", k)
 		}
 	}
 	return spec, nil
@@ -221,6 +239,10 @@ func (f *frontendPart) Start(ctx context.Context) (err error) {
 	}()
 	var names []string
 	for _, w := range f.cfg.Workers {
+		if w.Role != "" && w.Role != frontend.RoleAggregated {
+			names = append(names, w.URL+"("+w.Role+")")
+			continue
+		}
 		names = append(names, w.URL)
 	}
 	f.cfg.Logger.Info("frontend serving", "http", f.Addr(), "policy", f.cfg.Policy.Policy, "cache", orNone(f.cfg.Cache),

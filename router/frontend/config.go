@@ -25,6 +25,8 @@ const (
 	// DefaultDiscoverInterval is how often a discovering Router lists the
 	// registry.
 	DefaultDiscoverInterval = time.Second
+	// DefaultDisaggMinUncached is Dynamo's default max_local_prefill_length.
+	DefaultDisaggMinUncached = 1000
 )
 
 // ErrBadConfig marks a Config that fails Validate.
@@ -42,6 +44,9 @@ type WorkerSpec struct {
 	// Blocks is its pool in blocks, for the busy threshold; 0 means
 	// Config.WorkerBlocks.
 	Blocks int
+	// Role is RoleAggregated (""), RolePrefill or RoleDecode: the list
+	// serves disaggregated when it has prefill and decode workers.
+	Role string
 }
 
 // Config is a Router's settings; zero fields take their defaults.
@@ -93,6 +98,13 @@ type Config struct {
 	// ProbeMax is the longest wait between probes of an unhealthy worker;
 	// they start at HealthInterval and double. The default is 8 s.
 	ProbeMax time.Duration
+	// DisaggMinUncached: in disaggregated serving, a request whose
+	// uncached tokens on its decode worker (the prompt less that worker's
+	// pool overlap and the cache tiers' credit) are at most this many is
+	// prefilled there, without a prefill worker. The default is 1000
+	// (Dynamo's max_local_prefill_length); negative disaggregates every
+	// request.
+	DisaggMinUncached int
 	// Registerer gets the frontend's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger receives worker failures and migrations. The default is
@@ -126,6 +138,9 @@ func (c *Config) EnsureDefaults() {
 	if c.DiscoverInterval == 0 {
 		c.DiscoverInterval = DefaultDiscoverInterval
 	}
+	if c.DisaggMinUncached == 0 {
+		c.DisaggMinUncached = DefaultDisaggMinUncached
+	}
 	if c.Policy.BlockTokens == 0 {
 		c.Policy.BlockTokens = c.Namespace.BlockTokens
 	}
@@ -156,6 +171,7 @@ func (c *Config) Validate() error {
 		}
 		seen[w.URL] = true
 	}
+	probs = append(probs, roleProblems(c.Workers)...)
 	if err := c.Namespace.Validate(); err != nil {
 		bad("namespace: %v", err)
 	}

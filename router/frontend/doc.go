@@ -16,6 +16,28 @@
 // turns the chunks' token ids into sched.Outputs. The policy's Sequence
 // sees the first token and the end.
 //
+// # Disaggregated serving
+//
+// A list of prefill and decode workers (WorkerSpec.Role; aggregated ones
+// may not be mixed in) serves disaggregated, as vLLM's and llm-d's
+// kv_transfer_params do it, the handoff going through kvstrata. The decode
+// worker is chosen by its load (least-loaded); when the prompt's part it
+// would compute — less its pool overlap and the cache tiers' credit
+// (policy.Router.Uncached) — is at most DisaggMinUncached tokens, it
+// prefills the prompt itself (route "local"). Otherwise a prefill worker
+// chosen by the policy (kv-tiered: by overlap) runs the prompt, not
+// streamed, with max_tokens 1 and kv_transfer_params {do_remote_decode:
+// true}: it stores the prompt's full blocks at a cache node and answers
+// params naming them, which go with the request to the decode worker; it
+// loads the blocks and streams the answer (route "disaggregated"). Both
+// workers' Sequences carry their share of the load: the prefill worker's
+// ends with its answer, the decode worker's predicts only what it computes.
+// A prefill worker that fails moves the prefill to another (at most
+// MaxMigrations times); when none is left, or one refuses the request,
+// the decode worker prefills. A decode worker that fails moves the request
+// to another decode worker, as above, with the same params. A request that
+// brings its own kv_transfer_params goes to a decode worker as it is.
+//
 // # Failures
 //
 // A worker whose connection fails, whose answer is a 5xx, or whose stream

@@ -6,10 +6,10 @@ import (
 
 // metrics are the frontend's Prometheus series.
 type metrics struct {
-	requests   *prometheus.CounterVec   // worker, outcome
-	ttft       *prometheus.HistogramVec // worker
+	requests   *prometheus.CounterVec   // worker, outcome, route
+	ttft       *prometheus.HistogramVec // worker, route
 	itl        *prometheus.HistogramVec // worker
-	e2e        *prometheus.HistogramVec // worker
+	e2e        *prometheus.HistogramVec // worker, route
 	inputLen   *prometheus.HistogramVec // worker
 	outputLen  *prometheus.HistogramVec // worker
 	decisions  *prometheus.CounterVec   // worker, policy
@@ -25,13 +25,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	lens := prometheus.ExponentialBuckets(1, 2, 18)    // 1 … 131072 tokens
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvstrata_frontend_requests_total",
-			Help: "Requests served, by the worker that finished them and outcome (ok, error, cancelled)."}, []string{"worker", "outcome"}),
+			Help: "Requests served, by the worker that finished them, outcome (ok, error, cancelled) and route (aggregated; disaggregated: prefilled on a prefill worker; local: prefilled on the decode worker)."}, []string{"worker", "outcome", "route"}),
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_time_to_first_token_seconds",
-			Help: "From a request's arrival to its first token, by worker.", Buckets: lat}, []string{"worker"}),
+			Help: "From a request's arrival to its first token, by worker and route.", Buckets: lat}, []string{"worker", "route"}),
 		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_inter_token_latency_seconds",
 			Help: "Between a request's successive tokens, by worker.", Buckets: lat}, []string{"worker"}),
 		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_request_duration_seconds",
-			Help: "From a request's arrival to its last token, by worker.", Buckets: lat}, []string{"worker"}),
+			Help: "From a request's arrival to its last token, by worker and route.", Buckets: lat}, []string{"worker", "route"}),
 		inputLen: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_input_sequence_tokens",
 			Help: "Prompt lengths, by worker.", Buckets: lens}, []string{"worker"}),
 		outputLen: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvstrata_frontend_output_sequence_tokens",

@@ -121,10 +121,11 @@ func (r *Router) Healthy(url string) bool {
 	return ok && w.healthy.Load()
 }
 
-// Ready is nil while some worker is a candidate, else ErrNoWorkers: what
-// the frontend's /health says.
+// Ready is nil while some worker that serves whole requests (a decode
+// worker, when disaggregated) is a candidate, else ErrNoWorkers: what the
+// frontend's /health says.
 func (r *Router) Ready() error {
-	for _, w := range r.workerSet().list {
+	for _, w := range r.workerSet().serving.workers {
 		if w.healthy.Load() {
 			return nil
 		}
@@ -145,21 +146,32 @@ func (r *Router) Generate(ctx context.Context, req sched.Request) (<-chan sched.
 		return nil, fmt.Errorf("%w: %d prompt tokens, max_tokens %d", sched.ErrBadRequest, len(req.Prompt), req.MaxTokens)
 	}
 	arrived := time.Now()
+	if r.workerSet().prefill != nil && req.Transfer == nil {
+		return r.generateDisaggregated(ctx, req, arrived)
+	}
 	d, err := r.route(ctx, req.Prompt)
 	if err != nil {
 		return nil, err
 	}
 	out := make(chan sched.Output, 16)
-	go r.serve(ctx, req, d, arrived, out)
+	go r.serve(ctx, req, d, routeAggregated, arrived, out)
 	return out, nil
 }
 
-// route chooses a worker for prompt, waiting in the queue while every
-// worker is busy.
+// route chooses a worker that serves whole requests for prompt, waiting
+// in the queue while every such worker is busy.
 func (r *Router) route(ctx context.Context, prompt []uint32) (policy.Decision, error) {
 	hashes := r.cfg.Namespace.Hashes(prompt)
 	tiers := r.lookup(ctx, hashes)
-	preq := policy.Request{Tokens: len(prompt), Blocks: len(hashes)}
+	d, _, err := r.place(ctx, servingPool, policy.Request{Tokens: len(prompt), Blocks: len(hashes)}, hashes, tiers, true)
+	return d, err
+}
+
+// place chooses a worker of p for a prompt of hashes whose blocks the
+// cache holds in tiers, and returns the decision and the chosen candidate.
+// While every worker of p is busy it waits in the queue if wait, else
+// returns the policy's error, wrapping policy.ErrAllBusy.
+func (r *Router) place(ctx context.Context, k poolKind, preq policy.Request, hashes []index.Hash, tiers []index.TierKind, wait bool) (policy.Decision, policy.Candidate, error) {
 	var deadline <-chan time.Time
 	queued := false
 	defer func() {
@@ -174,7 +186,14 @@ func (r *Router) route(ctx context.Context, prompt []uint32) (policy.Decision, e
 		r.mu.Lock()
 		freed := r.freed
 		r.mu.Unlock()
-		cands := r.candidates(hashes, tiers)
+		// The set is read afresh each time: workers come and go while a
+		// request waits.
+		p := r.workerSet().pool(k)
+		preq := preq
+		if p.override != nil {
+			preq.Override = p.override
+		}
+		cands := r.candidates(p, hashes, tiers)
 		d, err := r.choose.Choose(preq, cands)
 		if err == nil {
 			c := cands[d.Index]
@@ -183,19 +202,21 @@ func (r *Router) route(ctx context.Context, prompt []uint32) (policy.Decision, e
 			for t, n := range c.Tiers {
 				r.m.overlap.WithLabelValues(index.TierKind(t + 1).String()).Observe(float64(n))
 			}
-			return d, nil
+			return d, c, nil
 		}
 		switch {
 		case errors.Is(err, policy.ErrNoWorkers):
-			return d, ErrNoWorkers
+			return d, policy.Candidate{}, ErrNoWorkers
 		case !errors.Is(err, policy.ErrAllBusy):
-			return d, fmt.Errorf("%w: %v", sched.ErrBadRequest, err)
+			return d, policy.Candidate{}, fmt.Errorf("%w: %v", sched.ErrBadRequest, err)
+		case !wait:
+			return d, policy.Candidate{}, err
 		}
 		if !queued {
 			r.mu.Lock()
 			if r.waiting >= r.cfg.QueueSize {
 				r.mu.Unlock()
-				return d, ErrQueueFull
+				return d, policy.Candidate{}, ErrQueueFull
 			}
 			r.waiting++
 			r.m.queue.Set(float64(r.waiting))
@@ -209,23 +230,22 @@ func (r *Router) route(ctx context.Context, prompt []uint32) (policy.Decision, e
 		case <-freed:
 		case <-time.After(r.cfg.HealthInterval): // a worker may have come back
 		case <-deadline:
-			return d, ErrQueueTimeout
+			return d, policy.Candidate{}, ErrQueueTimeout
 		case <-ctx.Done():
-			return d, ctx.Err()
+			return d, policy.Candidate{}, ctx.Err()
 		}
 	}
 }
 
-// candidates are the workers as the policy sees them for one prompt.
-func (r *Router) candidates(hashes []index.Hash, tiers []index.TierKind) []policy.Candidate {
+// candidates are the workers of p as the policy sees them for one prompt.
+func (r *Router) candidates(p *pool, hashes []index.Hash, tiers []index.TierKind) []policy.Candidate {
 	matches := r.kv.Overlap(r.ns, hashes, nil)
 	overlap := make(map[kvindex.WorkerID]int, len(matches))
 	for _, m := range matches {
 		overlap[m.Worker] = m.Blocks
 	}
-	workers := r.workerSet().list
-	cands := make([]policy.Candidate, len(workers))
-	for i, w := range workers {
+	cands := make([]policy.Candidate, len(p.workers))
+	for i, w := range p.workers {
 		o := overlap[w.id]
 		cands[i] = policy.Candidate{Worker: w.name, Overlap: o, Tiers: policy.TierCounts(tiers, o),
 			Capacity: w.blocks, Unhealthy: !w.healthy.Load()}

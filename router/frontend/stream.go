@@ -67,8 +67,9 @@ type attempt struct {
 }
 
 // serve streams the request from its worker to out, moving it to another
-// worker when one fails, and ends with the final Output.
-func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision, arrived time.Time, out chan<- sched.Output) {
+// worker when one fails, and ends with the final Output. route labels its
+// metrics.
+func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision, route string, arrived time.Time, out chan<- sched.Output) {
 	defer close(out)
 	var produced []uint32
 	prompt := req.Prompt
@@ -94,7 +95,7 @@ func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision
 			}
 			if first.IsZero() {
 				first = now
-				r.m.ttft.WithLabelValues(w.name).Observe(now.Sub(arrived).Seconds())
+				r.m.ttft.WithLabelValues(w.name, route).Observe(now.Sub(arrived).Seconds())
 			} else {
 				r.m.itl.WithLabelValues(w.name).Observe(now.Sub(lastTok).Seconds() / float64(len(toks)))
 			}
@@ -106,8 +107,8 @@ func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision
 		r.released()
 		if a.finish != "" {
 			produced = append(produced, a.last...)
-			r.m.requests.WithLabelValues(w.name, "ok").Inc()
-			r.m.e2e.WithLabelValues(w.name).Observe(time.Since(arrived).Seconds())
+			r.m.requests.WithLabelValues(w.name, "ok", route).Inc()
+			r.m.e2e.WithLabelValues(w.name, route).Observe(time.Since(arrived).Seconds())
 			r.m.inputLen.WithLabelValues(w.name).Observe(float64(len(req.Prompt)))
 			r.m.outputLen.WithLabelValues(w.name).Observe(float64(len(produced)))
 			send(sched.Output{Tokens: a.last, Finish: a.finish, Transfer: a.transfer, Usage: sched.Usage{
@@ -120,7 +121,7 @@ func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision
 			if ctx.Err() != nil {
 				outcome = "cancelled"
 			}
-			r.m.requests.WithLabelValues(w.name, outcome).Inc()
+			r.m.requests.WithLabelValues(w.name, outcome, route).Inc()
 			send(sched.Output{Finish: sched.FinishAbort, Err: err})
 		}
 		if a.cause == "" || ctx.Err() != nil {
@@ -156,41 +157,16 @@ func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision
 // what other workers produced, and hands each chunk's tokens to emit (but
 // the finishing chunk's, returned).
 func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, prompt []uint32, maxTokens int, emit func([]uint32) bool) attempt {
-	body, err := json.Marshal(workerRequest{
+	resp, failed := r.post(ctx, w, workerRequest{
 		Model: r.cfg.WorkerModel, Prompt: prompt, MaxTokens: maxTokens,
 		Temperature: req.Sampling.Temperature, Seed: int64(req.Sampling.Seed),
 		StopTokenIDs: req.StopTokens, IgnoreEOS: req.IgnoreEOS, Stream: true,
 		StreamOptions: map[string]bool{"include_usage": true}, ReturnTokenIDs: true, KVTransferParams: req.Transfer,
 	})
-	if err != nil {
-		return attempt{err: err}
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, w.spec.URL+"/v1/completions", bytes.NewReader(body))
-	if err != nil {
-		return attempt{err: err}
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := r.http.Do(hreq)
-	if err != nil {
-		if ctx.Err() != nil {
-			return attempt{err: ctx.Err()}
-		}
-		return attempt{cause: causeRefused, err: err}
+	if resp == nil {
+		return failed
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		err := fmt.Errorf("worker %s answered %s: %s", w.name, resp.Status, bytes.TrimSpace(msg))
-		switch {
-		case resp.StatusCode == http.StatusServiceUnavailable:
-			return attempt{cause: causeOverloaded, err: err}
-		case resp.StatusCode >= 500:
-			return attempt{cause: causeStatus, err: err}
-		default:
-			// The request's fault, as the worker sees it.
-			return attempt{err: fmt.Errorf("%w: %v", sched.ErrBadRequest, err)}
-		}
-	}
 	var a attempt
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -236,9 +212,46 @@ func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, promp
 	if a.finish != "" {
 		return a // finished, only [DONE] lost
 	}
-	err = sc.Err()
+	err := sc.Err()
 	if err == nil {
 		err = io.ErrUnexpectedEOF
 	}
 	return attempt{cause: causeBroken, err: fmt.Errorf("the stream from %s broke: %w", w.name, err)}
+}
+
+// post sends body to w's /v1/completions and returns its 200 answer, or a
+// nil answer and how the attempt failed: a refused connection, a 503 or
+// another 5xx (the request may move), or a 4xx (the request's fault).
+func (r *Router) post(ctx context.Context, w *worker, body workerRequest) (*http.Response, attempt) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, attempt{err: err}
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, w.spec.URL+"/v1/completions", bytes.NewReader(b))
+	if err != nil {
+		return nil, attempt{err: err}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := r.http.Do(hreq)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, attempt{err: ctx.Err()}
+		}
+		return nil, attempt{cause: causeRefused, err: err}
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, attempt{}
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	err = fmt.Errorf("worker %s answered %s: %s", w.name, resp.Status, bytes.TrimSpace(msg))
+	switch {
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		return nil, attempt{cause: causeOverloaded, err: err}
+	case resp.StatusCode >= 500:
+		return nil, attempt{cause: causeStatus, err: err}
+	default:
+		// The request's fault, as the worker sees it.
+		return nil, attempt{err: fmt.Errorf("%w: %v", sched.ErrBadRequest, err)}
+	}
 }

@@ -30,9 +30,21 @@ const retireAfter = time.Minute
 type workerSet struct {
 	list   []*worker          // the workers, in the order they came
 	byName map[string]*worker // those, and the ones retired for less than retireAfter
+	// serving are the workers that serve whole requests: all of them, or
+	// the decode workers when the set is disaggregated; prefill, then,
+	// the prefill workers (nil when aggregated). See pools.
+	serving, prefill *pool
 }
 
-var noWorkers = &workerSet{byName: map[string]*worker{}}
+// newWorkerSet returns the set of list, whose workers and retired ones
+// byName names.
+func newWorkerSet(list []*worker, byName map[string]*worker) *workerSet {
+	s := &workerSet{list: list, byName: byName}
+	s.serving, s.prefill = pools(list)
+	return s
+}
+
+var noWorkers = newWorkerSet(nil, map[string]*worker{})
 
 // workerSet returns the current workers.
 func (r *Router) workerSet() *workerSet {
@@ -120,7 +132,7 @@ func (r *Router) addWorker(spec WorkerSpec, static bool) error {
 	}
 	w.healthy.Store(true)
 	r.m.healthy.WithLabelValues(w.name).Set(1)
-	next := &workerSet{list: append(slices.Clip(old.list), w), byName: r.liveNames(old)}
+	next := newWorkerSet(append(slices.Clip(old.list), w), r.liveNames(old))
 	next.byName[w.name] = w
 	r.set.Store(next)
 	delete(r.retired, w.name)
@@ -145,7 +157,7 @@ func (r *Router) removeLocked(url string) bool {
 	}
 	w := old.list[i]
 	r.retired[url] = time.Now()
-	next := &workerSet{list: slices.Delete(slices.Clone(old.list), i, i+1), byName: r.liveNames(old)}
+	next := newWorkerSet(slices.Delete(slices.Clone(old.list), i, i+1), r.liveNames(old))
 	r.set.Store(next)
 	// Its watch ends first (its health check is cut short), so that no
 	// late result of it marks the worker healthy again.

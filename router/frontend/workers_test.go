@@ -32,7 +32,7 @@ func TestWorkersComeAndGo(t *testing.T) {
 	if got := r.Workers(); len(got) != 2 || got[1] != added || !r.Healthy(added.URL) {
 		t.Fatalf("Workers = %+v, healthy %v; want the static worker and the added one, healthy", got, r.Healthy(added.URL))
 	}
-	if c := r.candidates(nil, nil); c[1].Capacity != 64 || c[0].Capacity != 0 {
+	if c := r.candidates(r.workerSet().serving, nil, nil); c[1].Capacity != 64 || c[0].Capacity != 0 {
 		t.Fatalf("capacities %d and %d, want 0 (unknown) and the added worker's 64 blocks", c[0].Capacity, c[1].Capacity)
 	}
 	// Both workers are candidates: round-robin reaches both.
