@@ -93,6 +93,8 @@ finish (up to --shutdown-timeout), sends its last KV events and exits 0.`,
 	t.str("cache", cfg.Cache, `gRPC address of the kvstrata node to onboard from and offload to ("": no cache)`, &cfg.Cache)
 	t.str("kv-events", cfg.KVEvents, `ZMQ endpoint of the KV-event PUB socket, as vLLM's ("": no events)`, &cfg.KVEvents)
 	t.str("kv-events-replay", cfg.KVEventsReplay, `ZMQ endpoint of the KV-event replay (ROUTER) socket ("": none)`, &cfg.KVEventsReplay)
+	fs.BoolVar(&cfg.KVEventsConnect, "kv-events-connect", false, "connect the KV-event PUB socket to --kv-events (a frontend's --kv-events-bind) instead of listening on it")
+	t.str("kv-events-topic", "", "topic of every KV-event message (a frontend with --kv-events-bind tells workers apart by it)", &cfg.KVEventsTopic)
 	addModelFlags(&t, &cfg)
 	proc.add(fs)
 	return cmd

@@ -44,6 +44,7 @@ type Router struct {
 
 	workers []*worker
 	byName  map[string]*worker
+	events  *kvevents.Listener // bind mode's socket; nil without one
 
 	ctx    context.Context // ended by Close
 	cancel context.CancelFunc
@@ -85,6 +86,10 @@ func New(cfg Config) (*Router, error) {
 			return nil, fmt.Errorf("frontend: cache %s: %w", cfg.Cache, err)
 		}
 	}
+	if err := r.listenEvents(); err != nil {
+		r.Close()
+		return nil, err
+	}
 	for i, spec := range cfg.Workers {
 		w := &worker{r: r, id: kvindex.WorkerID(i), spec: spec, name: spec.URL, poke: make(chan struct{}, 1)}
 		w.healthy.Store(true)
@@ -93,16 +98,9 @@ func New(cfg Config) (*Router, error) {
 			r.Close()
 			return nil, err
 		}
-		if spec.Events != "" {
-			sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{
-				Endpoint: spec.Events, ReplayEndpoint: spec.Replay,
-				OnReset: w.clear, OnLost: func(int64, int64) { w.clear() },
-			})
-			if err != nil {
-				r.Close()
-				return nil, fmt.Errorf("%w: worker %s: %v", ErrBadConfig, spec.URL, err)
-			}
-			r.wg.Go(func() { sub.Run(r.ctx, func(_ int64, b *kvevents.Batch) { kv.Apply(w.id, b) }) })
+		if err := r.followEvents(w); err != nil {
+			r.Close()
+			return nil, err
 		}
 		r.workers = append(r.workers, w)
 		r.byName[w.name] = w
@@ -116,6 +114,7 @@ func New(cfg Config) (*Router, error) {
 func (r *Router) Close() error {
 	r.cancel()
 	r.wg.Wait()
+	r.closeEvents()
 	r.http.CloseIdleConnections()
 	if r.cache != nil {
 		return r.cache.Close()
