@@ -55,6 +55,9 @@ func (r *Router) listenEvents() error {
 		return fmt.Errorf("frontend: KV events: %w", err)
 	}
 	r.events = l
+	if r.cfg.Registerer != nil {
+		return r.cfg.Registerer.Register(listenerCollector{l})
+	}
 	return nil
 }
 
@@ -86,6 +89,11 @@ func (r *Router) followEvents(w *worker) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%w: worker %s: %v", ErrBadConfig, spec.URL, err)
+	}
+	if r.cfg.Registerer != nil {
+		if err := r.cfg.Registerer.Register(newSubscriberCollector(w.name, sub)); err != nil {
+			return err
+		}
 	}
 	r.wg.Go(func() { sub.Run(r.ctx, func(_ int64, b *kvevents.Batch) { r.kv.Apply(w.id, b) }) })
 	return nil

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvstrata/kvstrata/engine/sched"
 	engine "github.com/kvstrata/kvstrata/engine/worker"
 	"github.com/kvstrata/kvstrata/internal/freeport"
@@ -51,7 +53,7 @@ func startConnectingWorkers(t *testing.T, n int, bind string, enc func(i int) st
 func TestBindModeSharedPrefixGoesToItsHolder(t *testing.T) {
 	bind := "tcp://" + freeport.Addr(t)
 	ws := startConnectingWorkers(t, 2, bind, func(i int) string { return []string{"arrays", "maps"}[i] })
-	r, _ := newRouter(t, Config{Workers: specs(ws), Namespace: namespace(ws), EventsBind: bind, Policy: policy.Config{Policy: policy.KVHBM}})
+	r, reg := newRouter(t, Config{Workers: specs(ws), Namespace: namespace(ws), EventsBind: bind, Policy: policy.Config{Policy: policy.KVHBM}})
 	if r.EventsAddr() != strings.TrimPrefix(bind, "tcp://") {
 		t.Errorf("EventsAddr %q, want %q", r.EventsAddr(), bind)
 	}
@@ -116,6 +118,38 @@ func TestBindModeSharedPrefixGoesToItsHolder(t *testing.T) {
 	if st := r.events.Stats(); st.UnknownTopic != 0 || st.BadPeers != 0 || st.Heard == 0 {
 		t.Errorf("listener stats %+v", st)
 	}
+	// /metrics says how many batches each worker's events brought.
+	for _, w := range ws {
+		if n := counter(t, reg, "kvstrata_frontend_kv_event_batches_total", "worker", w.spec.URL); n == 0 {
+			t.Errorf("no batches counted for %s", w.spec.URL)
+		}
+	}
+	if n := counter(t, reg, "kvstrata_frontend_kv_event_listener_messages_total", "outcome", "heard"); n == 0 {
+		t.Error("no messages counted heard by the listener")
+	}
+}
+
+// counter is the value of the counter name{label=value} in reg.
+func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series %s{%s=%q}", name, label, value)
+	return 0
 }
 
 // complete runs prompt on the worker at url, not through a Router.
