@@ -29,7 +29,9 @@ The PUB socket binds or connects as vLLM's does (--kv-events-mode auto:
 bind when the endpoint has a wildcard "*" or "::", or is ipc:// or
 inproc://, else connect); the replay socket always binds.
 
-GET /admin/stats answers {"requests", "blocks", "published"}.
+GET /admin/stats answers {"requests", "blocks", "published"}: requests
+served, blocks held, and event batches published (or queued to be, as
+soon as the request that made them has been answered).
 
 Needs Python 3 with pyzmq and msgpack (Debian: python3-zmq python3-msgpack).
 """
@@ -154,6 +156,8 @@ class Publisher(threading.Thread):
         self.q = queue.Queue()
         self.buffer = collections.deque(maxlen=args.buffer_steps)
         self.seq = 0
+        self.submitted = 0
+        self.lock = threading.Lock()
         self.topic = args.kv_events_topic.encode()
         ctx = zmq.Context.instance()
         self.pub = ctx.socket(zmq.PUB)
@@ -169,10 +173,14 @@ class Publisher(threading.Thread):
 
     def publish(self, events):
         if events:
+            with self.lock:
+                self.submitted += 1
             self.q.put(events)
 
     def published(self):
-        return self.seq
+        """Batches published or queued to be: the sequence numbers they get."""
+        with self.lock:
+            return self.submitted
 
     def run(self):
         poller = zmq.Poller()
