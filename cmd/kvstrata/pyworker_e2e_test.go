@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,24 +185,48 @@ func (f *pyFrontend) routed(prompt []int) int {
 // applied, from its /metrics.
 func (f *pyFrontend) batches(i int) int {
 	f.t.Helper()
+	return int(f.metric(fmt.Sprintf("kvstrata_frontend_kv_event_batches_total{worker=%q}", f.ws[i].url)))
+}
+
+// metric is the value of the series (name{labels}) on the frontend's
+// /metrics.
+func (f *pyFrontend) metric(series string) float64 {
+	f.t.Helper()
 	resp, err := http.Get(f.url + "/metrics")
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	prefix := fmt.Sprintf("kvstrata_frontend_kv_event_batches_total{worker=%q} ", f.ws[i].url)
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
 			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				f.t.Fatal(err)
 			}
-			return int(n)
+			return n
 		}
 	}
-	f.t.Fatalf("/metrics has no %s", prefix)
+	f.t.Fatalf("/metrics has no %s", series)
 	return 0
+}
+
+// hostileConn connects to addr, sends stream, and waits for the other
+// side to close the connection.
+func hostileConn(t *testing.T, addr string, stream []byte) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go c.Write(stream) // the peer may close midway
+	if err := c.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the connection was not closed before its 30 s deadline: %v", err)
+	}
 }
 
 // caughtUp waits until the frontend has applied every batch worker i
@@ -219,7 +247,9 @@ func (f *pyFrontend) caughtUp(i int) {
 // a wildcard, and is told apart by its topic). A prompt run on the second
 // worker, and its first half on the first, makes the frontend send that
 // prefix to the second; after the second clears its pool
-// (AllBlocksCleared), to the first.
+// (AllBlocksCleared), to the first. In bind mode, garbage and a forged
+// frame length sent to the frontend's listening socket first only close
+// their own connections.
 func TestPythonWorkersRoutedByTheirEvents(t *testing.T) {
 	py := needPyworker(t)
 	for _, mode := range []string{"connect", "bind"} {
@@ -252,6 +282,21 @@ func TestPythonWorkersRoutedByTheirEvents(t *testing.T) {
 			fp.launch()
 			f.p, f.url = fp, "http://"+fp.http
 			waitWorkerHealth(t, fp, f.url)
+			if mode == "bind" {
+				// The bound socket faces the network: garbage, and a
+				// frame header announcing 2^63-1 bytes, close their
+				// connections and harm nothing.
+				addr := strings.TrimPrefix(bind, "tcp://")
+				garbage := bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 1024)
+				greeting := append(append([]byte{0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0}, "NULL"...), make([]byte, 48)...)
+				huge := append(greeting, 0x06, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+				for _, stream := range [][]byte{garbage, huge} {
+					hostileConn(t, addr, stream)
+				}
+				eventually(t, 20*time.Second, "the frontend counts the hostile connections", func() bool {
+					return f.metric(`kvstrata_frontend_kv_event_listener_closed_connections_total{reason="bad_peer"}`) == 2
+				})
+			}
 
 			// Until the frontend hears a worker, it knows nothing of its
 			// pool: warm each up directly with new prompts until a batch
