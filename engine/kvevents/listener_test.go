@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -312,4 +313,69 @@ func TestPublisherConnectsAgain(t *testing.T) {
 	last := publishNext(t, p)
 	waitUntil(t, ctx, "the new listener hears the last batch", func() bool { return c2.upTo(last) })
 	everyBatch(t, "w", c2, last)
+}
+
+// BenchmarkIntake: batches of 32 one-block BlockStored events from a
+// Publisher to a Subscriber over loopback TCP, in connect mode (the
+// Subscriber dials the Publisher) and in bind mode (the Publisher
+// connects to a Listener); block events/s is reported.
+func BenchmarkIntake(b *testing.B) {
+	batch := &Batch{TS: 1, DataParallelRank: new(int64)}
+	medium := MediumGPU
+	for i := range 32 {
+		parent := UintHash(uint64(i) << 40)
+		batch.Events = append(batch.Events, &BlockStored{BlockHashes: []Hash{UintHash(uint64(i+1) << 40)},
+			ParentBlockHash: &parent, TokenIDs: make([]int64, 16), BlockSize: 16, Medium: &medium})
+	}
+	for _, mode := range []string{"connect", "bind"} {
+		b.Run(mode, func(b *testing.B) {
+			var p *Publisher
+			var s *Subscriber
+			var err error
+			if mode == "connect" {
+				if p, err = NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}); err != nil {
+					b.Fatal(err)
+				}
+				s, err = NewSubscriber(SubscriberConfig{Endpoint: "tcp://" + p.Addr(), ReplayEndpoint: "tcp://" + p.ReplayAddr()})
+			} else {
+				l, lerr := NewListener(ListenerConfig{Endpoint: "tcp://127.0.0.1:0"})
+				if lerr != nil {
+					b.Fatal(lerr)
+				}
+				defer l.Close()
+				if p, err = NewPublisher(PublisherConfig{Endpoint: "tcp://" + l.Addr(), Connect: true, ReplayEndpoint: "tcp://127.0.0.1:0"}); err != nil {
+					b.Fatal(err)
+				}
+				s, err = l.Subscriber(SubscriberConfig{ReplayEndpoint: "tcp://" + p.ReplayAddr()})
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var last atomic.Int64
+			last.Store(-1)
+			go s.Run(ctx, func(seq int64, _ *Batch) { last.Store(seq) })
+			for s.Stats().Delivered == 0 { // joined
+				if _, err := p.Publish(batch); err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			before := s.Stats().Delivered
+			b.ResetTimer()
+			var seq int64
+			for range b.N {
+				if seq, err = p.Publish(batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for last.Load() < seq {
+				time.Sleep(time.Millisecond)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(32*(s.Stats().Delivered-before))/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
 }
