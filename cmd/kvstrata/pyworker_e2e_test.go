@@ -346,3 +346,28 @@ func TestPythonWorkersRoutedByTheirEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestFrontendEventsFlagsExitTwo: a worker named by topic needs
+// --kv-events-bind, two such workers need distinct topics, and
+// --kv-events-bind must be an endpoint.
+func TestFrontendEventsFlagsExitTwo(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"frontend", "--worker", "http://127.0.0.1:1,topic=a"}, []string{"has a topic but no events endpoint"}},
+		{[]string{"frontend", "--kv-events-bind", "127.0.0.1:5557", "--worker", "http://127.0.0.1:1,topic=a", "--worker", "http://127.0.0.1:2,topic=a"},
+			[]string{`events bind "127.0.0.1:5557"`, `both publish on topic "a"`}},
+	} {
+		out, err := exec.Command(binary, c.args...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Errorf("%v: exit %v, want status 2:\n%s", c.args, err, out)
+			continue
+		}
+		for _, want := range c.want {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("%v: the output does not say %q:\n%s", c.args, want, out)
+			}
+		}
+	}
+}
