@@ -371,3 +371,37 @@ func TestFrontendEventsFlagsExitTwo(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkersPublishIntoABindModeFrontend: `kvstrata worker
+// --kv-events-connect --kv-events-topic T` publishes into a frontend's
+// --kv-events-bind socket, and the frontend applies each worker's batches
+// as that worker's.
+func TestWorkersPublishIntoABindModeFrontend(t *testing.T) {
+	bind := "tcp://" + freeport.Addr(t)
+	f := &pyFrontend{t: t}
+	fp := &proc{t: t, http: freeport.Addr(t)}
+	fp.args = []string{"frontend", "--listen", fp.http, "--cache", "", "--health-interval", "200ms", "--kv-events-bind", bind}
+	var ws []*wproc
+	for i := range 2 {
+		topic := fmt.Sprintf("kvstrata-%d", i)
+		w := startWorkerProcess(t, "", "--kv-events", bind, "--kv-events-connect", "--kv-events-topic", topic)
+		ws = append(ws, w)
+		fp.args = append(fp.args, "--worker", fmt.Sprintf("%s,topic=%s,replay=%s", w.url, topic, w.replay))
+		f.ws = append(f.ws, &pyWorker{t: t, url: w.url}) // for batches' label
+	}
+	fp.launch()
+	f.p, f.url = fp, "http://"+fp.http
+	waitWorkerHealth(t, fp, f.url)
+	for i, w := range ws {
+		k := 0
+		eventually(t, 20*time.Second, fmt.Sprintf("the frontend applies worker %d's batches", i), func() bool {
+			k++
+			post(t, w.url+"/v1/completions", map[string]any{"prompt": promptOf(200+10*i+k, 32), "max_tokens": 1})
+			time.Sleep(20 * time.Millisecond)
+			return f.batches(i) > 0
+		})
+	}
+	if n := f.metric(`kvstrata_frontend_kv_event_listener_messages_total{outcome="unknown_topic"}`); n != 0 {
+		t.Errorf("%v messages of unknown topics", n)
+	}
+}
