@@ -114,7 +114,8 @@ type Listener struct {
 	mu      sync.RWMutex
 	inboxes map[string]*inbox
 
-	closing                                               atomic.Bool
+	closing atomic.Bool // set by Close: a Recv error is then the socket's end
+
 	heard, unknown, malformed, dropped, badPeers, refused atomic.Uint64
 }
 
