@@ -145,6 +145,10 @@ type SubscriberStats struct {
 // so that a subscriber that joins late learns what the worker's pool
 // holds, as far as the replay buffer reaches back.
 //
+// A Listener's Subscriber (Listener.Subscriber) dials no PUB socket: it
+// hears its topic's messages on the Listener's socket, and only its
+// replay socket dials.
+//
 // Stats may be called from any goroutine; Run once at a time.
 type Subscriber struct {
 	cfg SubscriberConfig
