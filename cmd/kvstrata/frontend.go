@@ -56,7 +56,7 @@ plus the tokens already produced), and the client sees one stream. When
 every worker is busy, requests wait in a bounded queue, then get 503 with
 Retry-After.
 
---worker is URL[,events=ZMQ endpoint][,replay=ZMQ endpoint][,role=ROLE],
+--worker is URL[,events=ZMQ endpoint][,replay=ZMQ endpoint][,topic=T][,role=ROLE],
 repeated: any OpenAI-compatible server that accepts token-id prompts and
 return_token_ids (kvstrata worker, vLLM ≥ 0.10.2). --model and its flags
 must describe the workers' model, whose block namespace the prompts are
@@ -77,6 +77,15 @@ prompt that neither its pool nor the cache holds is longer than
 it (do_remote_decode), storing its blocks in kvstrata, and the decode
 worker, given the kv_transfer_params, loads them and streams the answer;
 otherwise the decode worker prefills it itself.
+
+KV events: with events=, the frontend connects to the worker's PUB
+socket (vLLM binds tcp://*:5557 by default). With --kv-events-bind, the
+frontend listens instead and workers' publishers connect to it (vLLM
+connects when its kv-events endpoint is not a wildcard, e.g.
+tcp://frontend:5557; kvstrata worker with --kv-events-connect): give each
+such worker a distinct topic (vLLM's kv-events-config "topic", kvstrata
+worker's --kv-events-topic) and list it as URL,topic=T[,replay=...]. The
+replay socket is dialed either way.
 
 Policies: kv-tiered (pool and cache tiers, the default), kv-hbm (pool
 only), least-loaded, random, round-robin.`,
@@ -141,9 +150,10 @@ only), least-loaded, random, round-robin.`,
 	fs.SortFlags = false
 	t.fs = fs
 	t.str("listen", listen, "HTTP address of the OpenAI API, /health and /metrics", &listen)
-	fs.StringArrayVar(&specs, "worker", nil, "a worker: URL[,events=tcp://host:port][,replay=tcp://host:port][,role=aggregated|prefill|decode] (repeat for each)")
+	fs.StringArrayVar(&specs, "worker", nil, "a worker: URL[,events=tcp://host:port][,replay=tcp://host:port][,topic=T][,role=aggregated|prefill|decode] (repeat for each)")
 	fs.BoolVar(&fcfg.Discover, "discover", false, "also route to the workers registered with the cache cluster at --cache (kvstrata worker --register)")
 	t.duration("discover-interval", frontend.DefaultDiscoverInterval, "how often --discover lists the worker registry", &fcfg.DiscoverInterval)
+	t.str("kv-events-bind", "", `ZMQ endpoint to listen on for workers' KV-event publishers that connect in, told apart by topic, e.g. tcp://0.0.0.0:5557 ("": none)`, &fcfg.EventsBind)
 	t.str("cache", "127.0.0.1:7070", `gRPC address of a cache node asked where prompts' blocks are, per tier ("": none, no tier credit)`, &fcfg.Cache)
 	t.duration("cache-timeout", frontend.DefaultCacheTimeout, "longest wait for the cache's answer; past it a request is routed without tier credit", &fcfg.CacheTimeout)
 	t.str("policy", policy.KVTiered.String(), "routing policy: kv-tiered, kv-hbm, least-loaded, random or round-robin", &policyName)
@@ -165,7 +175,7 @@ only), least-loaded, random, round-robin.`,
 	return cmd
 }
 
-// parseWorkerSpec reads URL[,events=...][,replay=...][,role=...].
+// parseWorkerSpec reads URL[,events=...][,replay=...][,topic=...][,role=...].
 func parseWorkerSpec(s string) (frontend.WorkerSpec, error) {
 	parts := strings.Split(s, ",")
 	spec := frontend.WorkerSpec{URL: strings.TrimSuffix(parts[0], "/")}
@@ -178,10 +188,12 @@ func parseWorkerSpec(s string) (frontend.WorkerSpec, error) {
 			spec.Events = v
 		case k == "replay":
 			spec.Replay = v
+		case k == "topic":
+			spec.Topic = v
 		case k == "role":
 			spec.Role = v
 		default:
-			return spec, fmt.Errorf("unknown key %q (events, replay or role)", k)
+			return spec, fmt.Errorf("unknown key %q (events, replay, topic or role)", k)
 		}
 	}
 	return spec, nil
@@ -245,7 +257,7 @@ func (f *frontendPart) Start(ctx context.Context) (err error) {
 		}
 		names = append(names, w.URL)
 	}
-	f.cfg.Logger.Info("frontend serving", "http", f.Addr(), "policy", f.cfg.Policy.Policy, "cache", orNone(f.cfg.Cache),
+	f.cfg.Logger.Info("frontend serving", "http", f.Addr(), "kv_events_bind", orNone(f.router.EventsAddr()), "policy", f.cfg.Policy.Policy, "cache", orNone(f.cfg.Cache),
 		"model", f.model.Model, "served_model_name", f.model.ModelName, "workers", strings.Join(names, " "))
 	return nil
 }

@@ -112,6 +112,8 @@ finish (up to --shutdown-timeout), sends its last KV events and exits 0.`,
 	fs.BoolVar(&register, "register", false, "register the worker in the cache cluster's worker registry at --cache, for frontends that --discover")
 	t.str("advertise-url", "", `the worker's OpenAI API URL in the registry ("": http:// and the --listen address)`, &reg.advertise)
 	t.duration("register-ttl", reg.ttl, "the registration's lease: a worker killed without deregistering is listed this long at most", &reg.ttl)
+	fs.BoolVar(&cfg.KVEventsConnect, "kv-events-connect", false, "connect the KV-event PUB socket to --kv-events (a frontend's --kv-events-bind) instead of listening on it")
+	t.str("kv-events-topic", "", "topic of every KV-event message (a frontend with --kv-events-bind tells workers apart by it)", &cfg.KVEventsTopic)
 	addModelFlags(&t, &cfg)
 	proc.add(fs)
 	return cmd

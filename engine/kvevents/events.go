@@ -5,7 +5,9 @@
 // socket, replay ROUTER socket) over pure-Go ZeroMQ. On a worker, a
 // PoolSink turns its block pool's events into batches for a Publisher
 // without blocking the engine loop; on a router, a Subscriber follows one
-// worker's events in order, replaying what it missed.
+// worker's events in order, replaying what it missed. A Publisher listens,
+// or connects (Connect) to a router's Listener: one listening SUB socket
+// for many workers, whose Subscribers it feeds by topic.
 //
 // vLLM has encoded its events in two ways. Older versions declare them as
 // msgspec structs with array_like=True and tag=True, so an event is an
@@ -15,8 +17,8 @@
 // written as a map ({"ts", "events", "data_parallel_rank"}), as the newest
 // vLLM writes it.
 //
-// Apart from the Publisher and the PoolSink (whose methods are safe for
-// concurrent use) and the Subscriber (see its doc), everything here is a plain value or a pure function: safe to use from
+// Apart from the Publisher, the Listener and the PoolSink (whose methods
+// are safe for concurrent use) and the Subscriber (see its doc), everything here is a plain value or a pure function: safe to use from
 // any number of goroutines as long as no one modifies a value being encoded.
 package kvevents
 

@@ -17,8 +17,18 @@ import (
 // Endpoint is required.
 type PublisherConfig struct {
 	// Endpoint is where the PUB socket listens, e.g. "tcp://127.0.0.1:5557"
-	// (vLLM's default port). Required.
+	// (vLLM's default port), or with Connect the endpoint it connects to.
+	// Required.
 	Endpoint string
+	// Connect makes the PUB socket connect to Endpoint — a router's
+	// listening SUB socket (kvevents.Listener) — instead of listening, and
+	// connect again, every RetryInterval, while it is not connected. Its
+	// Topic is then what tells its messages from other workers'. The
+	// replay socket listens either way.
+	Connect bool
+	// RetryInterval is the wait between attempts to connect, with
+	// Connect. The default is 250 ms.
+	RetryInterval time.Duration
 	// ReplayEndpoint is where the ROUTER socket answering replay requests
 	// listens, e.g. "tcp://127.0.0.1:5558". Empty: no replay socket.
 	ReplayEndpoint string
@@ -75,6 +85,9 @@ func (c *PublisherConfig) EnsureDefaults() {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 10 * time.Second
 	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = 250 * time.Millisecond
+	}
 }
 
 // Validate reports what is wrong with c.
@@ -101,6 +114,14 @@ func (c *PublisherConfig) Validate() error {
 	if c.WriteTimeout < 0 {
 		errs = append(errs, fmt.Errorf("kvevents: WriteTimeout: %v is negative", c.WriteTimeout))
 	}
+	if c.RetryInterval < 0 {
+		errs = append(errs, fmt.Errorf("kvevents: RetryInterval: %v is negative", c.RetryInterval))
+	}
+	if c.Connect && c.Endpoint != "" {
+		if err := checkEndpoint(c.Endpoint); err != nil {
+			errs = append(errs, fmt.Errorf("kvevents: Endpoint: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -117,7 +138,7 @@ func (c *PublisherConfig) Validate() error {
 // (Stats counts it), and nothing else changes.
 type Publisher struct {
 	cfg    PublisherConfig
-	pub    zmq4.Socket
+	pub    pubSocket
 	replay zmq4.Socket // nil without a replay endpoint
 	done   chan struct{}
 
@@ -175,14 +196,19 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, err
 	}
 	p := &Publisher{cfg: cfg, done: make(chan struct{})}
-	p.pub = zmq4.NewPub(p.socketContext(), zmq4.WithLogger(zmqLog))
-	if err := p.pub.SetOption(zmq4.OptionHWM, cfg.HWM); err != nil {
-		p.pub.Close()
-		return nil, fmt.Errorf("kvevents: PUB high-water mark %d: %w", cfg.HWM, err)
-	}
-	if err := p.pub.Listen(zmtpguard.Endpoint(cfg.Endpoint)); err != nil {
-		p.pub.Close()
-		return nil, fmt.Errorf("kvevents: listen %s: %w", cfg.Endpoint, err)
+	if cfg.Connect {
+		p.pub = newDialedPub(p)
+	} else {
+		pub := zmq4.NewPub(p.socketContext(), zmq4.WithLogger(zmqLog))
+		if err := pub.SetOption(zmq4.OptionHWM, cfg.HWM); err != nil {
+			pub.Close()
+			return nil, fmt.Errorf("kvevents: PUB high-water mark %d: %w", cfg.HWM, err)
+		}
+		if err := pub.Listen(zmtpguard.Endpoint(cfg.Endpoint)); err != nil {
+			pub.Close()
+			return nil, fmt.Errorf("kvevents: listen %s: %w", cfg.Endpoint, err)
+		}
+		p.pub = pub
 	}
 	if cfg.ReplayEndpoint == "" {
 		close(p.done)
@@ -198,7 +224,8 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	return p, nil
 }
 
-// Addr is where the PUB socket listens (with the port chosen, for ":0").
+// Addr is where the PUB socket listens (with the port chosen, for ":0"),
+// or with Connect the address it connects to.
 func (p *Publisher) Addr() string { return p.pub.Addr().String() }
 
 // ReplayAddr is where the replay socket listens; "" without one.

@@ -177,6 +177,15 @@ batches = [
             {"type": "AllBlocksCleared"}], 5],
     # The batch itself a map, as the newest vLLM writes it.
     {"ts": 15.5, "events": [{"type": "BlockRemoved", "block_hashes": [1, 2], "medium": "GPU"}], "data_parallel_rank": 2},
+    # The newest vLLM's every field: extra_keys (tuples, None), KV cache
+    # groups and their spec, lora_name.
+    {"ts": 16.0, "events": [
+        {"type": "BlockStored", "block_hashes": [sha(b"n1"), sha(b"n2")], "parent_block_hash": sha(b"n0"),
+         "token_ids": [1, 2, 3, 4], "block_size": 2, "lora_id": None, "medium": "GPU", "lora_name": None,
+         "extra_keys": [[["mm-hash", 0], "salt"], None], "group_idx": 1, "kv_cache_spec_kind": "sliding_window",
+         "kv_cache_spec_sliding_window": 4096},
+        {"type": "BlockRemoved", "block_hashes": [sha(b"n1")], "medium": "GPU", "group_idx": 1},
+        {"type": "AllBlocksCleared"}], "data_parallel_rank": 0},
 ]
 with open(sys.argv[1], "wb") as f:
     for b in batches:
@@ -200,6 +209,7 @@ func TestGoDecodesPythonBatches(t *testing.T) {
 		`ts=13.25 rank=1 Stored{[` + sh("a") + `] parent=` + sh("p") + ` tokens=[1] size=1 lora=nil medium="CPU"}`,
 		`ts=14 rank=5 Stored{[` + sh("x") + ` ` + sh("y") + `] parent=nil tokens=[7 8 9 10] size=2 lora=4 medium="GPU"} Removed{[` + sh("x") + `] medium=nil} Cleared{}`,
 		`ts=15.5 rank=2 Removed{[1 2] medium="GPU"}`,
+		`ts=16 rank=0 Stored{[` + sh("n1") + ` ` + sh("n2") + `] parent=` + sh("n0") + ` tokens=[1 2 3 4] size=2 lora=nil medium="GPU"} Removed{[` + sh("n1") + `] medium="GPU"} Cleared{}`,
 	}
 	for i := 0; len(raw) > 0; i++ {
 		n := int(binary.BigEndian.Uint32(raw))

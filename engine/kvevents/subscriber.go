@@ -67,12 +67,19 @@ func (c *SubscriberConfig) EnsureDefaults() {
 }
 
 // Validate reports what is wrong with c.
-func (c *SubscriberConfig) Validate() error {
+func (c *SubscriberConfig) Validate() error { return c.validate(false) }
+
+// validate is Validate; bound is for a Listener's subscriber, which has
+// no Endpoint of its own.
+func (c *SubscriberConfig) validate(bound bool) error {
 	var errs []error
-	if c.Endpoint == "" {
+	if c.Endpoint == "" && !bound {
 		errs = append(errs, errors.New("kvevents: Endpoint: required"))
-	} else if err := checkEndpoint(c.Endpoint); err != nil {
-		errs = append(errs, fmt.Errorf("kvevents: Endpoint: %w", err))
+	}
+	if c.Endpoint != "" {
+		if err := checkEndpoint(c.Endpoint); err != nil {
+			errs = append(errs, fmt.Errorf("kvevents: Endpoint: %w", err))
+		}
 	}
 	if c.ReplayEndpoint != "" {
 		if err := checkEndpoint(c.ReplayEndpoint); err != nil {
@@ -138,6 +145,10 @@ type SubscriberStats struct {
 // so that a subscriber that joins late learns what the worker's pool
 // holds, as far as the replay buffer reaches back.
 //
+// A Listener's Subscriber (Listener.Subscriber) dials no PUB socket: it
+// hears its topic's messages on the Listener's socket, and only its
+// replay socket dials.
+//
 // Stats may be called from any goroutine; Run once at a time.
 type Subscriber struct {
 	cfg SubscriberConfig
@@ -148,6 +159,11 @@ type Subscriber struct {
 	last, heard int64
 
 	delivered, replayed, duplicates, malformed, lost, resets, replays, badPeers atomic.Uint64
+
+	// A Listener's subscriber hears its topic's inbox, not a connection
+	// of its own, and frees the topic (release) when Run returns.
+	in      *inbox
+	release func()
 }
 
 // NewSubscriber checks cfg and returns a Subscriber that Run starts.
@@ -177,6 +193,9 @@ func Subscribe(ctx context.Context, cfg SubscriberConfig, fn func(seq int64, b *
 // after RetryInterval, when the connection is lost or refused. fn owns
 // the batch.
 func (s *Subscriber) Run(ctx context.Context, fn func(seq int64, b *Batch)) error {
+	if s.in != nil {
+		return s.runInbox(ctx, fn)
+	}
 	for {
 		if err := s.follow(ctx, fn); err != nil {
 			return err

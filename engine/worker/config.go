@@ -98,6 +98,14 @@ type Config struct {
 	// KVEventsEncoding is how events are written: "arrays" (vLLM's tagged
 	// arrays, the default) or "maps" (maps with a "type" field).
 	KVEventsEncoding string
+	// KVEventsConnect makes the PUB socket connect to KVEvents — a
+	// frontend's listening SUB socket (its --kv-events-bind) — instead of
+	// listening on it, and connect again whenever the connection is lost.
+	KVEventsConnect bool
+	// KVEventsTopic is the first frame of every event message ("" by
+	// default, as vLLM's). A frontend that many workers connect to tells
+	// them apart by it.
+	KVEventsTopic string
 
 	// SimProfile is the path of a sim profile file (engine/model/sim's
 	// Profile JSON); "" is the default profile, Dynamo mocker's.

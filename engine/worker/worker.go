@@ -155,7 +155,8 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	if cfg.KVEvents != "" {
 		enc, _ := kvevents.ParseEncoding(cfg.KVEventsEncoding) // validated
-		w.pub, err = kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: cfg.KVEvents, ReplayEndpoint: cfg.KVEventsReplay, Encoding: enc})
+		w.pub, err = kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: cfg.KVEvents, ReplayEndpoint: cfg.KVEventsReplay, Encoding: enc,
+			Connect: cfg.KVEventsConnect, Topic: cfg.KVEventsTopic})
 		if err != nil {
 			return fmt.Errorf("worker: KV events: %w", err)
 		}

@@ -47,6 +47,11 @@ type WorkerSpec struct {
 	// Role is RoleAggregated (""), RolePrefill or RoleDecode: the list
 	// serves disaggregated when it has prefill and decode workers.
 	Role string
+	// Topic is the topic of its events (vLLM's KVEventsConfig.topic). With
+	// Events, the prefix subscribed to ("" every message). Without Events,
+	// the worker's publisher connects to Config.EventsBind and Topic is
+	// what tells its messages from the other workers' there.
+	Topic string
 }
 
 // Config is a Router's settings; zero fields take their defaults.
@@ -71,6 +76,10 @@ type Config struct {
 	// WorkerBlocks is each worker's pool in blocks, for the busy
 	// threshold; 0 means unknown (never busy by blocks).
 	WorkerBlocks int
+	// EventsBind is a ZMQ endpoint the Router's SUB socket listens on, e.g.
+	// tcp://0.0.0.0:5557, for workers whose publishers connect in (a
+	// WorkerSpec with a Topic and no Events); "" listens on none.
+	EventsBind string
 	// Cache is the gRPC address of a cache node asked where a prompt's
 	// blocks are, per tier; "" asks none (no tier credit).
 	Cache string
@@ -172,6 +181,7 @@ func (c *Config) Validate() error {
 		seen[w.URL] = true
 	}
 	probs = append(probs, roleProblems(c.Workers)...)
+	c.validateEvents(bad)
 	if err := c.Namespace.Validate(); err != nil {
 		bad("namespace: %v", err)
 	}

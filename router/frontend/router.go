@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/api/client"
+	"github.com/kvstrata/kvstrata/engine/kvevents"
 	"github.com/kvstrata/kvstrata/engine/sched"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/router/kvindex"
@@ -47,6 +48,7 @@ type Router struct {
 	nextID uint32                    // the last kvindex.WorkerID given
 	// retired says when each removed worker still in set's byName left.
 	retired map[string]time.Time
+	events  *kvevents.Listener // bind mode's socket; nil without one
 
 	ctx    context.Context // ended by Close
 	cancel context.CancelFunc
@@ -88,6 +90,10 @@ func New(cfg Config) (*Router, error) {
 			return nil, fmt.Errorf("frontend: cache %s: %w", cfg.Cache, err)
 		}
 	}
+	if err := r.listenEvents(); err != nil {
+		r.Close()
+		return nil, err
+	}
 	for _, spec := range cfg.Workers {
 		if err := r.addWorker(spec, true); err != nil {
 			r.Close()
@@ -105,6 +111,7 @@ func New(cfg Config) (*Router, error) {
 func (r *Router) Close() error {
 	r.cancel()
 	r.wg.Wait()
+	r.closeEvents()
 	r.http.CloseIdleConnections()
 	if r.cache != nil {
 		return r.cache.Close()

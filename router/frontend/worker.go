@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/router/kvindex"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // worker is one worker, static or discovered, as the Router sees it.
@@ -26,6 +27,9 @@ type worker struct {
 	// healthy is false from a failure until a probe of /health succeeds.
 	healthy atomic.Bool
 	poke    chan struct{} // a failure was seen: probe on the backoff's schedule
+	// collector is its KV-event intake's metrics, registered while it is
+	// in the set; nil without.
+	collector prometheus.Collector
 }
 
 // clear forgets the worker's pool: its event publisher restarted, or

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kvstrata/kvstrata/engine/kvevents"
 	"github.com/kvstrata/kvstrata/router/kvindex"
 )
 
@@ -86,8 +85,8 @@ func checkSpec(w WorkerSpec) []string {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		probs = append(probs, fmt.Sprintf("worker URL %q is not http://host:port", w.URL))
 	}
-	if w.Replay != "" && w.Events == "" {
-		probs = append(probs, fmt.Sprintf("worker %q has a replay endpoint but no events endpoint", w.URL))
+	if w.Replay != "" && w.Events == "" && w.Topic == "" {
+		probs = append(probs, fmt.Sprintf("worker %q has a replay endpoint but no events endpoint or topic", w.URL))
 	}
 	if w.Blocks < 0 {
 		probs = append(probs, fmt.Sprintf("worker %q has %d blocks, must be ≥ 0", w.URL, w.Blocks))
@@ -118,17 +117,10 @@ func (r *Router) addWorker(spec WorkerSpec, static bool) error {
 		w.stop()
 		return err
 	}
-	if spec.Events != "" {
-		sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{
-			Endpoint: spec.Events, ReplayEndpoint: spec.Replay,
-			OnReset: w.clear, OnLost: func(int64, int64) { w.clear() },
-		})
-		if err != nil {
-			w.stop()
-			_ = r.kv.RemoveWorker(w.id)
-			return fmt.Errorf("%w: worker %s: %v", ErrBadConfig, spec.URL, err)
-		}
-		r.wg.Go(func() { sub.Run(w.ctx, func(_ int64, b *kvevents.Batch) { r.kv.Apply(w.id, b) }) })
+	if err := r.followEvents(w); err != nil {
+		w.stop()
+		_ = r.kv.RemoveWorker(w.id)
+		return err
 	}
 	w.healthy.Store(true)
 	r.m.healthy.WithLabelValues(w.name).Set(1)
@@ -166,6 +158,9 @@ func (r *Router) removeLocked(url string) bool {
 	w.healthy.Store(false)
 	_ = r.kv.RemoveWorker(w.id)
 	r.m.healthy.DeleteLabelValues(w.name)
+	if w.collector != nil {
+		r.cfg.Registerer.Unregister(w.collector) // a worker of that URL may register again
+	}
 	r.cfg.Logger.Info("frontend: worker removed", "worker", w.name)
 	return true
 }

@@ -168,6 +168,9 @@ func (g *conn) Close() error {
 			g.release()
 		}
 		err = g.Conn.Close()
+		if g.lim.OnClose != nil {
+			g.lim.OnClose()
+		}
 	})
 	return err
 }

@@ -80,6 +80,10 @@ type Limits struct {
 	// with the reason (wrapping one of the errors above). It is called
 	// from zmq4's goroutines and must not block.
 	OnReject func(error)
+	// OnClose, if not nil, is told once of each connection's close,
+	// whatever closed it (the peer, the guard, the socket). It is called
+	// from zmq4's goroutines and must not block.
+	OnClose func()
 }
 
 // EnsureDefaults fills zero fields with their documented defaults.
