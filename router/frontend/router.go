@@ -155,22 +155,26 @@ func (r *Router) Generate(ctx context.Context, req sched.Request) (<-chan sched.
 	if len(req.Prompt) == 0 || req.MaxTokens < 1 {
 		return nil, fmt.Errorf("%w: %d prompt tokens, max_tokens %d", sched.ErrBadRequest, len(req.Prompt), req.MaxTokens)
 	}
+	ov, err := override(req.Routing)
+	if err != nil {
+		return nil, err
+	}
 	arrived := time.Now()
-	d, err := r.route(ctx, req.Prompt)
+	d, err := r.route(ctx, req.Prompt, ov)
 	if err != nil {
 		return nil, err
 	}
 	out := make(chan sched.Output, 16)
-	go r.serve(ctx, req, d, arrived, out)
+	go r.serve(ctx, req, ov, d, arrived, out)
 	return out, nil
 }
 
-// route chooses a worker for prompt, waiting in the queue while every
-// worker is busy.
-func (r *Router) route(ctx context.Context, prompt []uint32) (policy.Decision, error) {
+// route chooses a worker for prompt, with the request's override ov (nil
+// none), waiting in the queue while every worker is busy.
+func (r *Router) route(ctx context.Context, prompt []uint32, ov *policy.Override) (policy.Decision, error) {
 	hashes := r.cfg.Namespace.Hashes(prompt)
 	tiers := r.lookup(ctx, hashes)
-	preq := policy.Request{Tokens: len(prompt), Blocks: len(hashes)}
+	preq := policy.Request{Tokens: len(prompt), Blocks: len(hashes), Override: ov}
 	var deadline <-chan time.Time
 	queued := false
 	defer func() {

@@ -68,7 +68,7 @@ type attempt struct {
 
 // serve streams the request from its worker to out, moving it to another
 // worker when one fails, and ends with the final Output.
-func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision, arrived time.Time, out chan<- sched.Output) {
+func (r *Router) serve(ctx context.Context, req sched.Request, ov *policy.Override, d policy.Decision, arrived time.Time, out chan<- sched.Output) {
 	defer close(out)
 	var produced []uint32
 	prompt := req.Prompt
@@ -145,7 +145,7 @@ func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision
 		r.cfg.Logger.Info("frontend: moving a request", "id", req.ID, "from", w.name, "cause", a.cause,
 			"produced", len(produced), "err", a.err)
 		var err error
-		if d, err = r.route(ctx, prompt); err != nil {
+		if d, err = r.route(ctx, prompt, ov); err != nil {
 			fail(fmt.Errorf("frontend: moving the request from %s (%v): %w", w.name, a.err, err))
 			return
 		}
