@@ -23,6 +23,10 @@ const (
 	DefaultHealthInterval = 500 * time.Millisecond
 	DefaultHealthTimeout  = time.Second
 	DefaultProbeMax       = 8 * time.Second
+	// A prefill under load may take long; a stream that has begun sends
+	// a chunk per decode step, milliseconds apart.
+	DefaultFirstTokenTimeout = time.Minute
+	DefaultStallTimeout      = 15 * time.Second
 )
 
 // ErrBadConfig marks a Config that fails Validate.
@@ -80,6 +84,16 @@ type Config struct {
 	// ProbeMax is the longest wait between probes of an unhealthy worker;
 	// they start at HealthInterval and double. The default is 8 s.
 	ProbeMax time.Duration
+	// FirstTokenTimeout bounds the wait for a worker's first token, from
+	// sending it the request; past it the worker is taken for stalled: it
+	// leaves the candidates and the request moves on (migration cause
+	// "stalled"). It must allow for a long prefill behind a full batch.
+	// The default is 1 min; negative means no bound.
+	FirstTokenTimeout time.Duration
+	// StallTimeout bounds the silence of a worker's stream once its first
+	// token came: no byte for this long and the worker is taken for
+	// stalled, as above. The default is 15 s; negative means no bound.
+	StallTimeout time.Duration
 	// Registerer gets the frontend's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger receives worker failures and migrations. The default is
@@ -109,6 +123,12 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.ProbeMax == 0 {
 		c.ProbeMax = DefaultProbeMax
+	}
+	if c.FirstTokenTimeout == 0 {
+		c.FirstTokenTimeout = DefaultFirstTokenTimeout
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
 	}
 	if c.Policy.BlockTokens == 0 {
 		c.Policy.BlockTokens = c.Namespace.BlockTokens

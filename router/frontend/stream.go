@@ -165,7 +165,11 @@ func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, promp
 	if err != nil {
 		return attempt{err: err}
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, w.spec.URL+"/v1/completions", bytes.NewReader(body))
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	guard := newStallGuard(r.cfg.FirstTokenTimeout, r.cfg.StallTimeout, cancel)
+	defer guard.stop()
+	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, w.spec.URL+"/v1/completions", bytes.NewReader(body))
 	if err != nil {
 		return attempt{err: err}
 	}
@@ -174,6 +178,9 @@ func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, promp
 	if err != nil {
 		if ctx.Err() != nil {
 			return attempt{err: ctx.Err()}
+		}
+		if serr := guard.stalled(w.name); serr != nil {
+			return attempt{cause: causeStalled, err: serr}
 		}
 		return attempt{cause: causeRefused, err: err}
 	}
@@ -192,7 +199,7 @@ func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, promp
 		}
 	}
 	var a attempt
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(guard.body(resp.Body))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
 		data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: "))
@@ -226,8 +233,12 @@ func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, promp
 			a.finish, a.last = sched.FinishReason(*ch.FinishReason), ch.TokenIDs
 			continue
 		}
-		if len(ch.TokenIDs) > 0 && !emit(ch.TokenIDs) {
-			return attempt{err: ctx.Err()}
+		if len(ch.TokenIDs) > 0 {
+			guard.hold()
+			if !emit(ch.TokenIDs) {
+				return attempt{err: ctx.Err()}
+			}
+			guard.token()
 		}
 	}
 	if ctx.Err() != nil {
@@ -235,6 +246,9 @@ func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, promp
 	}
 	if a.finish != "" {
 		return a // finished, only [DONE] lost
+	}
+	if serr := guard.stalled(w.name); serr != nil {
+		return attempt{cause: causeStalled, err: serr}
 	}
 	err = sc.Err()
 	if err == nil {

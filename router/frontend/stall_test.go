@@ -1,0 +1,120 @@
+package frontend
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvstrata/kvstrata/engine/sched"
+	"github.com/kvstrata/kvstrata/router/policy"
+)
+
+// fakeWorker is an OpenAI-compatible worker that streams the token ids
+// toks (one a chunk, after delay), then either finishes (finish != "") or
+// stalls: it keeps the connection open and sends nothing more, and from
+// then on its /health does not answer either, as a stopped process.
+type fakeWorker struct {
+	url     string
+	stalled atomic.Bool
+}
+
+func startFakeWorker(t *testing.T, delay time.Duration, toks []uint32, finish string) *fakeWorker {
+	t.Helper()
+	f := &fakeWorker{}
+	stop := make(chan struct{})
+	hang := func(r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if f.stalled.Load() {
+			hang(r)
+		}
+	})
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		time.Sleep(delay)
+		for _, tok := range toks {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"token_ids\":[%d],\"finish_reason\":null}]}\n\n", tok)
+			w.(http.Flusher).Flush()
+		}
+		if finish == "" {
+			f.stalled.Store(true)
+			hang(r)
+			return
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"token_ids\":[],\"finish_reason\":%q}]}\n\ndata: [DONE]\n\n", finish)
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(func() { close(stop); ts.Close() })
+	f.url = ts.URL
+	return f
+}
+
+// TestStalledWorkerIsLeft: a worker whose stream goes silent — before its
+// first token, or after three — while its connection stays open is taken
+// for stalled once the bound passes: the request moves to the other worker
+// with the tokens produced and completes, the migration is counted as
+// "stalled", and the silent worker is out of the candidates.
+func TestStalledWorkerIsLeft(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		toks        []uint32
+		first, idle time.Duration
+	}{
+		{"before its first token", nil, 2 * time.Second, time.Hour},
+		{"after three tokens", []uint32{5, 6, 7}, time.Hour, 2 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fake := startFakeWorker(t, 0, c.toks, "")
+			ws := startWorkers(t, 1, "sim", "")
+			// Round-robin sends the first request to the first worker, the fake.
+			r, _ := newRouter(t, Config{Workers: append([]WorkerSpec{{URL: fake.url}}, specs(ws)...), Namespace: namespace(ws),
+				Policy: policy.Config{Policy: policy.RoundRobin}, FirstTokenTimeout: c.first, StallTimeout: c.idle})
+			const maxTokens = 20
+			res := generate(t, r, sched.Request{Prompt: ids(3, 64), MaxTokens: maxTokens, IgnoreEOS: true}, nil)
+			if res.err != nil || res.finish != sched.FinishLength || len(res.tokens) != maxTokens {
+				t.Fatalf("%d tokens, finish %q, %v; want %d, length", len(res.tokens), res.finish, res.err, maxTokens)
+			}
+			if !slices.Equal(res.tokens[:len(c.toks)], c.toks) {
+				t.Errorf("the stream begins %v, not with the stalled worker's %v", res.tokens[:len(c.toks)], c.toks)
+			}
+			if n := testutil.ToFloat64(r.m.migrations.WithLabelValues(causeStalled)); n != 1 {
+				t.Errorf("%v stalled migrations counted, want 1", n)
+			}
+			if r.Healthy(fake.url) {
+				t.Error("the stalled worker is still a candidate")
+			}
+		})
+	}
+}
+
+// TestSlowFirstTokenIsNotAStall: a worker whose first token comes later
+// than the stall bound but within the first-token bound (a long prefill)
+// keeps the request: no migration.
+func TestSlowFirstTokenIsNotAStall(t *testing.T) {
+	fake := startFakeWorker(t, 3*time.Second, []uint32{1, 2, 3, 4}, "length")
+	ns := namespace(startWorkers(t, 1, "sim", ""))
+	r, _ := newRouter(t, Config{Workers: []WorkerSpec{{URL: fake.url}}, Namespace: ns,
+		FirstTokenTimeout: time.Minute, StallTimeout: 500 * time.Millisecond})
+	res := generate(t, r, sched.Request{Prompt: ids(4, 64), MaxTokens: 4, IgnoreEOS: true}, nil)
+	if res.err != nil || res.finish != sched.FinishLength || !slices.Equal(res.tokens, []uint32{1, 2, 3, 4}) {
+		t.Fatalf("tokens %v, finish %q, %v; want [1 2 3 4], length", res.tokens, res.finish, res.err)
+	}
+	for _, cause := range []string{causeStalled, causeBroken, causeRefused} {
+		if n := testutil.ToFloat64(r.m.migrations.WithLabelValues(cause)); n != 0 {
+			t.Errorf("%v %s migrations of a request whose prefill was long", n, cause)
+		}
+	}
+}
