@@ -129,6 +129,7 @@ only), least-loaded, random, round-robin.`,
 	t.int("queue-size", frontend.DefaultQueueSize, "most requests waiting while every worker is busy; past it, 503", &fcfg.QueueSize)
 	t.duration("queue-wait", frontend.DefaultQueueWait, "longest wait in that queue; past it, 503", &fcfg.QueueWait)
 	t.duration("health-interval", frontend.DefaultHealthInterval, "how often each worker's /health is asked", &fcfg.HealthInterval)
+	addRoutingFlags(&t, &fcfg)
 	t.str("model", model.Model, "the workers' model backend: sim or tiny", &model.Model)
 	t.str("served-model-name", "", `the model name requests use and /v1/models lists (default "kvstrata-sim" or "kvstrata-tiny")`, &model.ModelName)
 	t.int("token-bytes", model.TokenBytes, "sim: the workers' KV bytes per token per layer", &model.TokenBytes)
