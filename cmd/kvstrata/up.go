@@ -67,9 +67,9 @@ tier held.`,
   # Four tiny-transformer workers on 8000-8003, data in a scratch directory
   kvstrata up --model tiny --workers 4 --data-dir /tmp/kvstrata
 
-  # Two workers behind a frontend on :9090, one request routed round-robin
-  kvstrata up --workers 2 --frontend 127.0.0.1:9090
-  curl -sN 127.0.0.1:9090/v1/completions -H 'Content-Type: application/json' \
+  # Two workers behind a frontend on :8081, one request routed round-robin
+  kvstrata up --workers 2 --frontend 127.0.0.1:8081
+  curl -sN 127.0.0.1:8081/v1/completions -H 'Content-Type: application/json' \
     -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8, "stream": true, "kvstrata": {"policy": "round-robin"}}'
 
   # A disaggregated set: prefill workers on 8000-8001, decode workers on 8002-8004

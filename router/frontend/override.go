@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/kvstrata/kvstrata/engine/sched"
 	"github.com/kvstrata/kvstrata/router/policy"
@@ -22,12 +23,13 @@ func override(rt *sched.Routing) (*policy.Override, error) {
 	if rt.Policy != nil {
 		p, err := policy.ParsePolicy(*rt.Policy)
 		if err != nil {
-			return nil, fmt.Errorf("%w: kvstrata.policy: %v", sched.ErrBadRequest, err)
+			return nil, fmt.Errorf("%w: kvstrata.policy: %s", sched.ErrBadRequest, strings.TrimPrefix(err.Error(), "policy: "))
 		}
 		o.Policy = &p
 	}
 	if err := o.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: the kvstrata routing override: %v", sched.ErrBadRequest, err)
+		msg := strings.TrimPrefix(err.Error(), policy.ErrBadConfig.Error()+": override: ")
+		return nil, fmt.Errorf("%w: the kvstrata routing override: %s", sched.ErrBadRequest, msg)
 	}
 	return o, nil
 }

@@ -118,3 +118,25 @@ func TestSlowFirstTokenIsNotAStall(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowClientIsNotAStall: a client that takes no token for longer than
+// the stall bound holds the stream up, but the worker, whose tokens wait
+// for it, is not taken for stalled: no migration, every token comes.
+func TestSlowClientIsNotAStall(t *testing.T) {
+	ws := startWorkers(t, 1, "sim", "")
+	r, _ := newRouter(t, Config{Workers: specs(ws), Namespace: namespace(ws), StallTimeout: 500 * time.Millisecond})
+	const maxTokens = 100
+	paused := false
+	res := generate(t, r, sched.Request{Prompt: ids(5, 64), MaxTokens: maxTokens, IgnoreEOS: true}, func([]uint32) {
+		if !paused {
+			paused = true
+			time.Sleep(3 * time.Second) // the Router's 16 outputs of buffer fill meanwhile
+		}
+	})
+	if res.err != nil || res.finish != sched.FinishLength || len(res.tokens) != maxTokens {
+		t.Fatalf("%d tokens, finish %q, %v; want %d, length", len(res.tokens), res.finish, res.err, maxTokens)
+	}
+	if n := testutil.ToFloat64(r.m.migrations.WithLabelValues(causeStalled)); n != 0 {
+		t.Errorf("%v stalled migrations while the client, not the worker, was slow", n)
+	}
+}
