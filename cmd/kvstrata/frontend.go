@@ -49,10 +49,12 @@ its prefix in its GPU pool (from each worker's KV events) and where the
 cache at --cache holds the rest (per tier), lets --policy choose, and
 streams the worker's answer back by token ids.
 
-A worker whose connection fails, whose stream breaks or whose /health
-fails leaves the candidates at once and is probed back with a backoff; a
-request whose worker dies mid-stream goes on on another worker (prompt
-plus the tokens already produced), and the client sees one stream. When
+A worker whose connection fails, whose stream breaks or stalls (no first
+token within --first-token-timeout, or silent for --stall-timeout after it)
+or whose /health fails leaves the candidates at once and is probed back
+with a backoff; a request whose worker dies mid-stream goes on on another
+worker (prompt plus the tokens already produced), and the client sees one
+stream. When
 every worker is busy, requests wait in a bounded queue, then get 503 with
 Retry-After.
 
@@ -63,7 +65,11 @@ must describe the workers' model, whose block namespace the prompts are
 hashed in.
 
 Policies: kv-tiered (pool and cache tiers, the default), kv-hbm (pool
-only), least-loaded, random, round-robin.`,
+only), least-loaded, random, round-robin. A request overrides --policy,
+--temperature, --overlap-weight, --busy-block-fraction and
+--busy-prefill-tokens for itself with a "kvstrata" object, the flags' names
+with underscores: {"kvstrata": {"policy": "kv-hbm", "temperature": 0.5}}; a
+bad one is answered 400.`,
 		Example: `  # A cache node, two sim workers and the frontend in front of them
   kvstrata serve &
   kvstrata worker --listen 127.0.0.1:8001 --kv-events tcp://127.0.0.1:5601 --kv-events-replay tcp://127.0.0.1:5602 &
