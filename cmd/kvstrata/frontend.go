@@ -49,9 +49,9 @@ its prefix in its GPU pool (from each worker's KV events) and where the
 cache at --cache holds the rest (per tier), lets --policy choose, and
 streams the worker's answer back by token ids.
 
-A worker whose connection fails, whose stream breaks or stalls (no first
-token within --first-token-timeout, or silent for --stall-timeout after it)
-or whose /health fails leaves the candidates at once and is probed back
+A worker whose connection fails, whose stream breaks or stalls (silent
+for --stall-timeout while its /health fails too, or for --stall-limit) or
+whose /health fails leaves the candidates at once and is probed back
 with a backoff; a request whose worker dies mid-stream goes on on another
 worker (prompt plus the tokens already produced), and the client sees one
 stream. When

@@ -38,7 +38,7 @@ func TestFrontendHasAFlagForEverySetting(t *testing.T) {
 			"Workers": "worker", "Namespace": "", "WorkerModel": "", "WorkerBlocks": "num-gpu-blocks", "Cache": "cache",
 			"CacheTimeout": "cache-timeout", "Policy": "", "MaxMigrations": "max-migrations", "QueueSize": "queue-size",
 			"QueueWait": "queue-wait", "HealthInterval": "health-interval", "HealthTimeout": "health-timeout",
-			"ProbeMax": "probe-max", "FirstTokenTimeout": "first-token-timeout", "StallTimeout": "stall-timeout",
+			"ProbeMax": "probe-max", "StallTimeout": "stall-timeout", "StallLimit": "stall-limit",
 			"Registerer": "", "Logger": "",
 		}},
 	} {
@@ -65,14 +65,14 @@ func TestFrontendHasAFlagForEverySetting(t *testing.T) {
 func TestFrontendRoutingFlagsBadValuesExitTwo(t *testing.T) {
 	args := []string{"frontend", "--worker", "http://127.0.0.1:1", "--tie-break", "first", "--busy-block-fraction", "most",
 		"--tier-bandwidth", "dram=fast,nvme=1GB", "--tier-latency", "s3=-1s", "--sim-profile", t.TempDir() + "/none.json",
-		"--first-token-timeout", "long", "--probe-max", "-1s"}
+		"--stall-limit", "long", "--probe-max", "-1s"}
 	out, err := exec.Command(binary, args...).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 		t.Fatalf("exit %v, want status 2:\n%s", err, out)
 	}
 	for _, want := range []string{`--tie-break "first": want random or lowest-index`, `--busy-block-fraction "most"`,
 		`dram: "fast" is not a positive size a second`, `unknown tier "nvme"`, `s3: "-1s" is not a positive duration`,
-		"--sim-profile", `--first-token-timeout "long"`, "probe max is -1s"} {
+		"--sim-profile", `--stall-limit "long"`, "probe max is -1s"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the output does not say %q:\n%s", want, out)
 		}

@@ -81,8 +81,8 @@ func addRoutingFlags(t *flagTable, cfg *frontend.Config) {
 	})
 	t.duration("health-timeout", frontend.DefaultHealthTimeout, "longest wait for a worker's /health", &cfg.HealthTimeout)
 	t.duration("probe-max", frontend.DefaultProbeMax, "longest wait between probes of a worker out of the candidates (they start at --health-interval and double)", &cfg.ProbeMax)
-	t.duration("first-token-timeout", frontend.DefaultFirstTokenTimeout, "a worker that sends no first token this long after a request is stalled: it leaves the candidates and the request moves on (allow for a long prefill; negative: no bound)", &cfg.FirstTokenTimeout)
-	t.duration("stall-timeout", frontend.DefaultStallTimeout, "a worker whose stream, once begun, is silent this long is stalled, as above (negative: no bound)", &cfg.StallTimeout)
+	t.duration("stall-timeout", frontend.DefaultStallTimeout, "a worker's stream silent this long (no first token yet, or no byte since its last) is stalled once the worker also fails its health checks: it leaves the candidates and the request moves on (negative: never)", &cfg.StallTimeout)
+	t.duration("stall-limit", frontend.DefaultStallLimit, "a stream silent this long is stalled whatever its worker's health (allow for a long prefill behind a full queue; negative: no limit)", &cfg.StallLimit)
 }
 
 // eachTier calls set for each tier=value of a comma-separated list, with

@@ -23,10 +23,11 @@ const (
 	DefaultHealthInterval = 500 * time.Millisecond
 	DefaultHealthTimeout  = time.Second
 	DefaultProbeMax       = 8 * time.Second
-	// A prefill under load may take long; a stream that has begun sends
-	// a chunk per decode step, milliseconds apart.
-	DefaultFirstTokenTimeout = time.Minute
-	DefaultStallTimeout      = 15 * time.Second
+	// A worker's stream is silent for seconds at most while it is well
+	// (a long prefill, a full batch); one whose health checks fail too is
+	// frozen or gone. A prefill behind a full queue may take minutes.
+	DefaultStallTimeout = 15 * time.Second
+	DefaultStallLimit   = 2 * time.Minute
 )
 
 // ErrBadConfig marks a Config that fails Validate.
@@ -84,16 +85,17 @@ type Config struct {
 	// ProbeMax is the longest wait between probes of an unhealthy worker;
 	// they start at HealthInterval and double. The default is 8 s.
 	ProbeMax time.Duration
-	// FirstTokenTimeout bounds the wait for a worker's first token, from
-	// sending it the request; past it the worker is taken for stalled: it
-	// leaves the candidates and the request moves on (migration cause
-	// "stalled"). It must allow for a long prefill behind a full batch.
-	// The default is 1 min; negative means no bound.
-	FirstTokenTimeout time.Duration
-	// StallTimeout bounds the silence of a worker's stream once its first
-	// token came: no byte for this long and the worker is taken for
-	// stalled, as above. The default is 15 s; negative means no bound.
+	// StallTimeout and StallLimit bound the silence of a worker's stream,
+	// its connection open: from sending the request until the worker's
+	// first token (bytes before it do not count), then from the last byte.
+	// A stream silent for StallTimeout whose worker is also failing its
+	// health checks (a frozen or dead process), or silent for StallLimit
+	// whatever its health (a request stuck in a live worker), stalled: the
+	// worker leaves the candidates and the request moves on (migration
+	// cause "stalled"). StallLimit must allow for a long prefill behind a
+	// full queue. The defaults are 15 s and 2 min; negative means none.
 	StallTimeout time.Duration
+	StallLimit   time.Duration
 	// Registerer gets the frontend's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger receives worker failures and migrations. The default is
@@ -124,8 +126,8 @@ func (c *Config) EnsureDefaults() {
 	if c.ProbeMax == 0 {
 		c.ProbeMax = DefaultProbeMax
 	}
-	if c.FirstTokenTimeout == 0 {
-		c.FirstTokenTimeout = DefaultFirstTokenTimeout
+	if c.StallLimit == 0 {
+		c.StallLimit = DefaultStallLimit
 	}
 	if c.StallTimeout == 0 {
 		c.StallTimeout = DefaultStallTimeout

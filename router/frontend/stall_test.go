@@ -18,15 +18,17 @@ import (
 // fakeWorker is an OpenAI-compatible worker that streams the token ids
 // toks (one a chunk, after delay), then either finishes (finish != "") or
 // stalls: it keeps the connection open and sends nothing more, and from
-// then on its /health does not answer either, as a stopped process.
+// then on, if frozen, its /health does not answer either, as a stopped
+// process.
 type fakeWorker struct {
 	url     string
+	frozen  bool
 	stalled atomic.Bool
 }
 
-func startFakeWorker(t *testing.T, delay time.Duration, toks []uint32, finish string) *fakeWorker {
+func startFakeWorker(t *testing.T, delay time.Duration, toks []uint32, finish string, frozen bool) *fakeWorker {
 	t.Helper()
-	f := &fakeWorker{}
+	f := &fakeWorker{frozen: frozen}
 	stop := make(chan struct{})
 	hang := func(r *http.Request) {
 		select {
@@ -36,7 +38,7 @@ func startFakeWorker(t *testing.T, delay time.Duration, toks []uint32, finish st
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
-		if f.stalled.Load() {
+		if f.frozen && f.stalled.Load() {
 			hang(r)
 		}
 	})
@@ -64,24 +66,28 @@ func startFakeWorker(t *testing.T, delay time.Duration, toks []uint32, finish st
 
 // TestStalledWorkerIsLeft: a worker whose stream goes silent — before its
 // first token, or after three — while its connection stays open is taken
-// for stalled once the bound passes: the request moves to the other worker
-// with the tokens produced and completes, the migration is counted as
-// "stalled", and the silent worker is out of the candidates.
+// for stalled: once the stall timeout passes if its /health stopped
+// answering too (frozen), once the stall limit passes if not (a request
+// stuck in a live worker). The request moves to the other worker with the
+// tokens produced and completes, the migration is counted as "stalled",
+// and the silent worker is out of the candidates.
 func TestStalledWorkerIsLeft(t *testing.T) {
 	for _, c := range []struct {
-		name        string
-		toks        []uint32
-		first, idle time.Duration
+		name           string
+		toks           []uint32
+		frozen         bool
+		timeout, limit time.Duration
 	}{
-		{"before its first token", nil, 2 * time.Second, time.Hour},
-		{"after three tokens", []uint32{5, 6, 7}, time.Hour, 2 * time.Second},
+		{"frozen before its first token", nil, true, 2 * time.Second, time.Hour},
+		{"frozen after three tokens", []uint32{5, 6, 7}, true, 2 * time.Second, time.Hour},
+		{"stuck after three tokens in a live worker", []uint32{5, 6, 7}, false, time.Second, 4 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			fake := startFakeWorker(t, 0, c.toks, "")
+			fake := startFakeWorker(t, 0, c.toks, "", c.frozen)
 			ws := startWorkers(t, 1, "sim", "")
 			// Round-robin sends the first request to the first worker, the fake.
 			r, _ := newRouter(t, Config{Workers: append([]WorkerSpec{{URL: fake.url}}, specs(ws)...), Namespace: namespace(ws),
-				Policy: policy.Config{Policy: policy.RoundRobin}, FirstTokenTimeout: c.first, StallTimeout: c.idle})
+				Policy: policy.Config{Policy: policy.RoundRobin}, StallTimeout: c.timeout, StallLimit: c.limit})
 			const maxTokens = 20
 			res := generate(t, r, sched.Request{Prompt: ids(3, 64), MaxTokens: maxTokens, IgnoreEOS: true}, nil)
 			if res.err != nil || res.finish != sched.FinishLength || len(res.tokens) != maxTokens {
@@ -93,21 +99,21 @@ func TestStalledWorkerIsLeft(t *testing.T) {
 			if n := testutil.ToFloat64(r.m.migrations.WithLabelValues(causeStalled)); n != 1 {
 				t.Errorf("%v stalled migrations counted, want 1", n)
 			}
-			if r.Healthy(fake.url) {
-				t.Error("the stalled worker is still a candidate")
+			if c.frozen && r.Healthy(fake.url) {
+				t.Error("the frozen worker is still a candidate")
 			}
 		})
 	}
 }
 
-// TestSlowFirstTokenIsNotAStall: a worker whose first token comes later
-// than the stall bound but within the first-token bound (a long prefill)
-// keeps the request: no migration.
+// TestSlowFirstTokenIsNotAStall: a worker that answers its health checks
+// and whose first token comes later than the stall timeout, within the
+// stall limit (a long prefill), keeps the request: no migration.
 func TestSlowFirstTokenIsNotAStall(t *testing.T) {
-	fake := startFakeWorker(t, 3*time.Second, []uint32{1, 2, 3, 4}, "length")
+	fake := startFakeWorker(t, 3*time.Second, []uint32{1, 2, 3, 4}, "length", false)
 	ns := namespace(startWorkers(t, 1, "sim", ""))
 	r, _ := newRouter(t, Config{Workers: []WorkerSpec{{URL: fake.url}}, Namespace: ns,
-		FirstTokenTimeout: time.Minute, StallTimeout: 500 * time.Millisecond})
+		StallTimeout: 500 * time.Millisecond, StallLimit: time.Minute})
 	res := generate(t, r, sched.Request{Prompt: ids(4, 64), MaxTokens: 4, IgnoreEOS: true}, nil)
 	if res.err != nil || res.finish != sched.FinishLength || !slices.Equal(res.tokens, []uint32{1, 2, 3, 4}) {
 		t.Fatalf("tokens %v, finish %q, %v; want [1 2 3 4], length", res.tokens, res.finish, res.err)
@@ -120,11 +126,11 @@ func TestSlowFirstTokenIsNotAStall(t *testing.T) {
 }
 
 // TestSlowClientIsNotAStall: a client that takes no token for longer than
-// the stall bound holds the stream up, but the worker, whose tokens wait
+// the stall limit holds the stream up, but the worker, whose tokens wait
 // for it, is not taken for stalled: no migration, every token comes.
 func TestSlowClientIsNotAStall(t *testing.T) {
 	ws := startWorkers(t, 1, "sim", "")
-	r, _ := newRouter(t, Config{Workers: specs(ws), Namespace: namespace(ws), StallTimeout: 500 * time.Millisecond})
+	r, _ := newRouter(t, Config{Workers: specs(ws), Namespace: namespace(ws), StallTimeout: 500 * time.Millisecond, StallLimit: time.Second})
 	const maxTokens = 100
 	paused := false
 	res := generate(t, r, sched.Request{Prompt: ids(5, 64), MaxTokens: maxTokens, IgnoreEOS: true}, func([]uint32) {

@@ -167,7 +167,7 @@ func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, promp
 	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	guard := newStallGuard(r.cfg.FirstTokenTimeout, r.cfg.StallTimeout, cancel)
+	guard := newStallGuard(r.cfg.StallTimeout, r.cfg.StallLimit, r.cfg.HealthInterval, w.healthy.Load, cancel)
 	defer guard.stop()
 	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, w.spec.URL+"/v1/completions", bytes.NewReader(body))
 	if err != nil {
