@@ -146,3 +146,21 @@ func TestSlowClientIsNotAStall(t *testing.T) {
 		t.Errorf("%v stalled migrations while the client, not the worker, was slow", n)
 	}
 }
+
+// BenchmarkStallGuardRead is the guard's cost on each read of a worker's
+// stream once it flows (a timer re-armed per read).
+func BenchmarkStallGuardRead(b *testing.B) {
+	g := newStallGuard(15*time.Second, 2*time.Minute, time.Second, func() bool { return true }, func() {})
+	defer g.stop()
+	g.token()
+	rd := g.body(zeroReader{})
+	buf := make([]byte, 256) // about one SSE chunk
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		rd.Read(buf)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { return len(p), nil }
