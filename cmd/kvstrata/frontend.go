@@ -49,10 +49,12 @@ its prefix in its GPU pool (from each worker's KV events) and where the
 cache at --cache holds the rest (per tier), lets --policy choose, and
 streams the worker's answer back by token ids.
 
-A worker whose connection fails, whose stream breaks or whose /health
-fails leaves the candidates at once and is probed back with a backoff; a
-request whose worker dies mid-stream goes on on another worker (prompt
-plus the tokens already produced), and the client sees one stream. When
+A worker whose connection fails, whose stream breaks or stalls (silent
+for --stall-timeout while its /health fails too, or for --stall-limit) or
+whose /health fails leaves the candidates at once and is probed back
+with a backoff; a request whose worker dies mid-stream goes on on another
+worker (prompt plus the tokens already produced), and the client sees one
+stream. When
 every worker is busy, requests wait in a bounded queue, then get 503 with
 Retry-After.
 
@@ -88,7 +90,11 @@ worker's --kv-events-topic) and list it as URL,topic=T[,replay=...]. The
 replay socket is dialed either way.
 
 Policies: kv-tiered (pool and cache tiers, the default), kv-hbm (pool
-only), least-loaded, random, round-robin.`,
+only), least-loaded, random, round-robin. A request overrides --policy,
+--temperature, --overlap-weight, --busy-block-fraction and
+--busy-prefill-tokens for itself with a "kvstrata" object, the flags' names
+with underscores: {"kvstrata": {"policy": "kv-hbm", "temperature": 0.5}}; a
+bad one is answered 400.`,
 		Example: `  # A cache node, two sim workers and the frontend in front of them
   kvstrata serve &
   kvstrata worker --listen 127.0.0.1:8001 --kv-events tcp://127.0.0.1:5601 --kv-events-replay tcp://127.0.0.1:5602 &
@@ -164,6 +170,7 @@ only), least-loaded, random, round-robin.`,
 	t.duration("queue-wait", frontend.DefaultQueueWait, "longest wait in that queue; past it, 503", &fcfg.QueueWait)
 	t.duration("health-interval", frontend.DefaultHealthInterval, "how often each worker's /health is asked", &fcfg.HealthInterval)
 	t.int("disagg-min-uncached-tokens", frontend.DefaultDisaggMinUncached, "disaggregated: a prompt whose uncached part on its decode worker is at most this many tokens is prefilled there (negative: never)", &fcfg.DisaggMinUncached)
+	addRoutingFlags(&t, &fcfg)
 	t.str("model", model.Model, "the workers' model backend: sim or tiny", &model.Model)
 	t.str("served-model-name", "", `the model name requests use and /v1/models lists (default "kvstrata-sim" or "kvstrata-tiny")`, &model.ModelName)
 	t.int("token-bytes", model.TokenBytes, "sim: the workers' KV bytes per token per layer", &model.TokenBytes)

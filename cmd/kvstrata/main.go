@@ -2,8 +2,9 @@
 // node: DRAM and SSD tiers behind a gRPC control plane, a data plane for
 // block bytes, a Redis-protocol endpoint, and Prometheus metrics.
 // `kvstrata worker` runs an inference worker that uses a cache node and
-// looks like vLLM from outside; `kvstrata up` runs a cache node and N
-// workers in one process, a whole single-machine deployment.
+// looks like vLLM from outside; `kvstrata up` runs a cache node, N
+// workers and the frontend in one process, a whole single-machine
+// deployment.
 //
 // main only wires: configuration is package config, the node is put
 // together by api/daemon from the packages api/... and tiers/..., a worker

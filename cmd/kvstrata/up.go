@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/daemon"
 	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/engine/model/sim"
 	"github.com/kvstrata/kvstrata/engine/worker"
 	"github.com/kvstrata/kvstrata/internal/lifecycle"
 	"github.com/kvstrata/kvstrata/router/frontend"
@@ -35,11 +36,12 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 	settings := nodeDefaults.Settings()
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run a whole single-machine deployment in one process: a cache node and N workers",
-		Long: `up runs, in one process, a kvstrata cache node and --workers inference workers
-(as ` + "`kvstrata worker`" + ` runs them) that use it, until SIGINT or SIGTERM; then it stops
-the workers (requests in flight finish, up to --shutdown-timeout) and the
-cache node last.
+		Short: "Run a whole single-machine deployment in one process: a cache node, N workers and the frontend",
+		Long: `up runs, in one process, a kvstrata cache node, --workers inference workers
+(as ` + "`kvstrata worker`" + ` runs them) that use it, and the frontend in front of
+them on --frontend (127.0.0.1:8080), until SIGINT or SIGTERM; then it stops
+the frontend and the workers (requests in flight finish, up to
+--shutdown-timeout) and the cache node last.
 
 Workers are aggregated, or with --prefill N --decode M a disaggregated set of
 N prefill and M decode workers (in that order). Worker i (from 0) listens on
@@ -47,27 +49,28 @@ N prefill and M decode workers (in that order). Worker i (from 0) listens on
 its KV events on tcp://--host:--kv-events-port+2i with its replay socket on
 the port after. Each part logs one line saying where it listens.
 
-With --frontend ADDR (aggregated workers only), a frontend (as
-` + "`kvstrata frontend`" + ` runs it) serves the OpenAI API on ADDR and routes every
-request to the worker that serves it best, by the workers' KV events and
-the cache node's tiers.
+The frontend (as ` + "`kvstrata frontend`" + ` runs it, with its defaults) serves the
+OpenAI API on --frontend and routes every request to the worker that serves
+it best, by the workers' KV events and the cache node's tiers; it routes
+aggregated workers only, so a disaggregated set runs without it. --frontend ""
+runs none.
 
 The cache node takes serve's settings from its defaults, --config, the
 KVSTRATA_ environment variables and the flags below; its data lives in
 --data-dir (default ./data, as serve's), so a restart finds what its SSD
 tier held.`,
-		Example: `  # A cache node and one sim worker; then ask it
+		Example: `  # A cache node, one sim worker and the frontend; then stream a completion through it
   kvstrata up
-  curl -s 127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8}'
+  curl -sN 127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8, "stream": true}'
 
   # Four tiny-transformer workers on 8000-8003, data in a scratch directory
   kvstrata up --model tiny --workers 4 --data-dir /tmp/kvstrata
 
-  # Two workers behind a frontend on :8080; then stream a completion through it
-  kvstrata up --workers 2 --frontend 127.0.0.1:8080
-  curl -sN 127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8, "stream": true}'
+  # Two workers behind a frontend on :8081, one request routed round-robin
+  kvstrata up --workers 2 --frontend 127.0.0.1:8081
+  curl -sN 127.0.0.1:8081/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8, "stream": true, "kvstrata": {"policy": "round-robin"}}'
 
   # A disaggregated set: prefill workers on 8000-8001, decode workers on 8002-8004
   kvstrata up --prefill 2 --decode 3`,
@@ -123,7 +126,10 @@ tier held.`,
 				cfgs = append(cfgs, c)
 			}
 			if frontendListen != "" && n.prefill+n.decode > 0 {
-				probs = append(probs, "--frontend with --prefill/--decode: the frontend routes aggregated workers only, so far")
+				if cmd.Flags().Lookup("frontend").Changed {
+					probs = append(probs, "--frontend with --prefill/--decode: the frontend routes aggregated workers only, so far")
+				}
+				frontendListen = ""
 			}
 			if len(probs) > 0 {
 				return usageError{fmt.Errorf("bad flags:\n  %s", strings.Join(probs, "\n  "))}
@@ -176,7 +182,7 @@ tier held.`,
 	t.str("host", "127.0.0.1", "address the workers' HTTP and KV-event sockets listen on", &host)
 	t.int("http-port", 8000, "HTTP port of worker 0; worker i listens on this + i", &n.httpPort)
 	t.int("kv-events-port", 5557, "KV-event PUB port of worker 0; worker i publishes on this + 2i, its replay socket on the port after (0: no events)", &n.eventsPort)
-	t.str("frontend", "", `HTTP address of a frontend routing to the workers ("": none)`, &frontendListen)
+	t.str("frontend", DefaultFrontendListen, `HTTP address of the frontend, the OpenAI API routing to the workers ("": none)`, &frontendListen)
 	addModelFlags(&t, &tmpl)
 	fs.StringVar(&configPath, "config", "", "the cache node's TOML config file, as serve's (default $KVSTRATA_CONFIG)")
 	for _, s := range settings {
@@ -241,6 +247,14 @@ func upFrontend(listen, cache string, workers []worker.Config, log *slog.Logger)
 		return nil, err
 	}
 	cfg := frontend.Config{Namespace: ns, Cache: cache, WorkerBlocks: workers[0].Blocks, Logger: log}
+	if path := workers[0].SimProfile; path != "" {
+		// The workers' prefill curve gives the router's recompute times.
+		p, err := sim.ReadProfile(path)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Policy.Profile = &p
+	}
 	for _, w := range workers {
 		cfg.Workers = append(cfg.Workers, frontend.WorkerSpec{URL: "http://" + w.Listen, Events: w.KVEvents, Replay: w.KVEventsReplay})
 	}

@@ -415,9 +415,10 @@ func freePortRun(t *testing.T, n int) int {
 func TestUpRunsACacheNodeAndTwoWorkersAndStopsCleanly(t *testing.T) {
 	httpBase, eventsBase := freePortRun(t, 2), freePortRun(t, 4)
 	node := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
+	fe := freeport.Addr(t)
 	p := &proc{t: t, dir: t.TempDir()}
 	p.args = []string{"up", "--workers", "2", "--http-port", strconv.Itoa(httpBase), "--kv-events-port", strconv.Itoa(eventsBase),
-		"--speedup", "20", "--num-gpu-blocks", "256", "--data-dir", p.dir, "--dram-capacity", "64MiB", "--ssd-capacity", "256MiB",
+		"--frontend", fe, "--speedup", "20", "--num-gpu-blocks", "256", "--data-dir", p.dir, "--dram-capacity", "64MiB", "--ssd-capacity", "256MiB",
 		"--listen-grpc", node[0], "--listen-data", node[1], "--listen-http", node[2], "--cluster-raft-addr", node[3], "--listen-resp", ""}
 	p.launch()
 	var ports []string
@@ -434,8 +435,11 @@ func TestUpRunsACacheNodeAndTwoWorkersAndStopsCleanly(t *testing.T) {
 		ports = append(ports, net.JoinHostPort("127.0.0.1", strconv.Itoa(eventsBase+i)))
 	}
 	ports = append(ports, node...)
+	ports = append(ports, fe)
+	waitWorkerHealth(t, p, "http://"+fe)
 	log := p.log.String()
 	for _, want := range []string{"msg=\"kvstrata serving\"", "grpc=" + node[0], "msg=\"worker serving\" worker=" + ports[0],
+		"msg=\"frontend serving\" http=" + fe,
 		"msg=\"worker serving\" worker=" + ports[1], fmt.Sprintf("kv_events=tcp://127.0.0.1:%d", eventsBase+2)} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the log does not say %s:\n%s", want, log)
@@ -466,7 +470,7 @@ func TestUpWithoutKVEventsRunsEveryWorker(t *testing.T) {
 	httpBase := freePortRun(t, 2)
 	node := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
 	p := &proc{t: t, dir: t.TempDir()}
-	p.args = []string{"up", "--workers", "2", "--http-port", strconv.Itoa(httpBase), "--kv-events-port", "0",
+	p.args = []string{"up", "--workers", "2", "--http-port", strconv.Itoa(httpBase), "--kv-events-port", "0", "--frontend", "",
 		"--speedup", "20", "--num-gpu-blocks", "256", "--data-dir", p.dir, "--dram-capacity", "64MiB", "--ssd-capacity", "256MiB",
 		"--listen-grpc", node[0], "--listen-data", node[1], "--listen-http", node[2], "--cluster-raft-addr", node[3], "--listen-resp", ""}
 	p.launch()

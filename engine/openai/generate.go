@@ -79,6 +79,7 @@ func (s *Server) start(ctx context.Context, id string, prompts [][]uint32, maxTo
 			StopTokens: p.stopTokens,
 			IgnoreEOS:  p.ignoreEOS,
 			Transfer:   p.transfer,
+			Routing:    p.routing,
 		}
 		if len(prompts) > 1 {
 			req.ID = fmt.Sprintf("%s-%d", id, i)

@@ -62,6 +62,9 @@ type sampling struct {
 	StreamOptions    *StreamOptions          `json:"stream_options"`
 	N                *int                    `json:"n"`
 	KVTransferParams *sched.KVTransferParams `json:"kv_transfer_params"`
+	// Kvstrata is kvstrata's own extension: the request's routing
+	// override, honoured by `kvstrata frontend` (sched.Routing).
+	Kvstrata *sched.Routing `json:"kvstrata"`
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -114,6 +117,7 @@ type params struct {
 	// far (stream_options.continuous_usage_stats with include_usage).
 	continuousUsage bool
 	transfer        *sched.KVTransferParams
+	routing         *sched.Routing
 }
 
 // decodeBody decodes a JSON body into v; a syntax or type error is a 400
@@ -139,6 +143,7 @@ func (r *sampling) check(vocab int, eos []uint32) (params, *apiError) {
 		stream:    r.Stream,
 		ignoreEOS: r.IgnoreEOS,
 		transfer:  r.KVTransferParams,
+		routing:   r.Kvstrata,
 	}
 	if r.N != nil && *r.N != 1 {
 		return p, badRequest("n", "n must be 1: this server returns one choice per prompt, got %d", *r.N)

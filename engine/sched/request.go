@@ -40,6 +40,9 @@ type Request struct {
 	// blocks the params name (from CacheNode if set), then computes the
 	// uncached remainder and decodes.
 	Transfer *KVTransferParams
+	// Routing, if set, is the request's routing override, for a router
+	// in front of engines; an engine ignores it.
+	Routing *Routing
 }
 
 // Sampling is how a request's next token is chosen.

@@ -27,6 +27,11 @@ const (
 	DefaultDiscoverInterval = time.Second
 	// DefaultDisaggMinUncached is Dynamo's default max_local_prefill_length.
 	DefaultDisaggMinUncached = 1000
+	// A worker's stream is silent for seconds at most while it is well
+	// (a long prefill, a full batch); one whose health checks fail too is
+	// frozen or gone. A prefill behind a full queue may take minutes.
+	DefaultStallTimeout = 15 * time.Second
+	DefaultStallLimit   = 2 * time.Minute
 )
 
 // ErrBadConfig marks a Config that fails Validate.
@@ -114,6 +119,17 @@ type Config struct {
 	// (Dynamo's max_local_prefill_length); negative disaggregates every
 	// request.
 	DisaggMinUncached int
+	// StallTimeout and StallLimit bound the silence of a worker's stream,
+	// its connection open: from sending the request until the worker's
+	// first token (bytes before it do not count), then from the last byte.
+	// A stream silent for StallTimeout whose worker is also failing its
+	// health checks (a frozen or dead process), or silent for StallLimit
+	// whatever its health (a request stuck in a live worker), stalled: the
+	// worker leaves the candidates and the request moves on (migration
+	// cause "stalled"). StallLimit must allow for a long prefill behind a
+	// full queue. The defaults are 15 s and 2 min; negative means none.
+	StallTimeout time.Duration
+	StallLimit   time.Duration
 	// Registerer gets the frontend's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger receives worker failures and migrations. The default is
@@ -149,6 +165,12 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.DisaggMinUncached == 0 {
 		c.DisaggMinUncached = DefaultDisaggMinUncached
+	}
+	if c.StallLimit == 0 {
+		c.StallLimit = DefaultStallLimit
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
 	}
 	if c.Policy.BlockTokens == 0 {
 		c.Policy.BlockTokens = c.Namespace.BlockTokens

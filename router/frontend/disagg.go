@@ -126,10 +126,10 @@ func roleProblems(ws []WorkerSpec) []string {
 // the decode worker is sent the kv_transfer_params it answers, which it
 // loads the prompt's blocks by. A prefill worker that fails moves the
 // prefill to another; with none left, the decode worker prefills.
-func (r *Router) generateDisaggregated(ctx context.Context, req sched.Request, arrived time.Time) (<-chan sched.Output, error) {
+func (r *Router) generateDisaggregated(ctx context.Context, req sched.Request, ov *policy.Override, arrived time.Time) (<-chan sched.Output, error) {
 	hashes := r.cfg.Namespace.Hashes(req.Prompt)
 	tiers := r.lookup(ctx, hashes)
-	preq := policy.Request{Tokens: len(req.Prompt), Blocks: len(hashes)}
+	preq := policy.Request{Tokens: len(req.Prompt), Blocks: len(hashes), Override: ov}
 	d, c, err := r.place(ctx, servingPool, preq, hashes, tiers, true)
 	if err != nil {
 		return nil, err
@@ -143,7 +143,7 @@ func (r *Router) generateDisaggregated(ctx context.Context, req sched.Request, a
 	out := make(chan sched.Output, 16)
 	if uncached <= float64(r.cfg.DisaggMinUncached) {
 		d.Seq.Predict(uncached)
-		go r.serve(ctx, req, d, routeLocal, arrived, out)
+		go r.serve(ctx, req, ov, d, routeLocal, arrived, out)
 		return out, nil
 	}
 	// Given the blocks, the decode worker computes the rest: at least the
@@ -156,7 +156,7 @@ func (r *Router) generateDisaggregated(ctx context.Context, req sched.Request, a
 			route = routeLocal
 			d.Seq.Predict(uncached)
 		}
-		r.serve(ctx, req, d, route, arrived, out)
+		r.serve(ctx, req, ov, d, route, arrived, out)
 	}()
 	return out, nil
 }

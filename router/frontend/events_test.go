@@ -69,7 +69,7 @@ func TestBindModeSharedPrefixGoesToItsHolder(t *testing.T) {
 				warm[j] = uint32(150000 + 20000*i + 64*k + j)
 			}
 			hashes := namespace(ws).Hashes(warm)
-			complete(t, w.spec.URL, warm)
+			completeOn(t, w.spec.URL, warm)
 			time.Sleep(50 * time.Millisecond)
 			for _, m := range r.Index().Overlap(r.ns, hashes, nil) {
 				if m.Worker == r.workerSet().list[i].id && m.Blocks == len(hashes) {
@@ -152,8 +152,8 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 	return 0
 }
 
-// complete runs prompt on the worker at url, not through a Router.
-func complete(t *testing.T, url string, prompt []uint32) {
+// completeOn runs prompt on the worker at url, not through a Router.
+func completeOn(t *testing.T, url string, prompt []uint32) {
 	t.Helper()
 	body, err := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 1})
 	if err != nil {

@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Per routing decision, the prompt's prefix blocks the chosen worker finds in its pool (tier=pool) or restores from each cache tier.",
 			Buckets: lens}, []string{"tier"}),
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvstrata_frontend_migrations_total",
-			Help: "Requests moved to another worker, by cause (refused, status, broken, overloaded)."}, []string{"cause"}),
+			Help: "Requests moved to another worker, by cause (refused, status, broken, overloaded, stalled)."}, []string{"cause"}),
 		queue: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvstrata_frontend_queue_depth",
 			Help: "Requests waiting for a worker that is not busy."}),
 		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvstrata_frontend_worker_healthy",

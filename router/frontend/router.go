@@ -152,32 +152,39 @@ func (r *Router) Generate(ctx context.Context, req sched.Request) (<-chan sched.
 	if len(req.Prompt) == 0 || req.MaxTokens < 1 {
 		return nil, fmt.Errorf("%w: %d prompt tokens, max_tokens %d", sched.ErrBadRequest, len(req.Prompt), req.MaxTokens)
 	}
+	ov, err := override(req.Routing)
+	if err != nil {
+		return nil, err
+	}
 	arrived := time.Now()
 	if r.workerSet().prefill != nil && req.Transfer == nil {
-		return r.generateDisaggregated(ctx, req, arrived)
+		return r.generateDisaggregated(ctx, req, ov, arrived)
 	}
-	d, err := r.route(ctx, req.Prompt)
+	d, err := r.route(ctx, req.Prompt, ov)
 	if err != nil {
 		return nil, err
 	}
 	out := make(chan sched.Output, 16)
-	go r.serve(ctx, req, d, routeAggregated, arrived, out)
+	go r.serve(ctx, req, ov, d, routeAggregated, arrived, out)
 	return out, nil
 }
 
-// route chooses a worker that serves whole requests for prompt, waiting
-// in the queue while every such worker is busy.
-func (r *Router) route(ctx context.Context, prompt []uint32) (policy.Decision, error) {
+// route chooses a worker that serves whole requests for prompt, with the
+// request's override ov (nil none), waiting in the queue while every such
+// worker is busy.
+func (r *Router) route(ctx context.Context, prompt []uint32, ov *policy.Override) (policy.Decision, error) {
 	hashes := r.cfg.Namespace.Hashes(prompt)
 	tiers := r.lookup(ctx, hashes)
-	d, _, err := r.place(ctx, servingPool, policy.Request{Tokens: len(prompt), Blocks: len(hashes)}, hashes, tiers, true)
+	d, _, err := r.place(ctx, servingPool, policy.Request{Tokens: len(prompt), Blocks: len(hashes), Override: ov}, hashes, tiers, true)
 	return d, err
 }
 
-// place chooses a worker of p for a prompt of hashes whose blocks the
-// cache holds in tiers, and returns the decision and the chosen candidate.
-// While every worker of p is busy it waits in the queue if wait, else
-// returns the policy's error, wrapping policy.ErrAllBusy.
+// place chooses a worker of the set's pool k for a prompt of hashes whose
+// blocks the cache holds in tiers, and returns the decision and the
+// chosen candidate. A pool's own override (decode workers are chosen by
+// load) takes the place of the request's. While every worker of the pool
+// is busy it waits in the queue if wait, else returns the policy's error,
+// wrapping policy.ErrAllBusy.
 func (r *Router) place(ctx context.Context, k poolKind, preq policy.Request, hashes []index.Hash, tiers []index.TierKind, wait bool) (policy.Decision, policy.Candidate, error) {
 	var deadline <-chan time.Time
 	queued := false

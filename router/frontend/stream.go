@@ -67,9 +67,9 @@ type attempt struct {
 }
 
 // serve streams the request from its worker to out, moving it to another
-// worker when one fails, and ends with the final Output. route labels its
-// metrics.
-func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision, route string, arrived time.Time, out chan<- sched.Output) {
+// worker when one fails, and ends with the final Output. ov is the
+// request's routing override (nil none); route labels its metrics.
+func (r *Router) serve(ctx context.Context, req sched.Request, ov *policy.Override, d policy.Decision, route string, arrived time.Time, out chan<- sched.Output) {
 	defer close(out)
 	var produced []uint32
 	prompt := req.Prompt
@@ -146,7 +146,7 @@ func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision
 		r.cfg.Logger.Info("frontend: moving a request", "id", req.ID, "from", w.name, "cause", a.cause,
 			"produced", len(produced), "err", a.err)
 		var err error
-		if d, err = r.route(ctx, prompt); err != nil {
+		if d, err = r.route(ctx, prompt, ov); err != nil {
 			fail(fmt.Errorf("frontend: moving the request from %s (%v): %w", w.name, a.err, err))
 			return
 		}
@@ -157,18 +157,27 @@ func (r *Router) serve(ctx context.Context, req sched.Request, d policy.Decision
 // what other workers produced, and hands each chunk's tokens to emit (but
 // the finishing chunk's, returned).
 func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, prompt []uint32, maxTokens int, emit func([]uint32) bool) attempt {
-	resp, failed := r.post(ctx, w, workerRequest{
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	guard := newStallGuard(r.cfg.StallTimeout, r.cfg.StallLimit, r.cfg.HealthInterval, w.healthy.Load, cancel)
+	defer guard.stop()
+	resp, failed := r.post(actx, w, workerRequest{
 		Model: r.cfg.WorkerModel, Prompt: prompt, MaxTokens: maxTokens,
 		Temperature: req.Sampling.Temperature, Seed: int64(req.Sampling.Seed),
 		StopTokenIDs: req.StopTokens, IgnoreEOS: req.IgnoreEOS, Stream: true,
 		StreamOptions: map[string]bool{"include_usage": true}, ReturnTokenIDs: true, KVTransferParams: req.Transfer,
 	})
 	if resp == nil {
+		if ctx.Err() == nil {
+			if serr := guard.stalled(w.name); serr != nil {
+				return attempt{cause: causeStalled, err: serr}
+			}
+		}
 		return failed
 	}
 	defer resp.Body.Close()
 	var a attempt
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(guard.body(resp.Body))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
 		data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: "))
@@ -202,8 +211,12 @@ func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, promp
 			a.finish, a.last = sched.FinishReason(*ch.FinishReason), ch.TokenIDs
 			continue
 		}
-		if len(ch.TokenIDs) > 0 && !emit(ch.TokenIDs) {
-			return attempt{err: ctx.Err()}
+		if len(ch.TokenIDs) > 0 {
+			guard.hold()
+			if !emit(ch.TokenIDs) {
+				return attempt{err: ctx.Err()}
+			}
+			guard.token()
 		}
 	}
 	if ctx.Err() != nil {
@@ -211,6 +224,9 @@ func (r *Router) stream(ctx context.Context, w *worker, req sched.Request, promp
 	}
 	if a.finish != "" {
 		return a // finished, only [DONE] lost
+	}
+	if serr := guard.stalled(w.name); serr != nil {
+		return attempt{cause: causeStalled, err: serr}
 	}
 	err := sc.Err()
 	if err == nil {
