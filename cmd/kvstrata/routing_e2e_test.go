@@ -39,7 +39,9 @@ func TestFrontendHasAFlagForEverySetting(t *testing.T) {
 			"CacheTimeout": "cache-timeout", "Policy": "", "MaxMigrations": "max-migrations", "QueueSize": "queue-size",
 			"QueueWait": "queue-wait", "HealthInterval": "health-interval", "HealthTimeout": "health-timeout",
 			"ProbeMax": "probe-max", "StallTimeout": "stall-timeout", "StallLimit": "stall-limit",
-			"Registerer": "", "Logger": "",
+			"Discover": "discover", "DiscoverInterval": "discover-interval", "EventsBind": "kv-events-bind",
+			"DisaggMinUncached": "disagg-min-uncached-tokens",
+			"Registerer":        "", "Logger": "",
 		}},
 	} {
 		for f := range c.typ.Fields() {
