@@ -10,9 +10,8 @@ import (
 
 // Onboarding: a request whose prompt has blocks past the pool's prefix
 // asks kvstrata for them without holding up the loop. Its blocks are
-// allocated; a goroutine (inline in driven mode, driven.go) asks the
-// Connector how many of the hashes it
-// holds (Lookup; a disaggregated decode skips it, the prefill side named
+// allocated; a goroutine (the caller, in driven mode: driven.go) asks the
+// Connector how many of the hashes it holds (Lookup; a disaggregated decode skips it, the prefill side named
 // them) and loads those straight into the blocks' KV memory (Load), all
 // within one timeout; meanwhile the loop runs the other requests. When it
 // returns, the loaded blocks count as cached and the request joins the
