@@ -10,8 +10,8 @@ import (
 	"github.com/kvstrata/kvstrata/engine/sched"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
-	tiersim "github.com/kvstrata/kvstrata/tiers/sim"
 	tierpolicy "github.com/kvstrata/kvstrata/tiers/policy"
+	tiersim "github.com/kvstrata/kvstrata/tiers/sim"
 )
 
 // cache is the modelled kvstrata cluster: the node's real tiers.Hierarchy
