@@ -108,6 +108,7 @@ type request struct {
 	i       int
 	arrival time.Time
 	prompt  []uint32
+	hashes  []index.Hash // the prompt's full blocks, until it is routed
 	w       *worker
 	out     <-chan sched.Output
 	seq     *policy.Sequence
@@ -270,6 +271,7 @@ func (r *run) arrive(i int) {
 		r.fail(q, "prompt", err)
 		return
 	}
+	q.hashes = r.ns.Hashes(prompt)
 	r.queue = append(r.queue, q)
 	r.route()
 }
@@ -294,7 +296,7 @@ func (r *run) route() {
 // policy's choice; and hands it to the chosen worker. It reports false
 // when every worker is busy and q must wait.
 func (r *run) choose(q *request) bool {
-	hashes := r.ns.Hashes(q.prompt)
+	hashes := q.hashes
 	cands := r.candidates(hashes, r.cache.where(r.nsID, hashes))
 	d, err := r.router.Choose(policy.Request{Tokens: len(q.prompt), Blocks: len(hashes)}, cands)
 	switch {
@@ -308,7 +310,7 @@ func (r *run) choose(q *request) bool {
 	out, err := w.eng.Generate(context.Background(), sched.Request{
 		ID: fmt.Sprint(q.i), Prompt: q.prompt, MaxTokens: int(r.reqs[q.i].OutputLength), IgnoreEOS: true,
 	})
-	q.prompt = nil // the engine has its copy
+	q.prompt, q.hashes = nil, nil // the engine has its copy
 	if err != nil {
 		d.Seq.Done()
 		r.fail(q, "rejected", err)
@@ -349,12 +351,12 @@ func (r *run) step(w *worker) {
 	w.batches = w.batches[:0]
 	pending := w.pending
 	w.pending = nil
-	ended := false
+	lighter := false
 	for _, d := range pending {
-		ended = r.deliver(d.r, d.out) || ended
+		lighter = r.deliver(d.r, d.out) || lighter
 	}
-	if ended || len(pending) > 0 {
-		r.route() // first tokens and ends lighten the load
+	if lighter && len(r.queue) > 0 {
+		r.route() // a first token or an end lightens the router's view of the load
 	}
 
 	more := w.eng.Step()
@@ -376,12 +378,14 @@ func (r *run) step(w *worker) {
 	}
 }
 
-// deliver takes one Output of q at the current time and reports whether q
-// ended.
+// deliver takes one Output of q at the current time and reports whether
+// it was q's first token or its end, which lighten the load the router
+// sees.
 func (r *run) deliver(q *request, o sched.Output) bool {
+	lighter := false
 	if k := len(o.Tokens); k > 0 {
 		if !q.first {
-			q.first = true
+			q.first, lighter = true, true
 			q.res.TTFT = r.now.Sub(q.arrival)
 			q.seq.FirstToken()
 		} else {
@@ -393,7 +397,7 @@ func (r *run) deliver(q *request, o sched.Output) bool {
 		q.last = r.now
 	}
 	if o.Finish == "" {
-		return false
+		return lighter
 	}
 	q.seq.Done()
 	w := q.w
