@@ -162,7 +162,10 @@ func (w connector) Load(ctx context.Context, _ string, ns index.NamespaceID, has
 		c.hitTokens[t] += int64(c.bt)
 		n++
 	}
-	if err := w.clock.Sleep(ctx, took); err != nil {
+	// The engine's ctx carries its cache timeout in wall time, which has
+	// nothing to do with the modelled time: the timeout is applied above,
+	// in virtual time, and a loaded machine must not change the outcome.
+	if err := w.clock.Sleep(context.WithoutCancel(ctx), took); err != nil {
 		return 0, err
 	}
 	return n, nil
