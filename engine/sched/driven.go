@@ -14,7 +14,10 @@ package sched
 //
 // A driven engine is used from one goroutine: Generate, Step, Stats and
 // Close are called by the caller in turn, never at once; an Output is on
-// its channel when the Step that produced it returns.
+// its channel when the Step that produced it returns. A request whose
+// context is cancelled is aborted at the first Step after the context's
+// AfterFunc goroutine has handed the cancellation in, which is not
+// synchronous with the cancel call.
 
 // NewDriven returns an engine whose loop the caller runs with Step; Close
 // ends it as it ends a goroutine-mode engine.

@@ -219,6 +219,17 @@ func TestDrivenEngineTakesCancellationsAtTheNextStep(t *testing.T) {
 	}
 	e.Step()
 	cancel()
+	// The cancellation is handed in by context.AfterFunc's goroutine.
+	deadline := time.Now().Add(10 * time.Second)
+	for posted := false; !posted; {
+		e.mu.Lock()
+		posted = len(e.inbox.cancelled) > 0
+		e.mu.Unlock()
+		if !posted && time.Now().After(deadline) {
+			t.Fatal("the cancellation did not reach the engine's inbox within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	drive(t, e)
 	_, last := collect(t, ch)
 	if last.Finish != FinishAbort || !errors.Is(last.Err, context.Canceled) {
