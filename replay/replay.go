@@ -18,10 +18,9 @@
 //     into a Report.
 //
 // Time comes from a Clock, so the scheduler and the latency arithmetic
-// are tested in virtual time. The simulated replay (`--simulate`, not
-// built yet) is meant to plug in at Run's send function: the same
-// scheduler and Report, with a send that runs the router and the sim
-// engine in virtual time instead of over HTTP.
+// are tested in virtual time. The simulated replay (replay/simulate,
+// `--simulate`) runs its own discrete-event schedule in virtual time and
+// summarizes its Results with Summarize, into the same Report.
 //
 // Run and Target are safe for concurrent use; a Report is the caller's.
 package replay

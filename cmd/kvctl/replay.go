@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvstrata/kvstrata/replay"
+	"github.com/kvstrata/kvstrata/replay/simulate"
 	"github.com/kvstrata/kvstrata/trace"
 )
 
@@ -26,6 +27,7 @@ type replayFlags struct {
 	seed        uint64
 	vocab       int
 	simulate    bool
+	sim         simulateFlags
 }
 
 func (a *app) newReplayCommand() *cobra.Command {
@@ -75,6 +77,11 @@ first); 2 for a bad flag or value.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range simulateOnly {
+				if cmd.Flags().Changed(name) {
+					f.sim.given = append(f.sim.given, "--"+name)
+				}
+			}
 			return a.runReplay(cmd.Context(), args[0], f)
 		},
 	}
@@ -88,18 +95,20 @@ first); 2 for a bad flag or value.`,
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Minute, "how long one request may take, to the end of its stream")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the prompts' tokens")
 	fl.IntVar(&f.vocab, "vocab", replay.DefaultVocab, "token ids of the prompts are below this: o200k's vocabulary without its special tokens")
-	fl.BoolVar(&f.simulate, "simulate", false, "replay in virtual time against simulated workers (not built yet)")
+	fl.BoolVar(&f.simulate, "simulate", false, "replay in virtual time, in this process, against simulated workers, once per --router policy")
+	f.sim.register(fl)
 	return cmd
 }
 
 // check reports every problem of the flags at once as a usage error.
 func (f replayFlags) check() (*replay.Target, error) {
 	var probs []string
-	if f.simulate {
-		probs = append(probs, "--simulate is not built yet; replay against a live --target")
+	if len(f.sim.given) > 0 {
+		probs = append(probs, strings.Join(f.sim.given, ", ")+" need --simulate")
 	}
 	target, err := replay.NewTarget(f.target, f.model, nil, nil)
 	switch {
+	case f.simulate:
 	case f.target == "":
 		probs = append(probs, "--target is required")
 	case err != nil:
@@ -129,6 +138,36 @@ func (f replayFlags) check() (*replay.Target, error) {
 	return target, nil
 }
 
+// checkSimulate reports every problem of the flags of a simulated replay
+// at once as a usage error.
+func (f replayFlags) checkSimulate() (simulate.Config, error) {
+	var probs []string
+	if !(f.speedup > 0) {
+		probs = append(probs, fmt.Sprintf("--speedup is %v, must be > 0", f.speedup))
+	}
+	if f.maxRequests < 0 {
+		probs = append(probs, fmt.Sprintf("--max-requests is %d, must be ≥ 0", f.maxRequests))
+	}
+	if f.duration < 0 {
+		probs = append(probs, fmt.Sprintf("--duration is %v, must be ≥ 0", f.duration))
+	}
+	if f.vocab < 1 {
+		probs = append(probs, fmt.Sprintf("--vocab is %d, must be ≥ 1", f.vocab))
+	}
+	cfg, more := f.sim.config(f)
+	probs = append(probs, more...)
+	if len(probs) == 0 {
+		cfg.EnsureDefaults()
+		if err := cfg.Validate(); err != nil {
+			probs = append(probs, strings.TrimPrefix(err.Error(), simulate.ErrConfig.Error()+": "))
+		}
+	}
+	if len(probs) > 0 {
+		return cfg, usageErrorf("replay: %s", strings.Join(probs, "; "))
+	}
+	return cfg, nil
+}
+
 // cut keeps the requests --max-requests and --duration ask for.
 func (f replayFlags) cut(reqs []trace.Request) []trace.Request {
 	if f.duration > 0 {
@@ -147,6 +186,13 @@ func (f replayFlags) cut(reqs []trace.Request) []trace.Request {
 }
 
 func (a *app) runReplay(ctx context.Context, path string, f replayFlags) error {
+	if f.simulate {
+		cfg, err := f.checkSimulate()
+		if err != nil {
+			return err
+		}
+		return a.runSimulate(ctx, path, f, cfg)
+	}
 	target, err := f.check()
 	if err != nil {
 		return err

@@ -137,7 +137,6 @@ func TestReplayRefusesBadInput(t *testing.T) {
 		{[]string{good, "--target", "localhost:8000"}, exitUsage, `--target: target "localhost:8000" is not an http:// or https:// URL`},
 		{[]string{good, "--target", "http://127.0.0.1:1", "--speedup", "0"}, exitUsage, "--speedup is 0, must be > 0"},
 		{[]string{good, "--target", "http://127.0.0.1:1", "--speedup", "-2", "--concurrency", "0"}, exitUsage, "--speedup is -2, must be > 0; --concurrency is 0"},
-		{[]string{good, "--target", "http://127.0.0.1:1", "--simulate"}, exitUsage, "--simulate is not built yet"},
 		{[]string{"--target", "http://127.0.0.1:1"}, exitUsage, "replay takes one TRACE file, got 0 arguments"},
 		{[]string{good + ".missing", "--target", "http://127.0.0.1:1"}, exitFailure, "no such file"},
 		{[]string{malformed, "--target", "http://127.0.0.1:1"}, exitFailure, "small.jsonl:4: input_length"},

@@ -1,7 +1,6 @@
 package kvevents
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/engine/pool"
-	"github.com/kvstrata/kvstrata/index"
 )
 
 // ErrDrainTimeout: PoolSink.Close gave up waiting for queued batches to be
@@ -233,43 +231,4 @@ func (s *PoolSink) Stats() SinkStats {
 }
 
 // convert is e as a vLLM event; nil for a kind it does not know.
-func (s *PoolSink) convert(e pool.Event) Event {
-	medium := s.cfg.Medium
-	switch e.Kind {
-	case pool.BlockStored:
-		ev := &BlockStored{
-			BlockHashes: s.hashes(e.Hashes),
-			TokenIDs:    make([]int64, len(e.Tokens)),
-			BlockSize:   int64(e.BlockTokens),
-			Medium:      &medium,
-		}
-		if e.HasParent {
-			p := s.hash(e.Parent)
-			ev.ParentBlockHash = &p
-		}
-		for i, t := range e.Tokens {
-			ev.TokenIDs[i] = int64(t)
-		}
-		return ev
-	case pool.BlockRemoved:
-		return &BlockRemoved{BlockHashes: s.hashes(e.Hashes), Medium: &medium}
-	case pool.AllBlocksCleared:
-		return &AllBlocksCleared{}
-	}
-	return nil
-}
-
-func (s *PoolSink) hashes(hs []index.Hash) []Hash {
-	out := make([]Hash, len(hs))
-	for i, h := range hs {
-		out[i] = s.hash(h)
-	}
-	return out
-}
-
-func (s *PoolSink) hash(h index.Hash) Hash {
-	if s.cfg.Hashes == HashBytes {
-		return BytesHash(binary.BigEndian.AppendUint64(nil, uint64(h)))
-	}
-	return UintHash(uint64(h))
-}
+func (s *PoolSink) convert(e pool.Event) Event { return PoolEvent(e, s.cfg.Medium, s.cfg.Hashes) }

@@ -2,7 +2,6 @@ package sched
 
 import (
 	"slices"
-	"time"
 
 	"github.com/kvstrata/kvstrata/engine/model"
 )
@@ -57,7 +56,7 @@ func (e *Engine) blocksFor(tokens int) int { return (tokens + e.bt - 1) / e.bt }
 func (e *Engine) start(s *seq) {
 	if !s.queued {
 		s.queued = true
-		e.m.queued(time.Since(s.arrived))
+		e.m.queued(e.cfg.Now().Sub(s.arrived))
 	}
 	hashes := e.ns.Hashes(s.tokens)
 	limit := (len(s.tokens) - 1) / e.bt // blocks that may come from a cache

@@ -66,6 +66,11 @@ type Config struct {
 	ModelName string
 	// Logger receives the engine's lines. The default is slog.Default().
 	Logger *slog.Logger
+	// Now is the engine's clock: arrivals, first tokens, inter-token gaps
+	// and queue times are stamped with it. The default is time.Now; a
+	// driven engine (NewDriven) in virtual time is given the virtual
+	// clock its model sleeps on.
+	Now func() time.Time
 }
 
 // ErrBadConfig marks a Config that fails Validate.
@@ -101,6 +106,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.Model == nil {
 		return

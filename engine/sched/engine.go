@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"sync"
-	"time"
 
 	"github.com/kvstrata/kvstrata/engine/model"
 	"github.com/kvstrata/kvstrata/engine/pool"
@@ -46,6 +45,8 @@ type Engine struct {
 	cancel context.CancelFunc
 	io     sync.WaitGroup // onboarding and store goroutines
 	done   chan struct{}  // closed when the loop has ended
+	// driven: the caller runs the loop one Step at a time (NewDriven).
+	driven bool
 
 	mu     sync.Mutex
 	closed bool
@@ -67,6 +68,16 @@ type inbox struct {
 
 // New starts an engine's loop; Close stops it.
 func New(cfg Config) (*Engine, error) {
+	e, err := build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	go e.run()
+	return e, nil
+}
+
+// build builds an engine whose loop is not started.
+func build(cfg Config) (*Engine, error) {
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -107,7 +118,6 @@ func New(cfg Config) (*Engine, error) {
 		e.layers[id] = ls
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	go e.run()
 	return e, nil
 }
 
@@ -136,7 +146,7 @@ func (e *Engine) Generate(ctx context.Context, req Request) (<-chan Output, erro
 	}
 	s.ctx = ctx
 	s.out = make(chan Output, 1)
-	s.arrived = time.Now()
+	s.arrived = e.cfg.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -221,6 +231,9 @@ type counters struct {
 // Stats returns a snapshot taken by the loop between two steps (after
 // Close, the last one).
 func (e *Engine) Stats() Stats {
+	if e.driven {
+		return e.snapshot()
+	}
 	c := make(chan Stats, 1)
 	e.mu.Lock()
 	if e.closed {
@@ -256,6 +269,10 @@ func (e *Engine) snapshot() Stats {
 // ErrClosed, and later calls to Generate fail with ErrClosed. It returns
 // once the loop and its cache calls have ended.
 func (e *Engine) Close() {
+	if e.driven {
+		e.closeDriven()
+		return
+	}
 	e.mu.Lock()
 	e.closed = true
 	e.signal()

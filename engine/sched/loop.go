@@ -107,7 +107,7 @@ func (e *Engine) finish(s *seq, reason FinishReason, err error) {
 	s.stop()
 	s.usage.PromptTokens = len(s.req.Prompt)
 	s.usage.CompletionTokens = s.generated
-	e.m.finished(s, reason)
+	e.m.finished(reason, e.cfg.Now().Sub(s.arrived))
 	o := Output{Finish: reason, Err: err, Usage: s.usage}
 	if err == nil {
 		o.Transfer = s.transfer

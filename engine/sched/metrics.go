@@ -166,9 +166,9 @@ func (m *metrics) nextToken(d time.Duration) {
 }
 
 // finished counts a request that ended.
-func (m *metrics) finished(s *seq, reason FinishReason) {
+func (m *metrics) finished(reason FinishReason, e2e time.Duration) {
 	if m != nil {
 		m.success.WithLabelValues(string(reason)).Inc()
-		m.e2e.Observe(time.Since(s.arrived).Seconds())
+		m.e2e.Observe(e2e.Seconds())
 	}
 }

@@ -10,8 +10,8 @@ import (
 
 // Onboarding: a request whose prompt has blocks past the pool's prefix
 // asks kvstrata for them without holding up the loop. Its blocks are
-// allocated; a goroutine asks the Connector how many of the hashes it
-// holds (Lookup; a disaggregated decode skips it, the prefill side named
+// allocated; a goroutine (the caller, in driven mode: driven.go) asks the
+// Connector how many of the hashes it holds (Lookup; a disaggregated decode skips it, the prefill side named
 // them) and loads those straight into the blocks' KV memory (Load), all
 // within one timeout; meanwhile the loop runs the other requests. When it
 // returns, the loaded blocks count as cached and the request joins the
@@ -41,9 +41,7 @@ func (e *Engine) onboard(s *seq, hashes []index.Hash, from int, node string, loo
 		dst[i] = e.block(s.blocks[from+i])
 	}
 	conn := e.cfg.Connector
-	e.io.Add(1)
-	go func() {
-		defer e.io.Done()
+	load := func() onboardResult {
 		defer cancel()
 		r := onboardResult{s: s, hashes: hashes, from: from, have: len(hashes)}
 		if lookup {
@@ -62,6 +60,16 @@ func (e *Engine) onboard(s *seq, hashes []index.Hash, from int, node string, loo
 			})
 			r.loaded = max(0, min(r.loaded, r.have))
 		}
+		return r
+	}
+	if e.driven {
+		e.onboarded(load())
+		return
+	}
+	e.io.Add(1)
+	go func() {
+		defer e.io.Done()
+		r := load()
 		e.post(func(in *inbox) { in.onboarded = append(in.onboarded, r) })
 	}()
 }

@@ -120,7 +120,7 @@ func (e *Engine) apply(ss []*seq, batch []model.Seq, res model.Result, err error
 		}
 		return
 	}
-	now := time.Now()
+	now := e.cfg.Now()
 	for i, s := range ss {
 		for _, b := range res.Blocks[i] {
 			if b.Index < 0 || b.Index >= len(s.prefix) {

@@ -93,12 +93,19 @@ func (e *Engine) handoff(s *seq, reason FinishReason) {
 	e.inflight[s] = struct{}{}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.TransferTimeout)
 	s.cancelIO = cancel
+	store := func() storeResult {
+		defer cancel()
+		at, err := conn.Store(ctx, node, e.nsID, blocks)
+		return storeResult{s: s, reason: reason, blocks: len(blocks), node: at, err: err}
+	}
+	if e.driven {
+		e.stored(store())
+		return
+	}
 	e.io.Add(1)
 	go func() {
 		defer e.io.Done()
-		defer cancel()
-		at, err := conn.Store(ctx, node, e.nsID, blocks)
-		r := storeResult{s: s, reason: reason, blocks: len(blocks), node: at, err: err}
+		r := store()
 		e.post(func(in *inbox) { in.stored = append(in.stored, r) })
 	}()
 }

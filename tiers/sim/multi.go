@@ -177,6 +177,12 @@ type ghost struct {
 	used     int64
 }
 
+// NewGhostTier returns a tier that keeps every block's header and no bytes,
+// holding up to capacity bytes of values: the simulators store blocks of
+// one byte (Size 1), so that capacities count blocks, and replay through
+// the node's real tiers.Hierarchy without the memory of real KV.
+func NewGhostTier(capacity int64) tiers.Tier { return newGhost(capacity) }
+
 func newGhost(capacity int64) *ghost {
 	return &ghost{capacity: capacity, blocks: map[index.Key]index.Header{}}
 }
