@@ -26,8 +26,13 @@ run: ## run a single-node cache with the defaults (./data, 127.0.0.1 ports)
 # libucx-dev); make test runs them where the headers are installed.
 UCX := $(shell test -f /usr/include/ucp/api/ucp.h && echo yes)
 
+# cmd/kvstrata's end-to-end tests start real processes (cache nodes, workers,
+# frontends, a Python worker) and take about ten minutes of a 2-core machine
+# under the race detector: past go test's default 10-minute bound.
+TEST_TIMEOUT := 25m
+
 test: ## run every test with the race detector, and the ucx-tagged ones where libucx-dev is installed (what CI runs)
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 ifeq ($(UCX),yes)
 	$(GO) vet -tags ucx ./...
 	$(GO) test -race -count=1 -tags ucx ./transfer/... ./api/client/
@@ -36,7 +41,7 @@ else
 endif
 
 test-short: ## run the tests without the race detector
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 bench: ## run the Go benchmarks (BENCHTIME=1s); bench/*.sh compare with fio, iperf3, redis
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
