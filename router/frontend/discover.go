@@ -33,8 +33,8 @@ import (
 //     second kind decoding, chosen by their load (an aggregated kvstrata
 //     worker with a cache loads the prefilled blocks as a decode one does;
 //     one without recomputes them: the answer is the same);
-//   - prefill workers only: none serves whole requests; requests wait in
-//     the queue for a worker that does, then get 503.
+//   - prefill workers only: none serves whole requests; the Router is not
+//     Ready and requests fail with ErrNoWorkers (503) until one comes.
 
 // discover lists the registry every DiscoverInterval until the Router
 // closes.
