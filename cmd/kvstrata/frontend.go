@@ -67,9 +67,13 @@ hashed in.
 --discover takes the workers that registered with the cache cluster at
 --cache ('kvstrata worker --register') as well, listing the registry every
 --discover-interval: every frontend replica, whichever node of the cluster
-it asks, sees the same workers. It routes to the aggregated workers of its
-model's namespace; a worker that deregisters or whose lease ends leaves,
-and one that fails leaves the candidates at once, as a --worker does.
+it asks, sees the same workers. It routes to the workers of its model's
+namespace, each in the role it registered with (kvstrata worker --role):
+registered prefill and decode workers serve disaggregated, as listed ones
+do (with aggregated ones too, those decode beside the decode workers; with
+prefill workers alone, none serves). A worker that deregisters or whose
+lease ends leaves, and one that fails leaves the candidates at once, as a
+--worker does.
 
 Roles: aggregated (the default) workers serve whole requests. A list of
 prefill and decode workers (kvstrata worker --role prefill|decode) serves
@@ -157,7 +161,7 @@ bad one is answered 400.`,
 	t.fs = fs
 	t.str("listen", listen, "HTTP address of the OpenAI API, /health and /metrics", &listen)
 	fs.StringArrayVar(&specs, "worker", nil, "a worker: URL[,events=tcp://host:port][,replay=tcp://host:port][,topic=T][,role=aggregated|prefill|decode] (repeat for each)")
-	fs.BoolVar(&fcfg.Discover, "discover", false, "also route to the workers registered with the cache cluster at --cache (kvstrata worker --register)")
+	fs.BoolVar(&fcfg.Discover, "discover", false, "also route to the workers registered with the cache cluster at --cache (kvstrata worker --register), in their roles")
 	t.duration("discover-interval", frontend.DefaultDiscoverInterval, "how often --discover lists the worker registry", &fcfg.DiscoverInterval)
 	t.str("kv-events-bind", "", `ZMQ endpoint to listen on for workers' KV-event publishers that connect in, told apart by topic, e.g. tcp://0.0.0.0:5557 ("": none)`, &fcfg.EventsBind)
 	t.str("cache", "127.0.0.1:7070", `gRPC address of a cache node asked where prompts' blocks are, per tier ("": none, no tier credit)`, &fcfg.Cache)

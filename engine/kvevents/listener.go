@@ -38,9 +38,11 @@ type ListenerConfig struct {
 	HandshakeTimeout time.Duration
 	// MaxQueued bounds, per Subscriber, the bytes of messages heard and
 	// not yet handled (its callback, or a replay, may be slow): past it
-	// a message is dropped (Stats' Dropped), and the Subscriber sees a
-	// gap in the sequence numbers and replays it, as after a publisher's
-	// high-water mark. The default is 64 MiB.
+	// a message is dropped (Stats' Dropped), and the Subscriber replays
+	// it: when the next message shows the gap in the sequence numbers, as
+	// after a publisher's high-water mark, or, if none has come, once it
+	// has handled what was queued (the worker may send nothing more for a
+	// while). The default is 64 MiB.
 	MaxQueued int64
 }
 
@@ -126,6 +128,11 @@ type inbox struct {
 	ch     chan [][]byte
 	queued atomic.Int64 // bytes in ch
 	max    int64
+	// dropped is the sequence number of the last message dropped that the
+	// Subscriber has not yet caught up with (-1: none); kick wakes it
+	// when ch may hold nothing that would.
+	dropped atomic.Int64
+	kick    chan struct{}
 }
 
 // NewListener listens on cfg's endpoint (a copy of cfg, with defaults
@@ -217,7 +224,7 @@ func (l *Listener) dispatch(frames [][]byte) {
 	size := int64(len(frames[0]) + len(frames[1]) + len(frames[2]))
 	if in.queued.Add(size) > in.max {
 		in.queued.Add(-size)
-		l.dropped.Add(1)
+		l.drop(in, frames)
 		return
 	}
 	select {
@@ -225,7 +232,20 @@ func (l *Listener) dispatch(frames [][]byte) {
 		l.heard.Add(1)
 	default:
 		in.queued.Add(-size)
-		l.dropped.Add(1)
+		l.drop(in, frames)
+	}
+}
+
+// drop drops a message of in's topic and tells its Subscriber which,
+// for it to replay the message even if no later one shows the gap.
+func (l *Listener) drop(in *inbox, frames [][]byte) {
+	l.dropped.Add(1)
+	if seq, err := ParseSeq(frames[1]); err == nil && seq >= 0 {
+		in.dropped.Store(seq)
+		select {
+		case in.kick <- struct{}{}:
+		default: // a wake-up is pending already
+		}
 	}
 }
 
@@ -243,7 +263,8 @@ func (l *Listener) Subscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	if err := cfg.validate(true); err != nil {
 		return nil, err
 	}
-	in := &inbox{topic: cfg.Topic, ch: make(chan [][]byte, 4096), max: l.cfg.MaxQueued}
+	in := &inbox{topic: cfg.Topic, ch: make(chan [][]byte, 4096), max: l.cfg.MaxQueued, kick: make(chan struct{}, 1)}
+	in.dropped.Store(-1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.inboxes[cfg.Topic]; ok {
@@ -260,7 +281,8 @@ func (l *Listener) Subscriber(cfg SubscriberConfig) (*Subscriber, error) {
 }
 
 // runInbox is Run for a Listener's Subscriber: it handles the messages
-// of its inbox until ctx ends, then frees the topic.
+// of its inbox until ctx ends, then frees the topic. Each time the inbox
+// is empty, it catches up with what the Listener dropped.
 func (s *Subscriber) runInbox(ctx context.Context, fn func(seq int64, b *Batch)) error {
 	defer s.release()
 	for {
@@ -268,8 +290,24 @@ func (s *Subscriber) runInbox(ctx context.Context, fn func(seq int64, b *Batch))
 		case frames := <-s.in.ch:
 			s.in.queued.Add(-int64(len(frames[0]) + len(frames[1]) + len(frames[2])))
 			s.onMessage(ctx, frames, fn)
+		case <-s.in.kick:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		if len(s.in.ch) == 0 {
+			s.catchUp(ctx, fn)
+		}
+	}
+}
+
+// catchUp replays the messages the Listener dropped whose gap no message
+// handled since has shown: a worker's last batches before it goes quiet
+// would otherwise wait for its next one. A message dropped before others
+// that are still queued is replayed as well; those, heard after, are
+// duplicates and skipped. What the replay does not bring is reported lost
+// when the next batch is heard, as for any gap.
+func (s *Subscriber) catchUp(ctx context.Context, fn func(seq int64, b *Batch)) {
+	if seq := s.in.dropped.Swap(-1); seq > s.last {
+		s.replay(ctx, seq+1, fn)
 	}
 }

@@ -19,7 +19,8 @@
 // # Disaggregated serving
 //
 // A list of prefill and decode workers (WorkerSpec.Role; aggregated ones
-// may not be mixed in) serves disaggregated, as vLLM's and llm-d's
+// may not be mixed in a static list; discovered workers come in every
+// role, see discover.go) serves disaggregated, as vLLM's and llm-d's
 // kv_transfer_params do it, the handoff going through kvstrata. The decode
 // worker is chosen by its load (least-loaded); when the prompt's part it
 // would compute — less its pool overlap and the cache tiers' credit

@@ -96,7 +96,7 @@ func TestConfigDiscoverNeedsNoStaticWorkersButACache(t *testing.T) {
 	}
 }
 
-func TestDiscoveryTakesTheAggregatedWorkersOfItsNamespace(t *testing.T) {
+func TestDiscoveryTakesTheWorkersOfItsNamespace(t *testing.T) {
 	r := &Router{ns: 0x1234}
 	for _, c := range []struct {
 		rec  *pb.WorkerRecord
@@ -106,8 +106,10 @@ func TestDiscoveryTakesTheAggregatedWorkersOfItsNamespace(t *testing.T) {
 		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x1234}, true},
 		{&pb.WorkerRecord{Url: "http://a:1"}, true}, // namespace unknown
 		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x9999}, false},
-		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x1234, Role: "prefill"}, false},
-		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x1234, Role: "decode"}, false},
+		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x1234, Role: "prefill"}, true},
+		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x1234, Role: "decode"}, true},
+		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x9999, Role: "decode"}, false},
+		{&pb.WorkerRecord{Url: "http://a:1", Namespace: 0x1234, Role: "router"}, false}, // a role this Router does not know
 	} {
 		if got := r.serves(c.rec); got != c.want {
 			t.Errorf("serves(%v) = %v, want %v", c.rec, got, c.want)
