@@ -69,7 +69,11 @@ first); 2 for a bad flag or value.`,
       --speedup 10 --max-requests 300
 
   # The first minute of the trace, as JSON
-  kvctl replay trace.jsonl --target http://127.0.0.1:8000 --duration 1m -o json`,
+  kvctl replay trace.jsonl --target http://127.0.0.1:8000 --duration 1m -o json
+
+  # Every routing policy in virtual time on 8 simulated workers with
+  # kvstrata's cache, then random and kv-hbm again on workers without it
+  kvctl replay trace.jsonl --simulate --workers 8 --speedup 1.2 --baseline random,kv-hbm`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("replay takes one TRACE file, got %d arguments", len(args))

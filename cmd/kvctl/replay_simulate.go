@@ -20,6 +20,7 @@ type simulateFlags struct {
 	workers     int
 	parallel    int
 	routers     string
+	baselines   string
 	poolTokens  int
 	tokenBytes  int64
 	cachePolicy string
@@ -31,7 +32,7 @@ type simulateFlags struct {
 }
 
 // simulateOnly are the flags that mean something only with --simulate.
-var simulateOnly = []string{"workers", "parallel", "router", "pool-tokens", "token-bytes", "cache-policy",
+var simulateOnly = []string{"workers", "parallel", "router", "baseline", "pool-tokens", "token-bytes", "cache-policy",
 	"dram-tokens", "ssd-tokens", "s3-tokens", "dram-gbps", "ssd-gbps", "s3-gbps", "dram-latency", "ssd-latency", "s3-latency"}
 
 func (s *simulateFlags) register(fl *pflag.FlagSet) {
@@ -40,6 +41,8 @@ func (s *simulateFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&s.parallel, "parallel", 1, "--simulate: policies simulated at once (each needs its own memory)")
 	fl.StringVar(&s.routers, "router", "random,round-robin,least-loaded,kv-hbm,kv-tiered",
 		"--simulate: routing policies to compare, comma-separated: "+policyNames())
+	fl.StringVar(&s.baselines, "baseline", "",
+		"--simulate: routing policies also replayed without kvstrata's cache (no offload, no onboarding, no tiers for the router), comma-separated; rows with cache \"none\"")
 	fl.IntVar(&s.poolTokens, "pool-tokens", simulate.DefaultPoolTokens, "--simulate: each worker's GPU KV pool, in tokens (also its context length)")
 	fl.Int64Var(&s.tokenBytes, "token-bytes", simulate.DefaultTokenBytes, "--simulate: modelled KV bytes of one token, all layers (131072: Llama-3.1-8B in fp16)")
 	fl.StringVar(&s.cachePolicy, "cache-policy", simulate.DefaultCachePolicy, "--simulate: the cache tiers' eviction policy")
@@ -77,6 +80,16 @@ func (s simulateFlags) config(f replayFlags) (simulate.Config, []string) {
 			continue
 		}
 		cfg.Policies = append(cfg.Policies, p)
+	}
+	if s.baselines != "" {
+		for _, name := range strings.Split(s.baselines, ",") {
+			p, err := policy.ParsePolicy(strings.TrimSpace(name))
+			if err != nil {
+				probs = append(probs, fmt.Sprintf("--baseline: %q is not a policy (want %s)", name, policyNames()))
+				continue
+			}
+			cfg.Baselines = append(cfg.Baselines, p)
+		}
 	}
 	if f.target != "" {
 		probs = append(probs, "--target and --simulate exclude each other")
@@ -120,8 +133,9 @@ func (a *app) runSimulate(ctx context.Context, path string, f replayFlags, cfg s
 	}
 	var bar *progressbar.ProgressBar
 	if a.interactive(a.stderr) {
-		bar = progressbar.NewOptions(len(reqs)*len(cfg.Policies), progressbar.OptionSetWriter(a.stderr),
-			progressbar.OptionSetDescription(fmt.Sprintf("simulating %d policies", len(cfg.Policies))),
+		runs := len(cfg.Policies) + len(cfg.Baselines)
+		bar = progressbar.NewOptions(len(reqs)*runs, progressbar.OptionSetWriter(a.stderr),
+			progressbar.OptionSetDescription(fmt.Sprintf("simulating %d runs", runs)),
 			progressbar.OptionShowCount(), progressbar.OptionSetItsString("requests"), progressbar.OptionShowIts(),
 			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 		cfg.Progress = func(policy.Policy, int, int) { _ = bar.Add(1) } // Run serializes the calls
@@ -142,11 +156,11 @@ func (a *app) runSimulate(ctx context.Context, path string, f replayFlags, cfg s
 		writeSimulateTable(a, filepath.Base(path), len(reqs), cfg, rows, time.Since(start))
 	}
 	if err != nil {
-		return fmt.Errorf("replay --simulate stopped after %d of %d policies: %w", len(rows), len(cfg.Policies), err)
+		return fmt.Errorf("replay --simulate stopped after %d of %d runs: %w", len(rows), len(cfg.Policies)+len(cfg.Baselines), err)
 	}
 	for _, r := range rows {
 		if r.Failed > 0 {
-			return fmt.Errorf("replay --simulate: %s: %d of %d requests failed; first: %s", r.Router, r.Failed, r.Requests, r.FirstError)
+			return fmt.Errorf("replay --simulate: %s (cache %s): %d of %d requests failed; first: %s", r.Router, r.Cache, r.Failed, r.Requests, r.FirstError)
 		}
 	}
 	return nil
@@ -166,9 +180,9 @@ func writeSimulateTable(a *app, name string, n int, cfg simulate.Config, rows []
 			}
 			return percent(float64(r.HitTokensByTier[tier]) / float64(r.PromptTokens))
 		}
-		table = append(table, []string{r.Router, s(r.TTFTMeanS), s(r.TTFTP99S), s(r.ITLMeanS), s(r.E2EMeanS),
+		table = append(table, []string{r.Router, r.Cache, s(r.TTFTMeanS), s(r.TTFTP99S), s(r.ITLMeanS), s(r.E2EMeanS),
 			hit("hbm"), hit("dram"), hit("ssd"), hit("s3"), fmt.Sprint(r.QueuedRequests), fmt.Sprint(r.Failed)})
 	}
-	_ = writeTable(w, []string{"ROUTER", "TTFT MEAN", "TTFT P99", "ITL MEAN", "E2E MEAN", "HIT HBM", "DRAM", "SSD", "S3", "QUEUED", "FAILED"}, table)
-	fmt.Fprintf(w, "\nhits are shares of prompt tokens not computed, by where they were found; queued requests waited for a worker that was not busy\n")
+	_ = writeTable(w, []string{"ROUTER", "CACHE", "TTFT MEAN", "TTFT P99", "ITL MEAN", "E2E MEAN", "HIT HBM", "DRAM", "SSD", "S3", "QUEUED", "FAILED"}, table)
+	fmt.Fprintf(w, "\nhits are shares of prompt tokens not computed, by where they were found; queued requests waited for a worker that was not busy; cache none: workers without kvstrata (no offload, no onboarding)\n")
 }

@@ -77,8 +77,8 @@ func TestReplaySimulatePrintsATable(t *testing.T) {
 	}
 	flat := strings.Join(strings.Fields(out), " ")
 	for _, want := range []string{"small.jsonl: 4 requests at speedup 1 on 2 simulated workers (pools of 16384 tokens)",
-		"ROUTER TTFT MEAN TTFT P99 ITL MEAN E2E MEAN HIT HBM DRAM SSD S3 QUEUED FAILED",
-		"random ", "round-robin ", "least-loaded ", "kv-hbm ", "kv-tiered "} {
+		"ROUTER CACHE TTFT MEAN TTFT P99 ITL MEAN E2E MEAN HIT HBM DRAM SSD S3 QUEUED FAILED",
+		"random kvstrata ", "round-robin kvstrata ", "least-loaded kvstrata ", "kv-hbm kvstrata ", "kv-tiered kvstrata "} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("the table does not say %q:\n%s", want, out)
 		}
@@ -99,11 +99,51 @@ func TestReplaySimulateRefusesBadFlagsAllAtOnce(t *testing.T) {
 		{[]string{good, "--simulate", "--router", "kv-tiered,fastest", "--workers", "0", "--dram-gbps", "0", "--speedup", "-1"}, exitUsage,
 			`--speedup is -1, must be > 0; --router: "fastest" is not a policy (want kv-tiered, kv-hbm, least-loaded, random, round-robin); --workers is 0, must be ≥ 1; --dram-gbps is 0, must be > 0`},
 		{[]string{good, "--simulate", "--router", "random,random"}, exitUsage, "policy random is given twice"},
+		{[]string{good, "--baseline", "random"}, exitUsage, "--baseline need --simulate"},
+		{[]string{good, "--simulate", "--baseline", "kv-hbm,fastest,", "--workers", "0"}, exitUsage,
+			`--baseline: "fastest" is not a policy (want kv-tiered, kv-hbm, least-loaded, random, round-robin); --baseline: "" is not a policy (want kv-tiered, kv-hbm, least-loaded, random, round-robin); --workers is 0, must be ≥ 1`},
+		{[]string{good, "--simulate", "--baseline", "kv-hbm,kv-hbm", "--router", "kv-hbm,kv-hbm"}, exitUsage,
+			"policy kv-hbm is given twice; baseline kv-hbm is given twice"},
 		{[]string{good, "--simulate", "--cache-policy", "mru"}, exitUsage, `cache policy "mru" is not one of lru, lfu, prefix`},
 		{[]string{short, "--simulate"}, exitFailure, "request 1: replay: bad request in trace: input_length 2000 needs 4 hash ids"},
 		{[]string{good + ".missing", "--simulate"}, exitFailure, "no such file"},
 	} {
 		code, _, stderr := run(t, append([]string{"replay"}, c.args...)...)
 		wantFailure(t, code, stderr, c.code, c.msg)
+	}
+}
+
+func TestReplaySimulateBaselinesAddRowsWithoutTheCache(t *testing.T) {
+	path := writeTrace(t, simulateTrace)
+	code, out, stderr := run(t, append([]string{"replay", path, "--router", "kv-tiered", "--baseline", "random,kv-hbm", "-o", "json"}, simulatedCluster...)...)
+	if code != exitOK {
+		t.Fatalf("status %d: %s", code, stderr)
+	}
+	var rows []struct {
+		Router string           `json:"router"`
+		Cache  string           `json:"cache"`
+		Hits   map[string]int64 `json:"hit_tokens_by_tier"`
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Router+"/"+r.Cache)
+		if r.Cache == "none" && r.Hits["dram"]+r.Hits["ssd"]+r.Hits["s3"] != 0 {
+			t.Errorf("%s without the cache restored tokens from the cache: %v", r.Router, r.Hits)
+		}
+	}
+	if want := "kv-tiered/kvstrata random/none kv-hbm/none"; strings.Join(got, " ") != want {
+		t.Fatalf("rows %v, want %s: --router's, then --baseline's", got, want)
+	}
+
+	// The table says which rows ran without the cache.
+	_, table, _ := run(t, append([]string{"replay", path, "--router", "kv-tiered", "--baseline", "kv-hbm"}, simulatedCluster...)...)
+	flat := strings.Join(strings.Fields(table), " ")
+	for _, want := range []string{"kv-tiered kvstrata ", "kv-hbm none "} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("the table does not say %q:\n%s", want, table)
+		}
 	}
 }

@@ -62,6 +62,11 @@ type Config struct {
 	// order. The default is random, round-robin, least-loaded, kv-hbm,
 	// kv-tiered.
 	Policies []policy.Policy
+	// Baselines are policies replayed again, after Policies, with workers
+	// that have no cache: no Connector (nothing offloaded, nothing
+	// onboarded) and a router that sees no cache tiers — the deployment
+	// without kvstrata. Their rows' Cache is CacheNone. None by default.
+	Baselines []policy.Policy
 	// Speedup divides the trace's timestamps. The default is 1.
 	Speedup float64
 	// Seed seeds the prompts' tokens (as kvctl replay's --seed) and the
@@ -194,6 +199,13 @@ func (c *Config) Validate() error {
 			bad("policy %s is given twice", p)
 		}
 		seen[p] = true
+	}
+	seenBase := map[policy.Policy]bool{}
+	for _, p := range c.Baselines {
+		if seenBase[p] {
+			bad("baseline %s is given twice", p)
+		}
+		seenBase[p] = true
 	}
 	if !(c.Speedup > 0) || c.Speedup > 1e9 {
 		bad("speedup is %v, must be in (0, 1e9]", c.Speedup)

@@ -35,6 +35,18 @@
 //     cluster is modelled as one hierarchy whose capacities are the
 //     cluster's totals.
 //
+// # Baselines: the deployment without kvstrata
+//
+// Config.Baselines replays policies a second time on workers that have no
+// cache: no Connector, so nothing is offloaded and nothing onboarded, and
+// a router that sees no cache tiers (only the workers' own pools, through
+// their KV events). That is today's deployment — a KV-aware router over
+// vLLM workers without KV offloading, or a random one — while the rows of
+// Config.Policies all share kvstrata's cache: there, even random routing
+// restores what any worker computed before. A row says which it was in
+// Row.Cache ("kvstrata" or "none"); a baseline's cache tiers' hit tokens,
+// offloaded blocks and cache timeouts are zero.
+//
 // # Time
 //
 // A discrete-event loop advances one global virtual time, starting at the

@@ -11,6 +11,9 @@ import (
 // Latencies are in seconds of virtual time, over the completed requests.
 type Row struct {
 	Router string `json:"router"`
+	// Cache is CacheKVStrata for a run with the modelled kvstrata cache,
+	// CacheNone for a baseline (Config.Baselines) without it.
+	Cache string `json:"cache"`
 
 	Requests  int `json:"requests"`
 	Completed int `json:"completed"`
@@ -64,11 +67,18 @@ type Row struct {
 	FirstError string         `json:"first_error,omitempty"`
 }
 
+// Row.Cache's values.
+const (
+	CacheKVStrata = "kvstrata"
+	CacheNone     = "none"
+)
+
 // row summarizes the run.
 func (r *run) row(wall time.Duration) Row {
 	rep := replay.Summarize(r.reqs, r.results, r.now.Sub(epoch))
 	row := Row{
 		Router:    r.pol.String(),
+		Cache:     CacheNone,
 		Requests:  rep.Requests,
 		Completed: rep.Completed,
 		Failed:    rep.Failed,
@@ -79,9 +89,6 @@ func (r *run) row(wall time.Duration) Row {
 		HitTokensByTier:  map[string]int64{"hbm": r.hbmTokens},
 		PrefixHitRate:    rep.PrefixHitRate,
 		QueuedRequests:   r.queued,
-		CacheTimeouts:    r.cache.timeouts,
-		OffloadedBlocks:  r.cache.offloaded,
-		RejectedBlocks:   r.cache.rejected,
 		DurationS:        rep.DurationS,
 		RequestsPerS:     rep.RequestsPerS,
 		OutputTokensPerS: rep.OutputTokensPerS,
@@ -89,7 +96,14 @@ func (r *run) row(wall time.Duration) Row {
 		FirstError:       rep.FirstError,
 	}
 	for i, name := range tierNames {
-		row.HitTokensByTier[name] = r.cache.hitTokens[i]
+		row.HitTokensByTier[name] = 0
+		if r.cache != nil {
+			row.HitTokensByTier[name] = r.cache.hitTokens[i]
+		}
+	}
+	if r.cache != nil {
+		row.Cache = CacheKVStrata
+		row.CacheTimeouts, row.OffloadedBlocks, row.RejectedBlocks = r.cache.timeouts, r.cache.offloaded, r.cache.rejected
 	}
 	if r.queued > 0 {
 		row.QueueWaitMeanS = (r.queueWait / time.Duration(r.queued)).Seconds()

@@ -27,9 +27,10 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // unfinished: a bug of the model, never an outcome of a policy.
 var ErrStuck = errors.New("simulate: the simulation stopped making progress")
 
-// Run replays reqs once per policy of cfg, Config.Parallel policies at a
-// time (each run is independent and deterministic), and returns one Row
-// per policy, in cfg.Policies' order. Every request must have a prompt (replay.Prompts'
+// Run replays reqs once per policy of cfg, then once per baseline without
+// the cache, Config.Parallel runs at a time (each run is independent and
+// deterministic), and returns one Row per run, in cfg.Policies' order,
+// then cfg.Baselines'. Every request must have a prompt (replay.Prompts'
 // Check): the first that has none is an error matching replay.ErrPrompt,
 // before anything runs. If a run fails or ctx ends, Run returns the rows
 // of the policies before it with the error.
@@ -60,15 +61,26 @@ func Run(ctx context.Context, reqs []trace.Request, cfg Config) ([]Row, error) {
 			progress(p, done, total)
 		}
 	}
-	rows := make([]Row, len(cfg.Policies))
-	errs := make([]error, len(cfg.Policies))
+	type job struct {
+		p      policy.Policy
+		cached bool
+	}
+	var jobs []job
+	for _, p := range cfg.Policies {
+		jobs = append(jobs, job{p, true})
+	}
+	for _, p := range cfg.Baselines {
+		jobs = append(jobs, job{p, false})
+	}
+	rows := make([]Row, len(jobs))
+	errs := make([]error, len(jobs))
 	slots := make(chan struct{}, cfg.Parallel)
 	var wg sync.WaitGroup
-	for i, p := range cfg.Policies {
+	for i, j := range jobs {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			rows[i], errs[i] = runPolicy(ctx, reqs, &cfg, prompts, p)
+			rows[i], errs[i] = runPolicy(ctx, reqs, &cfg, prompts, j.p, j.cached)
 		})
 	}
 	wg.Wait()
@@ -145,7 +157,7 @@ type run struct {
 	prompts replay.Prompts
 	router  *policy.Router
 	kv      *kvindex.Index
-	cache   *cache
+	cache   *cache // nil for a baseline without the cache
 	workers []*worker
 	ns      index.Namespace
 	nsID    index.NamespaceID
@@ -162,20 +174,24 @@ type run struct {
 	now       time.Time
 }
 
-func runPolicy(ctx context.Context, reqs []trace.Request, cfg *Config, prompts replay.Prompts, p policy.Policy) (Row, error) {
+// runPolicy is one run of policy p, with the cache if cached, else with
+// workers and a router that have none.
+func runPolicy(ctx context.Context, reqs []trace.Request, cfg *Config, prompts replay.Prompts, p policy.Policy, cached bool) (Row, error) {
 	wallStart := time.Now()
 	r := &run{cfg: cfg, pol: p, reqs: reqs, prompts: prompts, results: make([]replay.Result, len(reqs))}
 	var err error
-	if r.cache, err = newCache(cfg); err != nil {
-		return Row{}, err
+	pcfg := policy.Config{Policy: p, BlockTokens: cfg.BlockTokens, BlockBytes: cfg.blockBytes(), Profile: cfg.Profile, Seed: cfg.Seed}
+	if cached {
+		if r.cache, err = newCache(cfg); err != nil {
+			return Row{}, err
+		}
+		defer r.cache.close()
+		for i, t := range cfg.Tiers {
+			pcfg.Tiers[r.cache.kinds[i]-1] = policy.TierCost{Bandwidth: t.Bandwidth, Latency: max(t.Latency, time.Nanosecond)}
+		}
 	}
-	defer r.cache.close()
 	if r.kv, err = kvindex.New(nil); err != nil {
 		return Row{}, err
-	}
-	pcfg := policy.Config{Policy: p, BlockTokens: cfg.BlockTokens, BlockBytes: cfg.blockBytes(), Profile: cfg.Profile, Seed: cfg.Seed}
-	for i, t := range cfg.Tiers {
-		pcfg.Tiers[r.cache.kinds[i]-1] = policy.TierCost{Bandwidth: t.Bandwidth, Latency: max(t.Latency, time.Nanosecond)}
 	}
 	if r.router, err = policy.New(pcfg); err != nil {
 		return Row{}, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -190,13 +206,16 @@ func runPolicy(ctx context.Context, reqs []trace.Request, cfg *Config, prompts r
 		if err != nil {
 			return Row{}, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
-		w.eng, err = sched.NewDriven(sched.Config{
+		scfg := sched.Config{
 			Model: w.model, Blocks: cfg.PoolTokens / cfg.BlockTokens,
 			MaxNumSeqs: cfg.MaxNumSeqs, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
 			MaxWaiting: len(reqs) + 1, CacheTimeout: cfg.CacheTimeout,
-			Connector: connector{c: r.cache, clock: w.clock}, Events: &sink{w: w},
-			Logger: quiet, Now: w.clock.Now,
-		})
+			Events: &sink{w: w}, Logger: quiet, Now: w.clock.Now,
+		}
+		if cached {
+			scfg.Connector = connector{c: r.cache, clock: w.clock}
+		}
+		w.eng, err = sched.NewDriven(scfg)
 		if err != nil {
 			return Row{}, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
@@ -297,7 +316,11 @@ func (r *run) route() {
 // when every worker is busy and q must wait.
 func (r *run) choose(q *request) bool {
 	hashes := q.hashes
-	cands := r.candidates(hashes, r.cache.where(r.nsID, hashes))
+	var kinds []index.TierKind // what the cache holds: nothing without one
+	if r.cache != nil {
+		kinds = r.cache.where(r.nsID, hashes)
+	}
+	cands := r.candidates(hashes, kinds)
 	d, err := r.router.Choose(policy.Request{Tokens: len(q.prompt), Blocks: len(hashes)}, cands)
 	switch {
 	case errors.Is(err, policy.ErrAllBusy):

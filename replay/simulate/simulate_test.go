@@ -35,7 +35,11 @@ func runRows(t *testing.T, reqs []trace.Request, cfg Config) map[string]Row {
 		if r.Completed != len(reqs) || r.Failed != 0 {
 			t.Fatalf("%s: %d of %d completed, %d failed (%v)", r.Router, r.Completed, len(reqs), r.Failed, r.FirstError)
 		}
-		out[r.Router] = r
+		key := r.Router
+		if r.Cache == CacheNone {
+			key += "/none"
+		}
+		out[key] = r
 	}
 	return out
 }
@@ -80,6 +84,7 @@ func TestTheSameSeedGivesTheSameRows(t *testing.T) {
 	reqs := conversations(3, 4)
 	cfg := small()
 	cfg.Seed = 7
+	cfg.Baselines = []policy.Policy{policy.Random, policy.KVHBM}
 	var outs []string
 	for range 2 {
 		rows, err := Run(context.Background(), reqs, cfg)
@@ -98,8 +103,11 @@ func TestTheSameSeedGivesTheSameRows(t *testing.T) {
 	if outs[0] != outs[1] {
 		t.Fatalf("two runs with seed 7 differ:\n%s\n%s", outs[0], outs[1])
 	}
-	if n := strings.Count(outs[0], `"router"`); n != 5 {
-		t.Fatalf("%d rows, want one per policy (5):\n%s", n, outs[0])
+	if n := strings.Count(outs[0], `"router"`); n != 7 {
+		t.Fatalf("%d rows, want one per policy and one per baseline (7):\n%s", n, outs[0])
+	}
+	if n := strings.Count(outs[0], `"cache":"none"`); n != 2 {
+		t.Fatalf("%d rows without the cache, want the 2 baselines:\n%s", n, outs[0])
 	}
 }
 
@@ -137,6 +145,40 @@ func TestKVRoutersSendAConversationBackToTheWorkerHoldingIt(t *testing.T) {
 	}
 	if tiered.TTFTMeanS >= rr.TTFTMeanS {
 		t.Errorf("kv-tiered mean TTFT %v, round-robin %v: want kv-tiered lower", tiered.TTFTMeanS, rr.TTFTMeanS)
+	}
+}
+
+func TestABaselineRunsWithoutTheCacheAndTheCacheBeatsIt(t *testing.T) {
+	// Round-robin sends each turn of a conversation to the other worker
+	// than the last: with the cache, that worker restores the history (the
+	// prefix the turn shares with the one before) that the other one
+	// offloaded; without it, it computes the history again. kv-tiered
+	// sends the turn back to the worker holding it either way.
+	cfg := small(policy.RoundRobin, policy.KVTiered)
+	cfg.Baselines = []policy.Policy{policy.RoundRobin, policy.KVTiered}
+	rows := runRows(t, conversations(3, 4), cfg)
+	for _, name := range []string{"round-robin", "kv-tiered"} {
+		with, without := rows[name], rows[name+"/none"]
+		if with.Cache != CacheKVStrata || without.Cache != CacheNone {
+			t.Fatalf("%s: cache %q and %q, want %q and %q", name, with.Cache, without.Cache, CacheKVStrata, CacheNone)
+		}
+		for _, tier := range []string{"dram", "ssd", "s3"} {
+			if n, ok := without.HitTokensByTier[tier]; !ok || n != 0 {
+				t.Errorf("%s without the cache: %s hit tokens %d (present %v), want 0", name, tier, n, ok)
+			}
+		}
+		if without.OffloadedBlocks != 0 || without.CacheTimeouts != 0 {
+			t.Errorf("%s without the cache offloaded %d blocks, timed out %d onboardings; want none", name, without.OffloadedBlocks, without.CacheTimeouts)
+		}
+	}
+	rr, base := rows["round-robin"], rows["round-robin/none"]
+	if hits(rr) <= hits(base) {
+		t.Errorf("round-robin: %d prompt tokens not computed with the cache (%v), %d without (%v): want more with it",
+			hits(rr), rr.HitTokensByTier, hits(base), base.HitTokensByTier)
+	}
+	if rr.HitTokensByTier["dram"] == 0 || rr.TTFTMeanS >= base.TTFTMeanS {
+		t.Errorf("round-robin: mean TTFT %v with the cache (%d tokens from DRAM), %v without: want it lower with the cache",
+			rr.TTFTMeanS, rr.HitTokensByTier["dram"], base.TTFTMeanS)
 	}
 }
 
@@ -185,6 +227,7 @@ func TestBadInputIsAClearError(t *testing.T) {
 		{"bad config, every problem at once", good, Config{Workers: -1, Speedup: -2, CachePolicy: "mru", Tiers: [3]TierModel{{Bandwidth: -1}}},
 			ErrConfig, "workers is -1, must be in [1, 1024]; speedup is -2, must be in (0, 1e9]; cache policy \"mru\" is not one of lru, lfu, prefix; dram bandwidth is -1, must be > 0"},
 		{"a policy twice", good, Config{Policies: []policy.Policy{policy.Random, policy.Random}}, ErrConfig, "policy random is given twice"},
+		{"a baseline twice", good, Config{Baselines: []policy.Policy{policy.KVHBM, policy.Random, policy.KVHBM}}, ErrConfig, "baseline kv-hbm is given twice"},
 		{"a pool of one block", good, Config{PoolTokens: 16}, ErrConfig, "pool tokens is 16, must hold at least two blocks"},
 		{"too few hash ids", []trace.Request{req(0, 600, 5, 1, 2), req(5, 2000, 1, 1)}, Config{}, replay.ErrPrompt, "request 2: replay: bad request in trace: input_length 2000 needs 4 hash ids"},
 		{"no output", []trace.Request{req(0, 600, 0, 1, 2)}, Config{}, replay.ErrPrompt, "request 1: replay: bad request in trace: output_length is 0"},
