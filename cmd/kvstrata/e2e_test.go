@@ -398,6 +398,22 @@ func TestRedisBenchmarkWorksUnchanged(t *testing.T) {
 	}
 }
 
+// usageErrorSays runs the binary with args and checks that it exits with
+// status 2, a usage error, and that its output says each of want.
+func usageErrorSays(t *testing.T, args []string, want ...string) {
+	t.Helper()
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Errorf("%v: exit %v, want status 2:\n%s", args, err, out)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("%v: the output does not say %q:\n%s", args, w, out)
+		}
+	}
+}
+
 func TestBadConfigurationExitsWithEveryProblem(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "kvstrata.toml")
 	os.WriteFile(cfg, []byte("[dram]\npolicy = \"mru\"\n"), 0o644)

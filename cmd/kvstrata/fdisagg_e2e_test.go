@@ -2,10 +2,8 @@ package main
 
 import (
 	"fmt"
-	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -128,9 +126,6 @@ func TestFrontendBadRolesExitTwo(t *testing.T) {
 		{[]string{"--worker", "http://127.0.0.1:1,role=encode"}, `has role "encode"`},
 		{[]string{"--worker", "http://127.0.0.1:1", "--disagg-min-uncached-tokens", "many"}, `--disagg-min-uncached-tokens "many"`},
 	} {
-		out, err := exec.Command(binary, append([]string{"frontend"}, c.args...)...).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
-			t.Errorf("%v: exit %v, want status 2 saying %q:\n%s", c.args, err, c.want, out)
-		}
+		usageErrorSays(t, append([]string{"frontend"}, c.args...), c.want)
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -188,15 +187,6 @@ func TestFrontendBadFlagsExitTwoWithEveryProblem(t *testing.T) {
 		{[]string{"frontend", "--worker", "http://127.0.0.1:1", "--model", "llama"}, []string{`Model "llama" is unknown`}},
 		{[]string{"frontend", "extra"}, []string{"frontend takes no arguments"}},
 	} {
-		out, err := exec.Command(binary, c.args...).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
-			t.Errorf("%v: exit %v, want status 2:\n%s", c.args, err, out)
-			continue
-		}
-		for _, want := range c.want {
-			if !strings.Contains(string(out), want) {
-				t.Errorf("%v: the output does not say %q:\n%s", c.args, want, out)
-			}
-		}
+		usageErrorSays(t, c.args, c.want...)
 	}
 }

@@ -359,16 +359,7 @@ func TestFrontendEventsFlagsExitTwo(t *testing.T) {
 		{[]string{"frontend", "--kv-events-bind", "127.0.0.1:5557", "--worker", "http://127.0.0.1:1,topic=a", "--worker", "http://127.0.0.1:2,topic=a"},
 			[]string{`events bind "127.0.0.1:5557"`, `both publish on topic "a"`}},
 	} {
-		out, err := exec.Command(binary, c.args...).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
-			t.Errorf("%v: exit %v, want status 2:\n%s", c.args, err, out)
-			continue
-		}
-		for _, want := range c.want {
-			if !strings.Contains(string(out), want) {
-				t.Errorf("%v: the output does not say %q:\n%s", c.args, want, out)
-			}
-		}
+		usageErrorSays(t, c.args, c.want...)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -250,16 +249,7 @@ func TestRegisterBadFlagsExitTwo(t *testing.T) {
 			[]string{"no --cache to register with", `--register-ttl 1ms`, `--advertise-url "ftp://x"`}},
 		{[]string{"frontend", "--discover", "--cache", ""}, []string{"discovering workers needs a cache node"}},
 	} {
-		out, err := exec.Command(binary, c.args...).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
-			t.Errorf("%v: exit %v, want status 2:\n%s", c.args, err, out)
-			continue
-		}
-		for _, want := range c.want {
-			if !strings.Contains(string(out), want) {
-				t.Errorf("%v: the output does not say %q:\n%s", c.args, want, out)
-			}
-		}
+		usageErrorSays(t, c.args, c.want...)
 	}
 }
 

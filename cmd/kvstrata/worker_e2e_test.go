@@ -499,16 +499,7 @@ func TestWorkerAndUpBadFlagsExitTwoWithEveryProblem(t *testing.T) {
 		{[]string{"up", "--http-port", "65535", "--workers", "2", "--model", "llama"},
 			[]string{"--http-port 65535: 2 workers need ports 65535 to 65536", `Model "llama" is unknown`}},
 	} {
-		out, err := exec.Command(binary, c.args...).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
-			t.Errorf("%v: exit %v, want status 2:\n%s", c.args, err, out)
-			continue
-		}
-		for _, want := range c.want {
-			if !strings.Contains(string(out), want) {
-				t.Errorf("%v: the output does not say %q:\n%s", c.args, want, out)
-			}
-		}
+		usageErrorSays(t, c.args, c.want...)
 	}
 }
 
