@@ -51,9 +51,11 @@ the port after. Each part logs one line saying where it listens.
 
 The frontend (as ` + "`kvstrata frontend`" + ` runs it, with its defaults) serves the
 OpenAI API on --frontend and routes every request to the worker that serves
-it best, by the workers' KV events and the cache node's tiers; it routes
-aggregated workers only, so a disaggregated set runs without it. --frontend ""
-runs none.
+it best, by the workers' KV events and the cache node's tiers. In front of a
+disaggregated set it serves disaggregated: each long prompt is prefilled on a
+prefill worker and decoded on the least loaded decode worker, a short one
+(at most 1000 uncached tokens) prefilled on the decode worker itself.
+--frontend "" runs none.
 
 The cache node takes serve's settings from its defaults, --config, the
 KVSTRATA_ environment variables and the flags below; its data lives in
@@ -72,7 +74,8 @@ tier held.`,
   curl -sN 127.0.0.1:8081/v1/completions -H 'Content-Type: application/json' \
     -d '{"model": "kvstrata-sim", "prompt": "Hello", "max_tokens": 8, "stream": true, "kvstrata": {"policy": "round-robin"}}'
 
-  # A disaggregated set: prefill workers on 8000-8001, decode workers on 8002-8004
+  # A disaggregated set: prefill workers on 8000-8001, decode workers on 8002-8004,
+  # the frontend on :8080 in front of them
   kvstrata up --prefill 2 --decode 3`,
 		Args: noArgs("up"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -124,12 +127,6 @@ tier held.`,
 					break
 				}
 				cfgs = append(cfgs, c)
-			}
-			if frontendListen != "" && n.prefill+n.decode > 0 {
-				if cmd.Flags().Lookup("frontend").Changed {
-					probs = append(probs, "--frontend with --prefill/--decode: the frontend routes aggregated workers only, so far")
-				}
-				frontendListen = ""
 			}
 			if len(probs) > 0 {
 				return usageError{fmt.Errorf("bad flags:\n  %s", strings.Join(probs, "\n  "))}
@@ -256,7 +253,7 @@ func upFrontend(listen, cache string, workers []worker.Config, log *slog.Logger)
 		cfg.Policy.Profile = &p
 	}
 	for _, w := range workers {
-		cfg.Workers = append(cfg.Workers, frontend.WorkerSpec{URL: "http://" + w.Listen, Events: w.KVEvents, Replay: w.KVEventsReplay})
+		cfg.Workers = append(cfg.Workers, frontend.WorkerSpec{URL: "http://" + w.Listen, Events: w.KVEvents, Replay: w.KVEventsReplay, Role: w.Role})
 	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/kvstrata/kvstrata/internal/freeport"
 )
 
 // Disaggregated serving through `kvstrata frontend`, with real processes: a
@@ -127,5 +130,39 @@ func TestFrontendBadRolesExitTwo(t *testing.T) {
 		{[]string{"--worker", "http://127.0.0.1:1", "--disagg-min-uncached-tokens", "many"}, `--disagg-min-uncached-tokens "many"`},
 	} {
 		usageErrorSays(t, append([]string{"frontend"}, c.args...), c.want)
+	}
+}
+
+// TestUpServesADisaggregatedSetThroughItsFrontend: `kvstrata up --prefill
+// 1 --decode 1` starts its frontend too, which serves a long prompt
+// disaggregated (prefilled on the prefill worker, decoded on the decode
+// worker) and a short one on the decode worker alone.
+func TestUpServesADisaggregatedSetThroughItsFrontend(t *testing.T) {
+	httpBase, eventsBase := freePortRun(t, 2), freePortRun(t, 4)
+	fe := freeport.Addr(t)
+	node := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
+	p := &proc{t: t, dir: t.TempDir()}
+	p.args = []string{"up", "--prefill", "1", "--decode", "1", "--http-port", strconv.Itoa(httpBase),
+		"--kv-events-port", strconv.Itoa(eventsBase), "--frontend", fe, "--speedup", "20", "--num-gpu-blocks", "512",
+		"--data-dir", p.dir, "--dram-capacity", "64MiB", "--ssd-capacity", "256MiB", "--listen-grpc", node[0],
+		"--listen-data", node[1], "--listen-http", node[2], "--cluster-raft-addr", node[3], "--listen-resp", ""}
+	p.launch()
+	url := "http://" + fe
+	waitWorkerHealth(t, p, url)
+	cl := frontendSDK(url)
+	// Over the frontend's default 1000 uncached tokens: disaggregated.
+	long := strings.Repeat("A prefill worker computes the prompt, the cache keeps it, a decode worker streams. ", 80)
+	if res := streamCompletion(cl, "kvstrata-sim", long, 6, nil); res.err != nil || res.finish != "length" || res.completion != 6 {
+		t.Fatalf("a long prompt through up's frontend: %+v\n%s", res, p.log)
+	}
+	if res := streamCompletion(cl, "kvstrata-sim", "A short one.", 6, nil); res.err != nil || res.completion != 6 {
+		t.Fatalf("a short prompt through up's frontend: %+v\n%s", res, p.log)
+	}
+	m := scrapeWorker(t, url)
+	if n := routedRequests(m, "disaggregated"); n != 1 {
+		t.Errorf("%v requests took the disaggregated route, want the long one", n)
+	}
+	if n := routedRequests(m, "local"); n != 1 {
+		t.Errorf("%v requests took the local route, want the short one", n)
 	}
 }
