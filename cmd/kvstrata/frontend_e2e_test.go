@@ -167,9 +167,11 @@ func TestUpWithAFrontend(t *testing.T) {
 	if res.err != nil || res.finish != "length" || res.completion != 6 {
 		t.Fatalf("a streamed completion through up's frontend: %+v", res)
 	}
-	if n := workerMetricSum(scrapeWorker(t, url), "kvstrata_frontend_routing_decisions_total"); n != 1 {
+	body := scrapeWorker(t, url)
+	if n := workerMetricSum(body, "kvstrata_frontend_routing_decisions_total"); n != 1 {
 		t.Errorf("the frontend counted %v routing decisions, want 1", n)
 	}
+	promtoolCheckWorker(t, body) // the frontend's exposition, read by Prometheus's own parser and linter
 	if !strings.Contains(p.log.String(), `msg="frontend serving"`) {
 		t.Errorf("the log does not say the frontend serves:\n%s", p.log)
 	}
