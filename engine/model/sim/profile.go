@@ -54,6 +54,16 @@ type Curve struct {
 	MinMs    float64      `json:"min_ms,omitempty"`
 }
 
+// WorkerLimits are the batch limits and KV pool a profile was measured
+// with, which the planner and the configurator size workers by. A zero
+// field is unknown: the reader takes its own default.
+type WorkerLimits struct {
+	KVTokens            int `json:"kv_tokens,omitempty"`
+	BlockTokens         int `json:"block_tokens,omitempty"`
+	MaxNumSeqs          int `json:"max_num_seqs,omitempty"`
+	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
+}
+
 // MaxStep is the longest step a curve yields, so that a wild profile
 // cannot overflow a time.Duration.
 const MaxStep = time.Hour
