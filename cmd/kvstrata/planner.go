@@ -24,6 +24,7 @@ import (
 	"github.com/kvstrata/kvstrata/engine/model/sim"
 	"github.com/kvstrata/kvstrata/internal/lifecycle"
 	"github.com/kvstrata/kvstrata/planner"
+	"github.com/kvstrata/kvstrata/planner/connector/kube"
 	"github.com/kvstrata/kvstrata/planner/perf"
 	"github.com/kvstrata/kvstrata/planner/scrape"
 )
@@ -33,15 +34,34 @@ const DefaultPlannerListen = "127.0.0.1:8090"
 
 var _ lifecycle.Part = (*plannerPart)(nil)
 
+// connectorFlags are what the connectors are made from.
+type connectorFlags struct {
+	pools                                  map[planner.Pool]planner.Limits
+	kubeTargets, kubeNamespace, kubeconfig string
+}
+
 // plannerConnectors make the connectors --connector names. A connector
 // package adds itself here.
-var plannerConnectors = map[string]func(pools map[planner.Pool]planner.Limits) (planner.Connector, error){
-	"none": func(pools map[planner.Pool]planner.Limits) (planner.Connector, error) { return noConnector(pools), nil },
+var plannerConnectors = map[string]func(f connectorFlags) (planner.Connector, error){
+	"none": func(f connectorFlags) (planner.Connector, error) { return noConnector(f.pools), nil },
+	"kube": func(f connectorFlags) (planner.Connector, error) {
+		ts, err := kube.ParseTargets(f.kubeTargets)
+		if err != nil {
+			return nil, fmt.Errorf("--kube-targets %q: %w", f.kubeTargets, err)
+		}
+		for p := range f.pools {
+			if _, ok := ts[p]; !ok {
+				return nil, fmt.Errorf("--kube-targets %q: no workload for pool %s", f.kubeTargets, p)
+			}
+		}
+		return kube.NewFromKubeconfig(f.kubeconfig, f.kubeNamespace, ts)
+	},
 }
 
 func newPlannerCommand(stderr io.Writer) *cobra.Command {
 	var cfg planner.Config
 	var frontendURL, promURL, promSelector, profile, pools, manual, connector, listen string
+	var cf connectorFlags
 	var lim sim.WorkerLimits
 	var t flagTable
 	var proc processFlags
@@ -72,7 +92,10 @@ a manual change: --manual respect:D freezes the pool at it for D,
 --mode advisory decides, logs and publishes (GET /v1/planner/status as
 JSON, /metrics) but never scales; --mode active asks the --connector to.
 Connectors: none (nothing to scale: advisory only; each pool's current
-size is read as its minimum).
+size is read as its minimum); kube (each pool's Deployment or StatefulSet,
+--kube-targets, scaled through the scale subresource: the planner's
+service account needs get/update on deployments/scale or
+statefulsets/scale).
 
 --pools is aggregated:MIN-MAX, or prefill:MIN-MAX,decode:MIN-MAX.`,
 		Example: `  # Advise on an aggregated pool of 1 to 8 workers behind a frontend
@@ -134,7 +157,8 @@ size is read as its minimum).
 			log := proc.logger(stderr)
 			var p *planner.Planner
 			if len(probs) == 0 {
-				conn, err := newConn(cfg.Pools)
+				cf.pools = cfg.Pools
+				conn, err := newConn(cf)
 				if err != nil {
 					probs = append(probs, fmt.Sprintf("--connector %s: %v", connector, err))
 				} else if p, err = planner.New(cfg, model, conn, log); err != nil {
@@ -178,7 +202,10 @@ size is read as its minimum).
 	t.int("down-stable", planner.DefaultDownStable, "windows in a row a smaller size must suffice before a scale-down", &cfg.DownStable)
 	t.int("max-down-step", 0, "most workers one scale-down removes (0: half the pool, rounded up)", &cfg.MaxDownStep)
 	t.int("idle-windows", planner.DefaultIdleWindows, "windows without a request after which every pool goes to its minimum", &cfg.IdleWindows)
-	t.str("connector", "none", "what carries out decisions: none (advisory only)", &connector)
+	t.str("connector", "none", "what carries out decisions: none (advisory only) or kube (Kubernetes workloads' scale subresource)", &connector)
+	t.str("kube-targets", "", "kube: the workload of each pool, POOL=KIND/NAME,... e.g. aggregated=Deployment/kvstrata-worker", &cf.kubeTargets)
+	t.str("kube-namespace", "default", "kube: the workloads' namespace", &cf.kubeNamespace)
+	t.str("kubeconfig", "", `kube: the kubeconfig file ("": the pod's service account, in-cluster)`, &cf.kubeconfig)
 	t.str("listen", DefaultPlannerListen, "HTTP address of GET /v1/planner/status (JSON), /metrics and /readyz", &listen)
 	proc.add(fs)
 	return cmd
