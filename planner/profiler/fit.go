@@ -47,17 +47,20 @@ func Fit(sw sim.Sweep, lim sim.WorkerLimits, source string) (sim.Profile, []Chec
 	pre := slices.Clone(sw.Prefill)
 	slices.SortStableFunc(pre, func(a, b sim.PrefillPoint) int { return cmp.Compare(a.ISL, b.ISL) })
 	var pts [][2]float64
+	var n []int // points averaged into each of pts
 	var long []sim.PrefillPoint
 	for _, pt := range pre {
 		switch {
 		case pt.ISL > lim.MaxNumBatchedTokens:
 			long = append(long, pt)
 		case len(pts) > 0 && pts[len(pts)-1][0] == float64(pt.ISL):
-			// The same length twice: keep the mean.
-			last := &pts[len(pts)-1]
-			last[1] = (last[1] + pt.TTFTMs) / 2
+			// The same length again: keep the mean.
+			i := len(pts) - 1
+			pts[i][1] = (pts[i][1]*float64(n[i]) + pt.TTFTMs) / float64(n[i]+1)
+			n[i]++
 		default:
 			pts = append(pts, [2]float64{float64(pt.ISL), pt.TTFTMs})
+			n = append(n, 1)
 		}
 	}
 	if len(pts) < 2 {

@@ -133,6 +133,23 @@ func TestFitRefusesTooLittleData(t *testing.T) {
 	}
 }
 
+// TestFitAveragesARepeatedLength: a length measured three times is one
+// table point at the three's mean.
+func TestFitAveragesARepeatedLength(t *testing.T) {
+	sw := sweepOf(t, sim.DefaultProfile(), []int{128}, []int{1, 2, 4}, []int{1024, 4096})
+	sw.Prefill = append(sw.Prefill, sim.PrefillPoint{ISL: 2048, TTFTMs: 40}, sim.PrefillPoint{ISL: 2048, TTFTMs: 50}, sim.PrefillPoint{ISL: 2048, TTFTMs: 90})
+	p, _, err := Fit(sw, limits, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Prefill.Points; len(got) != 2 || got[1] != [2]float64{2048, 60} {
+		t.Errorf("prefill points %v, want 128 and 2048 at the mean 60 ms", got)
+	}
+	if len(p.Sweep.Prefill) != 4 {
+		t.Errorf("the sweep keeps %d points, want all 4 measurements", len(p.Sweep.Prefill))
+	}
+}
+
 func TestLeastSquaresSolvesAnExactSystem(t *testing.T) {
 	// y = 2 + 3x − x² + 0.5·b over points that determine it.
 	var rows [][4]float64
