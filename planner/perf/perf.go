@@ -246,13 +246,3 @@ func (m Model) Need(l Load, t Targets, c Corrections) Need {
 	n.Aggregated = n.Prefill + n.Decode
 	return n
 }
-
-// FromProfile is the model of the worker p was measured on: New with the
-// limits of p.Worker, the defaults where p has none.
-func FromProfile(p sim.Profile) (Model, error) {
-	var lim sim.WorkerLimits
-	if p.Worker != nil {
-		lim = *p.Worker
-	}
-	return New(p, lim)
-}
