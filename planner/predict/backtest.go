@@ -29,6 +29,12 @@ func Series(reqs []trace.Request, window time.Duration) []float64 {
 	for i := range counts {
 		counts[i] /= window.Seconds()
 	}
+	// The trace ends at its last request, so the last window is cut
+	// short; less than half of it would read as a fall in load that never
+	// happened.
+	if n := len(counts); n > 1 && (last-first)-int64(n-1)*w < w/2 {
+		counts = counts[:n-1]
+	}
 	return counts
 }
 

@@ -236,7 +236,8 @@ func TestARIMAFallsBackToHoltWithFewPoints(t *testing.T) {
 func TestSeriesCountsArrivalsPerWindow(t *testing.T) {
 	reqs := []trace.Request{{Timestamp: 1000}, {Timestamp: 1500}, {Timestamp: 2999}, {Timestamp: 9000}}
 	got := Series(reqs, 2*time.Second)
-	want := []float64{1.5, 0, 0, 0, 0.5}
+	// The last window, [9000, 11000), is covered for 0 ms of 2000: left out.
+	want := []float64{1.5, 0, 0, 0}
 	if len(got) != len(want) {
 		t.Fatalf("Series = %v, want %v", got, want)
 	}
@@ -244,6 +245,9 @@ func TestSeriesCountsArrivalsPerWindow(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("Series = %v, want %v", got, want)
 		}
+	}
+	if got := Series(reqs, 5*time.Second); len(got) != 2 || got[1] != 0.2 {
+		t.Errorf("at 5 s windows Series = %v, want [0.6 0.2]: the last window is 3 s of 5", got)
 	}
 	if Series(nil, time.Second) != nil || Series(reqs, 0) != nil {
 		t.Error("Series of nothing, or at a zero window, is not empty")
