@@ -116,7 +116,7 @@ type Result struct {
 		KVTokens int     `json:"kv_tokens"`
 	} `json:"input"`
 	// Points is every candidate, aggregated first.
-	Points []Point `json:"-"`
+	Points []Point `json:"points"`
 	// Front is the Pareto front over throughput per worker and tokens per
 	// user, by tokens per user ascending.
 	Front []Point `json:"front"`
