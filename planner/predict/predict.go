@@ -171,7 +171,8 @@ func parseHoltWinters(args string, hasArgs bool, bad func(string, ...any) error)
 		return nil, bad("want holt-winters:period=P[,a,b,g]")
 	}
 	hw := &holtWinters{alpha: DefaultHWAlpha, beta: DefaultHWBeta, gamma: DefaultHWGamma}
-	positional := []*float64{&hw.alpha, &hw.beta, &hw.gamma}
+	// Numbers without a key are a, b and g, in that order.
+	positional := []string{"a", "b", "g"}
 	seen := map[string]bool{}
 	for i, part := range strings.Split(args, ",") {
 		k, v, isKV := strings.Cut(strings.TrimSpace(part), "=")
@@ -179,7 +180,7 @@ func parseHoltWinters(args string, hasArgs bool, bad func(string, ...any) error)
 			if i == 0 || len(positional) == 0 {
 				return nil, bad("%q: want period=P first, then up to three numbers a,b,g", part)
 			}
-			k, v = [...]string{"a", "b", "g"}[3-len(positional)], part
+			k, v, positional = positional[0], part, positional[1:]
 		}
 		k = strings.TrimSpace(k)
 		if seen[k] {
@@ -196,13 +197,14 @@ func parseHoltWinters(args string, hasArgs bool, bad func(string, ...any) error)
 				return nil, bad("period must be a whole number of observations in [2, %d]", MaxWindow)
 			}
 			hw.period = int(f)
-		case "a", "b", "g":
-			*map[string]*float64{"a": &hw.alpha, "b": &hw.beta, "g": &hw.gamma}[k] = f
+		case "a":
+			hw.alpha = f
+		case "b":
+			hw.beta = f
+		case "g":
+			hw.gamma = f
 		default:
 			return nil, bad("unknown parameter %q; want period, a, b, g", k)
-		}
-		if len(positional) > 0 && k != "period" {
-			positional = positional[1:]
 		}
 	}
 	if hw.period == 0 {
