@@ -265,3 +265,17 @@ func TestBacktestScores(t *testing.T) {
 		t.Errorf("Backtest = %+v, want %+v", s, want)
 	}
 }
+
+func TestExtremeSeriesPredictFiniteValues(t *testing.T) {
+	for _, spec := range All(5) {
+		for _, scale := range []float64{1e300, 1e-300} {
+			p := mustNew(t, spec)
+			for i := range 60 {
+				p.Observe(scale * float64(i%3))
+			}
+			if v := p.Predict(3); math.IsNaN(v) || v < 0 || math.IsInf(v, 0) {
+				t.Errorf("%s on a series of scale %v: Predict(3) = %v", spec, scale, v)
+			}
+		}
+	}
+}
