@@ -69,6 +69,7 @@ command line or configuration (nothing was started).`,
 			fmt.Fprintln(stdout, "kvstrata", version())
 		},
 	})
+	root.AddCommand(newConfigureCommand(stdout))
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(stderr, "kvstrata: %v\n", err)
