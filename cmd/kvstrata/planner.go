@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,6 +142,11 @@ statefulsets/scale).
 					probs = append(probs, fmt.Sprintf("--profile %q: %v", profile, err))
 				}
 			}
+			if w := prof.Worker; w != nil { // a version-2 profile's worker, unless a flag says otherwise
+				lim.KVTokens = cmp.Or(lim.KVTokens, w.KVTokens)
+				lim.MaxNumSeqs = cmp.Or(lim.MaxNumSeqs, w.MaxNumSeqs)
+				lim.MaxNumBatchedTokens = cmp.Or(lim.MaxNumBatchedTokens, w.MaxNumBatchedTokens)
+			}
 			model, err := perf.New(prof, lim)
 			if err != nil && len(probs) == 0 {
 				probs = append(probs, err.Error())
@@ -161,9 +167,8 @@ statefulsets/scale).
 				conn, err := newConn(cf)
 				if err != nil {
 					probs = append(probs, fmt.Sprintf("--connector %s: %v", connector, err))
-				} else if p, err = planner.New(cfg, model, conn, log); err != nil {
-					msg := strings.TrimPrefix(err.Error(), planner.ErrBadConfig.Error()+": ")
-					probs = append(probs, strings.Split(msg, "; ")...)
+				} else if p, err = planner.New(cfg, model, conn, log); err != nil { // the config is valid: the predictor
+					probs = append(probs, fmt.Sprintf("--predictor %q: %s", cfg.Predictor, strings.TrimPrefix(err.Error(), planner.ErrBadConfig.Error()+": ")))
 				}
 			}
 			if len(probs) > 0 {
@@ -185,9 +190,9 @@ statefulsets/scale).
 	t.str("prometheus", "", "instead, a Prometheus server that scrapes the frontend (http://host:port), read through /api/v1/query", &promURL)
 	t.str("prometheus-selector", "", `with --prometheus, label matchers for the frontend's series, e.g. job="frontend" ("": all)`, &promSelector)
 	t.str("profile", "", `the worker profile (JSON, kvstrata profile's format; "": the Dynamo mocker's polynomial the sim engine uses by default)`, &profile)
-	t.int("kv-tokens", 0, fmt.Sprintf("a worker's KV pool in tokens (0: %d)", perf.DefaultKVTokens), &lim.KVTokens)
-	t.int("max-num-seqs", 0, fmt.Sprintf("a worker's most running sequences (0: %d)", perf.DefaultMaxSeqs), &lim.MaxNumSeqs)
-	t.int("max-num-batched-tokens", 0, fmt.Sprintf("tokens a worker computes in one step: longer prompts prefill in chunks of it (0: %d)", perf.DefaultMaxBatched), &lim.MaxNumBatchedTokens)
+	t.int("kv-tokens", 0, fmt.Sprintf("a worker's KV pool in tokens (0: the profile's worker's, else %d)", perf.DefaultKVTokens), &lim.KVTokens)
+	t.int("max-num-seqs", 0, fmt.Sprintf("a worker's most running sequences (0: the profile's worker's, else %d)", perf.DefaultMaxSeqs), &lim.MaxNumSeqs)
+	t.int("max-num-batched-tokens", 0, fmt.Sprintf("tokens a worker computes in one step: longer prompts prefill in chunks of it (0: the profile's worker's, else %d)", perf.DefaultMaxBatched), &lim.MaxNumBatchedTokens)
 	t.duration("slo-ttft", 2*time.Second, "the mean time-to-first-token target", &cfg.TTFT)
 	t.duration("slo-itl", 50*time.Millisecond, "the mean inter-token latency target", &cfg.ITL)
 	t.duration("interval", planner.DefaultInterval, "one observation window: the planner decides once per interval", &cfg.Interval)
@@ -196,7 +201,7 @@ statefulsets/scale).
 	t.str("mode", planner.ModeAdvisory, "active (scale through --connector) or advisory (decide and publish only)", &cfg.Mode)
 	t.str("pools", "aggregated:1-8", "the pools and their sizes: aggregated:MIN-MAX, or prefill:MIN-MAX,decode:MIN-MAX", &pools)
 	t.int("budget", 0, "most workers of all pools together; over it both shrink in proportion to their needs (0: no bound)", &cfg.Budget)
-	t.str("predictor", plannerDefaultPredictor, "the request-rate predictor: constant (the last window's rate) or ewma:α (smoothed, α in (0, 1])", &cfg.Predictor)
+	t.str("predictor", planner.DefaultPredictor, "the request-rate predictor: constant, ma:N, ewma[:a], holt:a,b, kalman[:q_level,q_trend,r], holt-winters:period=P[,a,b,g], arima or arima:p,d,q (see planner/predict)", &cfg.Predictor)
 	t.str("manual", "respect:"+planner.DefaultRespect.String(), "a size the planner did not ask for: respect:DURATION freezes the pool at it that long; override scales it back", &manual)
 	t.float("band", planner.DefaultBand, "hysteresis: a pool shrinks to n only when need × (1 + band) ≤ n", &cfg.Band)
 	t.int("down-stable", planner.DefaultDownStable, "windows in a row a smaller size must suffice before a scale-down", &cfg.DownStable)
@@ -378,7 +383,3 @@ func (pp *plannerPart) Stop(ctx context.Context) error {
 	<-pp.served
 	return err
 }
-
-// plannerDefaultPredictor is --predictor's default: an EWMA of the rate
-// until planner/predict's forecasters are built in.
-const plannerDefaultPredictor = "ewma:0.3"

@@ -136,7 +136,7 @@ func TestPlannerBadFlagsAreUsageErrors(t *testing.T) {
 	usageErrorSays(t, []string{"planner", "--prometheus", "http://127.0.0.1:1", "--frontend", "http://127.0.0.1:2"}, "--frontend or --prometheus: give exactly one")
 	usageErrorSays(t, []string{"planner", "--frontend", "http://127.0.0.1:1", "--mode", "active", "--connector", "kube", "--kube-targets", "decode=Deployment/w"},
 		`--kube-targets "decode=Deployment/w": no workload for pool aggregated`)
-	usageErrorSays(t, []string{"planner", "--frontend", "http://127.0.0.1:1", "--predictor", "oracle"}, `predictor "oracle" is unknown`)
+	usageErrorSays(t, []string{"planner", "--frontend", "http://127.0.0.1:1", "--predictor", "oracle"}, `unknown kind "oracle"`)
 	usageErrorSays(t, []string{"planner", "--frontend", "http://127.0.0.1:1", "--profile", "/nonexistent/profile.json"}, `--profile "/nonexistent/profile.json"`)
 }
 
