@@ -288,3 +288,10 @@ func TestParseTargets(t *testing.T) {
 		}
 	}
 }
+
+func TestNamespace(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "llm")
+	if got := Namespace(); got != "llm" {
+		t.Fatalf("Namespace with POD_NAMESPACE=llm: %q", got)
+	}
+}
