@@ -22,6 +22,11 @@ var podValues = strings.NewReplacer("$(POD_NAME)", "kvstrata-cache-0", "$(POD_IP
 // the command line is parsed as the binary parses it, with --help, which
 // refuses unknown flags before it prints anything.
 func TestManifestsRunFlagsTheCommandsHave(t *testing.T) {
+	// The check is not vacuous: a flag the command lacks fails it.
+	var out, errOut bytes.Buffer
+	if code := execute(context.Background(), []string{"worker", "--kv-events-bind=tcp://0.0.0.0:5557", "--help"}, &out, &errOut); code == 0 {
+		t.Fatal("worker --kv-events-bind (a frontend's flag) --help exits 0")
+	}
 	for _, spec := range []kube.Spec{{}, {Aggregated: 2, WorkerArgs: []string{"--model=tiny", "--max-num-seqs=64"}}} {
 		objs, err := kube.Manifests(spec)
 		if err != nil {
