@@ -67,6 +67,8 @@ var entryNames = map[EntryType]string{
 	EntryWorkerUpsert:   "worker-upsert",
 	EntryWorkerRemove:   "worker-remove",
 	EntryWorkerExpire:   "worker-expire",
+	EntryPlannerPut:     "planner-put",
+	EntryPlannerAck:     "planner-ack",
 }
 
 func (t EntryType) String() string {

@@ -35,7 +35,8 @@ import (
 type FSM struct {
 	dir     atomic.Pointer[index.Directory]
 	state   atomic.Pointer[roster]
-	workers atomic.Pointer[registry] // nil: none (see registry.go)
+	workers atomic.Pointer[registry]       // nil: none (see registry.go)
+	planner atomic.Pointer[plannerRecords] // nil: none (see planner.go)
 	applied atomic.Uint64
 	events  atomic.Uint64
 	skipped atomic.Uint64
@@ -240,6 +241,8 @@ func (f *FSM) applyEntry(l *raft.Log) any {
 		return f.change(func(s *roster) (*roster, error) { return s.setCapacities(e.caps) })
 	case EntryWorkerUpsert, EntryWorkerRemove, EntryWorkerExpire:
 		return f.applyRegistry(e)
+	case EntryPlannerPut, EntryPlannerAck:
+		return f.applyPlanner(e)
 	default: // an unknown ignorable type
 		f.skipped.Add(1)
 		return nil

@@ -15,9 +15,10 @@ import (
 
 // A snapshot, as Persist writes it:
 //
-//	magic "KVSTRDIR", version byte 1 or 2
+//	magic "KVSTRDIR", version byte 1, 2 or 3
 //	frame S: uvarint applied index, then the cluster state (appendRoster)
-//	frame W, in version 2 only: the worker registry (appendRegistry)
+//	frame W, in versions 2 and 3: the worker registry (appendRegistry)
+//	frame P, in version 3: the planner records (appendPlannerRecords)
 //	frame D, any number: directory entries, back to back, until the frame ends
 //	frame E: uvarint entries, uvarint D frames
 //
@@ -32,13 +33,16 @@ import (
 // it in the frame (entries of one namespace dominate a directory).
 //
 // A snapshot of an FSM with no registered workers is written in version
-// 1, which builds that know no registry read too.
+// 1, which builds that know no registry read too; one with workers and no
+// planner records in version 2, which builds that know no planner records
+// read too.
 const (
 	snapMagic   = "KVSTRDIR"
-	snapVersion = 2
+	snapVersion = 3
 
 	frameState    = 'S'
 	frameRegistry = 'W'
+	framePlanner  = 'P'
 	frameDir      = 'D'
 	frameEnd      = 'E'
 
@@ -59,6 +63,7 @@ type fsmSnapshot struct {
 	dir     *index.DirectorySnapshot
 	state   *roster
 	workers *registry
+	planner *plannerRecords
 	applied uint64
 }
 
@@ -66,7 +71,7 @@ type fsmSnapshot struct {
 // shards are shared until their next write copies them); Persist does the
 // writing, concurrently with later Applies, which it does not see.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &fsmSnapshot{dir: f.Directory().Snapshot(), state: f.state.Load(), workers: f.reg(), applied: f.applied.Load()}, nil
+	return &fsmSnapshot{dir: f.Directory().Snapshot(), state: f.state.Load(), workers: f.reg(), planner: f.plannerRecs(), applied: f.applied.Load()}, nil
 }
 
 // Persist writes the snapshot to sink and closes it, or cancels it on error.
@@ -89,8 +94,11 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	bw.WriteString(snapMagic)
 	version := byte(1)
-	if len(s.workers.workers) > 0 {
-		version = snapVersion
+	switch {
+	case len(s.planner.pools) > 0:
+		version = 3
+	case len(s.workers.workers) > 0:
+		version = 2
 	}
 	bw.WriteByte(version)
 	buf := appendUvarint(nil, s.applied)
@@ -100,6 +108,11 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	}
 	if version >= 2 {
 		if err := writeFrame(bw, frameRegistry, appendRegistry(buf[:0], s.workers)); err != nil {
+			return err
+		}
+	}
+	if version >= 3 {
+		if err := writeFrame(bw, framePlanner, appendPlannerRecords(buf[:0], s.planner)); err != nil {
 			return err
 		}
 	}
@@ -179,58 +192,73 @@ func appendSnapEntry(dst []byte, k index.Key, e *index.Entry, first bool, prevNS
 // been read and checked; on error the FSM is unchanged. Readers holding
 // the old directory keep it. Restore does not close rc (raft does).
 func (f *FSM) Restore(rc io.ReadCloser) error {
-	dir, state, workers, applied, err := readSnapshot(rc)
+	dir, state, workers, planner, applied, err := readSnapshot(rc)
 	if err != nil {
 		return fmt.Errorf("raftstore: restore snapshot: %w", err)
 	}
 	f.dir.Store(dir)
 	f.state.Store(state)
 	f.workers.Store(workers)
+	f.planner.Store(planner)
 	f.applied.Store(applied)
 	return nil
 }
 
 // readSnapshot reads what write wrote. An error wraps ErrCorrupt when
 // the bytes are damaged, the reader's error when reading failed.
-func readSnapshot(r io.Reader) (*index.Directory, *roster, *registry, uint64, error) {
+func readSnapshot(r io.Reader) (*index.Directory, *roster, *registry, *plannerRecords, uint64, error) {
 	br := bufio.NewReaderSize(r, 256<<10)
 	var head [len(snapMagic) + 1]byte
 	if _, err := io.ReadFull(br, head[:]); err != nil {
-		return nil, nil, nil, 0, fmt.Errorf("read header: %w", eofIsCorrupt(err))
+		return nil, nil, nil, nil, 0, fmt.Errorf("read header: %w", eofIsCorrupt(err))
 	}
 	if string(head[:len(snapMagic)]) != snapMagic {
-		return nil, nil, nil, 0, fmt.Errorf("%w: not a directory snapshot", ErrCorrupt)
+		return nil, nil, nil, nil, 0, fmt.Errorf("%w: not a directory snapshot", ErrCorrupt)
 	}
 	version := head[len(snapMagic)]
 	if version < 1 || version > snapVersion {
-		return nil, nil, nil, 0, fmt.Errorf("%w: snapshot format %d, this build reads 1 to %d", ErrCorrupt, version, snapVersion)
+		return nil, nil, nil, nil, 0, fmt.Errorf("%w: snapshot format %d, this build reads 1 to %d", ErrCorrupt, version, snapVersion)
 	}
 	var buf []byte
 	kind, payload, err := readFrame(br, buf)
 	if err != nil {
-		return nil, nil, nil, 0, err
+		return nil, nil, nil, nil, 0, err
 	}
 	if kind != frameState {
-		return nil, nil, nil, 0, fmt.Errorf("%w: first frame is %q, want the cluster state", ErrCorrupt, kind)
+		return nil, nil, nil, nil, 0, fmt.Errorf("%w: first frame is %q, want the cluster state", ErrCorrupt, kind)
 	}
 	pr := reader{b: payload}
 	applied := pr.uvarint()
 	state := readRoster(&pr)
 	if err := pr.done(); err != nil {
-		return nil, nil, nil, 0, fmt.Errorf("%w: cluster state: %w", ErrCorrupt, err)
+		return nil, nil, nil, nil, 0, fmt.Errorf("%w: cluster state: %w", ErrCorrupt, err)
 	}
 	workers := emptyRegistry
 	if version >= 2 {
 		if kind, payload, err = readFrame(br, payload); err != nil {
-			return nil, nil, nil, 0, err
+			return nil, nil, nil, nil, 0, err
 		}
 		if kind != frameRegistry {
-			return nil, nil, nil, 0, fmt.Errorf("%w: frame %q after the cluster state, want the worker registry", ErrCorrupt, kind)
+			return nil, nil, nil, nil, 0, fmt.Errorf("%w: frame %q after the cluster state, want the worker registry", ErrCorrupt, kind)
 		}
 		wr := reader{b: payload}
 		workers = readRegistry(&wr)
 		if err := wr.done(); err != nil {
-			return nil, nil, nil, 0, fmt.Errorf("%w: worker registry: %w", ErrCorrupt, err)
+			return nil, nil, nil, nil, 0, fmt.Errorf("%w: worker registry: %w", ErrCorrupt, err)
+		}
+	}
+	planner := emptyPlannerRecords
+	if version >= 3 {
+		if kind, payload, err = readFrame(br, payload); err != nil {
+			return nil, nil, nil, nil, 0, err
+		}
+		if kind != framePlanner {
+			return nil, nil, nil, nil, 0, fmt.Errorf("%w: frame %q after the worker registry, want the planner records", ErrCorrupt, kind)
+		}
+		pr := reader{b: payload}
+		planner = readPlannerRecords(&pr)
+		if err := pr.done(); err != nil {
+			return nil, nil, nil, nil, 0, fmt.Errorf("%w: planner records: %w", ErrCorrupt, err)
 		}
 	}
 	dir := index.NewDirectory()
@@ -239,17 +267,17 @@ func readSnapshot(r io.Reader) (*index.Directory, *roster, *registry, uint64, er
 	for {
 		kind, payload, err = readFrame(br, payload)
 		if err != nil {
-			return nil, nil, nil, 0, err
+			return nil, nil, nil, nil, 0, err
 		}
 		if kind == frameEnd {
 			break
 		}
 		if kind != frameDir {
-			return nil, nil, nil, 0, fmt.Errorf("%w: frame %q after the cluster state", ErrCorrupt, kind)
+			return nil, nil, nil, nil, 0, fmt.Errorf("%w: frame %q after the cluster state", ErrCorrupt, kind)
 		}
 		var n int
 		if changes, n, err = decodeSnapEntries(changes[:0], payload); err != nil {
-			return nil, nil, nil, 0, fmt.Errorf("%w: directory frame %d: %w", ErrCorrupt, frames, err)
+			return nil, nil, nil, nil, 0, fmt.Errorf("%w: directory frame %d: %w", ErrCorrupt, frames, err)
 		}
 		dir.ApplyBatch(changes)
 		entries += uint64(n)
@@ -258,16 +286,16 @@ func readSnapshot(r io.Reader) (*index.Directory, *roster, *registry, uint64, er
 	er := reader{b: payload}
 	wantEntries, wantFrames := er.uvarint(), er.uvarint()
 	if err := er.done(); err != nil {
-		return nil, nil, nil, 0, fmt.Errorf("%w: end frame: %w", ErrCorrupt, err)
+		return nil, nil, nil, nil, 0, fmt.Errorf("%w: end frame: %w", ErrCorrupt, err)
 	}
 	if wantEntries != entries || wantFrames != frames {
-		return nil, nil, nil, 0, fmt.Errorf("%w: read %d entries in %d frames, the end frame says %d in %d",
+		return nil, nil, nil, nil, 0, fmt.Errorf("%w: read %d entries in %d frames, the end frame says %d in %d",
 			ErrCorrupt, entries, frames, wantEntries, wantFrames)
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
-		return nil, nil, nil, 0, fmt.Errorf("%w: bytes after the end frame", ErrCorrupt)
+		return nil, nil, nil, nil, 0, fmt.Errorf("%w: bytes after the end frame", ErrCorrupt)
 	}
-	return dir, state, workers, applied, nil
+	return dir, state, workers, planner, applied, nil
 }
 
 // readFrame reads one frame into buf (reusing its memory) and checks it.

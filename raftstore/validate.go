@@ -25,6 +25,9 @@ type decoded struct {
 	worker   Worker       // EntryWorkerUpsert
 	url      string       // EntryWorkerRemove
 	cutoff   time.Time    // EntryWorkerExpire
+	// EntryPlannerPut, EntryPlannerAck
+	plannerPut []PlannerRecord
+	plannerAck PlannerAck
 }
 
 // decode decodes the entry data, appending the events of an EntryEvents
@@ -76,6 +79,10 @@ func decode(dst []Event, data []byte) (decoded, error) {
 		e.url, err = decodeEntry(data, (*reader).string)
 	case EntryWorkerExpire:
 		e.cutoff, err = decodeEntry(data, (*reader).time)
+	case EntryPlannerPut:
+		e.plannerPut, err = decodeEntry(data, readPlannerPut)
+	case EntryPlannerAck:
+		e.plannerAck, err = decodeEntry(data, readPlannerAck)
 	default:
 		if e.typ&Ignorable == 0 {
 			err = fmt.Errorf("%w %v", ErrUnknownEntry, e.typ)
@@ -145,6 +152,10 @@ func (e *decoded) check() error {
 		if e.url == "" || len(e.url) > MaxWorkerField {
 			return fmt.Errorf("worker-remove: a URL of %d bytes, not 1 to %d", len(e.url), MaxWorkerField)
 		}
+	case EntryPlannerPut:
+		return CheckPlannerDecisions(e.plannerPut)
+	case EntryPlannerAck:
+		return CheckPlannerAck(e.plannerAck)
 	}
 	return nil
 }
@@ -198,7 +209,7 @@ func CheckForwarded(data []byte, from index.NodeID) error {
 			return refuse("the record of node %d", e.member.ID)
 		}
 	case EntryMemberRemove, EntryLiveness, EntryLivenessInTerm, EntryCapacities,
-		EntryWorkerUpsert, EntryWorkerRemove, EntryWorkerExpire:
+		EntryWorkerUpsert, EntryWorkerRemove, EntryWorkerExpire, EntryPlannerPut, EntryPlannerAck:
 		return refuse("only the leader proposes it")
 	}
 	return nil

@@ -225,7 +225,10 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("listen http %s: %w", cfg.Listen.HTTP, err)
 		}
-		d.hsrv = &http.Server{Handler: m.Handler(cfg.Pprof, d.checks(cl, h)...), ReadHeaderTimeout: 10 * time.Second}
+		mux := http.NewServeMux()
+		mux.Handle(membership.PlannerDecisionsPath, membership.PlannerHandler(cl))
+		mux.Handle("/", m.Handler(cfg.Pprof, d.checks(cl, h)...))
+		d.hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := d.hsrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.failed <- fmt.Errorf("http: %w", err)

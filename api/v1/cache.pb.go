@@ -2451,6 +2451,395 @@ func (x *ListWorkersResponse) GetWorkers() []*WorkerRecord {
 	return nil
 }
 
+// A worker pool's latest scaling decision and its acknowledgement.
+type PlannerDecision struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Planner       string                 `protobuf:"bytes,1,opt,name=planner,proto3" json:"planner,omitempty"`                              // the planner that decided; informational
+	Pool          string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`                                    // aggregated, prefill or decode: the key
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`                                     // the pool's decision number, from 1
+	Current       int64                  `protobuf:"varint,4,opt,name=current,proto3" json:"current,omitempty"`                             // replicas before the decision
+	Target        int64                  `protobuf:"varint,5,opt,name=target,proto3" json:"target,omitempty"`                               // replicas asked for
+	Need          float64                `protobuf:"fixed64,6,opt,name=need,proto3" json:"need,omitempty"`                                  // fractional workers the model asked for
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`                                // load, idle, manual, budget, …
+	Mode          string                 `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`                                    // active or advisory
+	Applied       bool                   `protobuf:"varint,9,opt,name=applied,proto3" json:"applied,omitempty"`                             // whether the planner asked to scale
+	AtUnixMs      int64                  `protobuf:"varint,10,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`        // when it decided, by its clock
+	AckSeq        uint64                 `protobuf:"varint,11,opt,name=ack_seq,json=ackSeq,proto3" json:"ack_seq,omitempty"`                // the last decision carried out; 0 none (answers only)
+	AckReplicas   int64                  `protobuf:"varint,12,opt,name=ack_replicas,json=ackReplicas,proto3" json:"ack_replicas,omitempty"` // the replicas running then (answers only)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannerDecision) Reset() {
+	*x = PlannerDecision{}
+	mi := &file_api_v1_cache_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannerDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannerDecision) ProtoMessage() {}
+
+func (x *PlannerDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannerDecision.ProtoReflect.Descriptor instead.
+func (*PlannerDecision) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PlannerDecision) GetPlanner() string {
+	if x != nil {
+		return x.Planner
+	}
+	return ""
+}
+
+func (x *PlannerDecision) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PlannerDecision) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PlannerDecision) GetCurrent() int64 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+func (x *PlannerDecision) GetTarget() int64 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *PlannerDecision) GetNeed() float64 {
+	if x != nil {
+		return x.Need
+	}
+	return 0
+}
+
+func (x *PlannerDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PlannerDecision) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *PlannerDecision) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *PlannerDecision) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+func (x *PlannerDecision) GetAckSeq() uint64 {
+	if x != nil {
+		return x.AckSeq
+	}
+	return 0
+}
+
+func (x *PlannerDecision) GetAckReplicas() int64 {
+	if x != nil {
+		return x.AckReplicas
+	}
+	return 0
+}
+
+type PutPlannerDecisionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Decisions     []*PlannerDecision     `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"` // 1 to 64, one per pool
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutPlannerDecisionsRequest) Reset() {
+	*x = PutPlannerDecisionsRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutPlannerDecisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutPlannerDecisionsRequest) ProtoMessage() {}
+
+func (x *PutPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutPlannerDecisionsRequest.ProtoReflect.Descriptor instead.
+func (*PutPlannerDecisionsRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PutPlannerDecisionsRequest) GetDecisions() []*PlannerDecision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+type PutPlannerDecisionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutPlannerDecisionsResponse) Reset() {
+	*x = PutPlannerDecisionsResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutPlannerDecisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutPlannerDecisionsResponse) ProtoMessage() {}
+
+func (x *PutPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutPlannerDecisionsResponse.ProtoReflect.Descriptor instead.
+func (*PutPlannerDecisionsResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
+}
+
+type AckPlannerDecisionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Replicas      int64                  `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckPlannerDecisionRequest) Reset() {
+	*x = AckPlannerDecisionRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckPlannerDecisionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckPlannerDecisionRequest) ProtoMessage() {}
+
+func (x *AckPlannerDecisionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckPlannerDecisionRequest.ProtoReflect.Descriptor instead.
+func (*AckPlannerDecisionRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *AckPlannerDecisionRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *AckPlannerDecisionRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AckPlannerDecisionRequest) GetReplicas() int64 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+type AckPlannerDecisionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckPlannerDecisionResponse) Reset() {
+	*x = AckPlannerDecisionResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckPlannerDecisionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckPlannerDecisionResponse) ProtoMessage() {}
+
+func (x *AckPlannerDecisionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckPlannerDecisionResponse.ProtoReflect.Descriptor instead.
+func (*AckPlannerDecisionResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+}
+
+type ListPlannerDecisionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPlannerDecisionsRequest) Reset() {
+	*x = ListPlannerDecisionsRequest{}
+	mi := &file_api_v1_cache_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPlannerDecisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPlannerDecisionsRequest) ProtoMessage() {}
+
+func (x *ListPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPlannerDecisionsRequest.ProtoReflect.Descriptor instead.
+func (*ListPlannerDecisionsRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
+}
+
+type ListPlannerDecisionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Decisions     []*PlannerDecision     `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"` // by pool
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPlannerDecisionsResponse) Reset() {
+	*x = ListPlannerDecisionsResponse{}
+	mi := &file_api_v1_cache_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPlannerDecisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPlannerDecisionsResponse) ProtoMessage() {}
+
+func (x *ListPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPlannerDecisionsResponse.ProtoReflect.Descriptor instead.
+func (*ListPlannerDecisionsResponse) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListPlannerDecisionsResponse) GetDecisions() []*PlannerDecision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
 type Member struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2470,7 +2859,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2871,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2884,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Member) GetId() uint32 {
@@ -2587,7 +2976,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2988,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +3001,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -2651,7 +3040,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +3052,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +3065,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
 }
 
 type MembersResponse struct {
@@ -2692,7 +3081,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +3093,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +3106,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -2764,7 +3153,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +3165,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +3178,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *JoinRequest) GetMember() *Member {
@@ -2807,7 +3196,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +3208,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +3221,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{50}
 }
 
 type RemoveRequest struct {
@@ -2844,7 +3233,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2856,7 +3245,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2869,7 +3258,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveRequest) GetId() uint32 {
@@ -2887,7 +3276,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +3288,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3301,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{52}
 }
 
 type ProposeRequest struct {
@@ -2924,7 +3313,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3325,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3338,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ProposeRequest) GetEntry() []byte {
@@ -2968,7 +3357,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[47]
+	mi := &file_api_v1_cache_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3369,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[47]
+	mi := &file_api_v1_cache_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3382,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ProposeResponse) GetIndex() uint64 {
@@ -3016,7 +3405,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[48]
+	mi := &file_api_v1_cache_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3417,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[48]
+	mi := &file_api_v1_cache_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3430,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{48}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -3076,7 +3465,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[49]
+	mi := &file_api_v1_cache_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3477,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[49]
+	mi := &file_api_v1_cache_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3490,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{49}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HeartbeatResponse) GetCommitIndex() uint64 {
@@ -3119,7 +3508,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[50]
+	mi := &file_api_v1_cache_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3520,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[50]
+	mi := &file_api_v1_cache_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3533,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{50}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{57}
 }
 
 type SyncResponse struct {
@@ -3155,7 +3544,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[51]
+	mi := &file_api_v1_cache_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3556,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[51]
+	mi := &file_api_v1_cache_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3569,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{51}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{58}
 }
 
 type LocateRequest struct {
@@ -3192,7 +3581,7 @@ type LocateRequest struct {
 
 func (x *LocateRequest) Reset() {
 	*x = LocateRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[52]
+	mi := &file_api_v1_cache_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3593,7 @@ func (x *LocateRequest) String() string {
 func (*LocateRequest) ProtoMessage() {}
 
 func (x *LocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[52]
+	mi := &file_api_v1_cache_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3606,7 @@ func (x *LocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
 func (*LocateRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{52}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LocateRequest) GetKeys() []*BlockKey {
@@ -3237,7 +3626,7 @@ type LocateResponse struct {
 
 func (x *LocateResponse) Reset() {
 	*x = LocateResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[53]
+	mi := &file_api_v1_cache_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3249,7 +3638,7 @@ func (x *LocateResponse) String() string {
 func (*LocateResponse) ProtoMessage() {}
 
 func (x *LocateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[53]
+	mi := &file_api_v1_cache_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3262,7 +3651,7 @@ func (x *LocateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateResponse.ProtoReflect.Descriptor instead.
 func (*LocateResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{53}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LocateResponse) GetKeys() []*KeyLocations {
@@ -3288,7 +3677,7 @@ type KeyLocations struct {
 
 func (x *KeyLocations) Reset() {
 	*x = KeyLocations{}
-	mi := &file_api_v1_cache_proto_msgTypes[54]
+	mi := &file_api_v1_cache_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3689,7 @@ func (x *KeyLocations) String() string {
 func (*KeyLocations) ProtoMessage() {}
 
 func (x *KeyLocations) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[54]
+	mi := &file_api_v1_cache_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3702,7 @@ func (x *KeyLocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyLocations.ProtoReflect.Descriptor instead.
 func (*KeyLocations) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{54}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KeyLocations) GetLocations() []*TierBlocks {
@@ -3508,7 +3897,33 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x18DeregisterWorkerResponse\"\x14\n" +
 	"\x12ListWorkersRequest\"J\n" +
 	"\x13ListWorkersResponse\x123\n" +
-	"\aworkers\x18\x01 \x03(\v2\x19.kvstrata.v1.WorkerRecordR\aworkers\"\xbd\x02\n" +
+	"\aworkers\x18\x01 \x03(\v2\x19.kvstrata.v1.WorkerRecordR\aworkers\"\xb7\x02\n" +
+	"\x0fPlannerDecision\x12\x18\n" +
+	"\aplanner\x18\x01 \x01(\tR\aplanner\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x18\n" +
+	"\acurrent\x18\x04 \x01(\x03R\acurrent\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\x03R\x06target\x12\x12\n" +
+	"\x04need\x18\x06 \x01(\x01R\x04need\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x12\n" +
+	"\x04mode\x18\b \x01(\tR\x04mode\x12\x18\n" +
+	"\aapplied\x18\t \x01(\bR\aapplied\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\n" +
+	" \x01(\x03R\batUnixMs\x12\x17\n" +
+	"\aack_seq\x18\v \x01(\x04R\x06ackSeq\x12!\n" +
+	"\fack_replicas\x18\f \x01(\x03R\vackReplicas\"X\n" +
+	"\x1aPutPlannerDecisionsRequest\x12:\n" +
+	"\tdecisions\x18\x01 \x03(\v2\x1c.kvstrata.v1.PlannerDecisionR\tdecisions\"\x1d\n" +
+	"\x1bPutPlannerDecisionsResponse\"]\n" +
+	"\x19AckPlannerDecisionRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1a\n" +
+	"\breplicas\x18\x03 \x01(\x03R\breplicas\"\x1c\n" +
+	"\x1aAckPlannerDecisionResponse\"\x1d\n" +
+	"\x1bListPlannerDecisionsRequest\"Z\n" +
+	"\x1cListPlannerDecisionsResponse\x12:\n" +
+	"\tdecisions\x18\x01 \x03(\v2\x1c.kvstrata.v1.PlannerDecisionR\tdecisions\"\xbd\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -3571,7 +3986,7 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x03Pin\x12\x17.kvstrata.v1.PinRequest\x1a\x18.kvstrata.v1.PinResponse\x12D\n" +
 	"\aRelease\x12\x1b.kvstrata.v1.ReleaseRequest\x1a\x1c.kvstrata.v1.ReleaseResponse\x12=\n" +
 	"\x04Warm\x12\x18.kvstrata.v1.WarmRequest\x1a\x19.kvstrata.v1.WarmProgress0\x01\x12V\n" +
-	"\rLocateObjects\x12!.kvstrata.v1.LocateObjectsRequest\x1a\".kvstrata.v1.LocateObjectsResponse2\xef\x05\n" +
+	"\rLocateObjects\x12!.kvstrata.v1.LocateObjectsRequest\x1a\".kvstrata.v1.LocateObjectsResponse2\xad\b\n" +
 	"\aCluster\x12D\n" +
 	"\aMembers\x12\x1b.kvstrata.v1.MembersRequest\x1a\x1c.kvstrata.v1.MembersResponse\x12;\n" +
 	"\x04Join\x12\x18.kvstrata.v1.JoinRequest\x1a\x19.kvstrata.v1.JoinResponse\x12A\n" +
@@ -3582,7 +3997,10 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x06Locate\x12\x1a.kvstrata.v1.LocateRequest\x1a\x1b.kvstrata.v1.LocateResponse\x12Y\n" +
 	"\x0eRegisterWorker\x12\".kvstrata.v1.RegisterWorkerRequest\x1a#.kvstrata.v1.RegisterWorkerResponse\x12_\n" +
 	"\x10DeregisterWorker\x12$.kvstrata.v1.DeregisterWorkerRequest\x1a%.kvstrata.v1.DeregisterWorkerResponse\x12P\n" +
-	"\vListWorkers\x12\x1f.kvstrata.v1.ListWorkersRequest\x1a .kvstrata.v1.ListWorkersResponseB0Z.github.com/kvstrata/kvstrata/api/v1;kvstratav1b\x06proto3"
+	"\vListWorkers\x12\x1f.kvstrata.v1.ListWorkersRequest\x1a .kvstrata.v1.ListWorkersResponse\x12h\n" +
+	"\x13PutPlannerDecisions\x12'.kvstrata.v1.PutPlannerDecisionsRequest\x1a(.kvstrata.v1.PutPlannerDecisionsResponse\x12e\n" +
+	"\x12AckPlannerDecision\x12&.kvstrata.v1.AckPlannerDecisionRequest\x1a'.kvstrata.v1.AckPlannerDecisionResponse\x12k\n" +
+	"\x14ListPlannerDecisions\x12(.kvstrata.v1.ListPlannerDecisionsRequest\x1a).kvstrata.v1.ListPlannerDecisionsResponseB0Z.github.com/kvstrata/kvstrata/api/v1;kvstratav1b\x06proto3"
 
 var (
 	file_api_v1_cache_proto_rawDescOnce sync.Once
@@ -3596,64 +4014,71 @@ func file_api_v1_cache_proto_rawDescGZIP() []byte {
 	return file_api_v1_cache_proto_rawDescData
 }
 
-var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_api_v1_cache_proto_goTypes = []any{
-	(*BlockKey)(nil),                 // 0: kvstrata.v1.BlockKey
-	(*BlockMeta)(nil),                // 1: kvstrata.v1.BlockMeta
-	(*InfoRequest)(nil),              // 2: kvstrata.v1.InfoRequest
-	(*NodeInfo)(nil),                 // 3: kvstrata.v1.NodeInfo
-	(*PutRequest)(nil),               // 4: kvstrata.v1.PutRequest
-	(*PutHeader)(nil),                // 5: kvstrata.v1.PutHeader
-	(*PutResponse)(nil),              // 6: kvstrata.v1.PutResponse
-	(*BlockResult)(nil),              // 7: kvstrata.v1.BlockResult
-	(*GetRequest)(nil),               // 8: kvstrata.v1.GetRequest
-	(*GetResponse)(nil),              // 9: kvstrata.v1.GetResponse
-	(*LookupRequest)(nil),            // 10: kvstrata.v1.LookupRequest
-	(*LookupResponse)(nil),           // 11: kvstrata.v1.LookupResponse
-	(*Freshness)(nil),                // 12: kvstrata.v1.Freshness
-	(*TierBlocks)(nil),               // 13: kvstrata.v1.TierBlocks
-	(*ExistsRequest)(nil),            // 14: kvstrata.v1.ExistsRequest
-	(*ExistsResponse)(nil),           // 15: kvstrata.v1.ExistsResponse
-	(*EvictRequest)(nil),             // 16: kvstrata.v1.EvictRequest
-	(*EvictResponse)(nil),            // 17: kvstrata.v1.EvictResponse
-	(*EvictedBlock)(nil),             // 18: kvstrata.v1.EvictedBlock
-	(*StatsRequest)(nil),             // 19: kvstrata.v1.StatsRequest
-	(*StatsResponse)(nil),            // 20: kvstrata.v1.StatsResponse
-	(*TierStats)(nil),                // 21: kvstrata.v1.TierStats
-	(*PinRequest)(nil),               // 22: kvstrata.v1.PinRequest
-	(*PinResponse)(nil),              // 23: kvstrata.v1.PinResponse
-	(*ReleaseRequest)(nil),           // 24: kvstrata.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 25: kvstrata.v1.ReleaseResponse
-	(*LocateObjectsRequest)(nil),     // 26: kvstrata.v1.LocateObjectsRequest
-	(*LocateObjectsResponse)(nil),    // 27: kvstrata.v1.LocateObjectsResponse
-	(*BlockPlacement)(nil),           // 28: kvstrata.v1.BlockPlacement
-	(*WarmRequest)(nil),              // 29: kvstrata.v1.WarmRequest
-	(*WarmProgress)(nil),             // 30: kvstrata.v1.WarmProgress
-	(*WorkerRecord)(nil),             // 31: kvstrata.v1.WorkerRecord
-	(*RegisterWorkerRequest)(nil),    // 32: kvstrata.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),   // 33: kvstrata.v1.RegisterWorkerResponse
-	(*DeregisterWorkerRequest)(nil),  // 34: kvstrata.v1.DeregisterWorkerRequest
-	(*DeregisterWorkerResponse)(nil), // 35: kvstrata.v1.DeregisterWorkerResponse
-	(*ListWorkersRequest)(nil),       // 36: kvstrata.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 37: kvstrata.v1.ListWorkersResponse
-	(*Member)(nil),                   // 38: kvstrata.v1.Member
-	(*TierUsage)(nil),                // 39: kvstrata.v1.TierUsage
-	(*MembersRequest)(nil),           // 40: kvstrata.v1.MembersRequest
-	(*MembersResponse)(nil),          // 41: kvstrata.v1.MembersResponse
-	(*JoinRequest)(nil),              // 42: kvstrata.v1.JoinRequest
-	(*JoinResponse)(nil),             // 43: kvstrata.v1.JoinResponse
-	(*RemoveRequest)(nil),            // 44: kvstrata.v1.RemoveRequest
-	(*RemoveResponse)(nil),           // 45: kvstrata.v1.RemoveResponse
-	(*ProposeRequest)(nil),           // 46: kvstrata.v1.ProposeRequest
-	(*ProposeResponse)(nil),          // 47: kvstrata.v1.ProposeResponse
-	(*HeartbeatRequest)(nil),         // 48: kvstrata.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 49: kvstrata.v1.HeartbeatResponse
-	(*SyncRequest)(nil),              // 50: kvstrata.v1.SyncRequest
-	(*SyncResponse)(nil),             // 51: kvstrata.v1.SyncResponse
-	(*LocateRequest)(nil),            // 52: kvstrata.v1.LocateRequest
-	(*LocateResponse)(nil),           // 53: kvstrata.v1.LocateResponse
-	(*KeyLocations)(nil),             // 54: kvstrata.v1.KeyLocations
-	nil,                              // 55: kvstrata.v1.TierStats.DetailEntry
+	(*BlockKey)(nil),                     // 0: kvstrata.v1.BlockKey
+	(*BlockMeta)(nil),                    // 1: kvstrata.v1.BlockMeta
+	(*InfoRequest)(nil),                  // 2: kvstrata.v1.InfoRequest
+	(*NodeInfo)(nil),                     // 3: kvstrata.v1.NodeInfo
+	(*PutRequest)(nil),                   // 4: kvstrata.v1.PutRequest
+	(*PutHeader)(nil),                    // 5: kvstrata.v1.PutHeader
+	(*PutResponse)(nil),                  // 6: kvstrata.v1.PutResponse
+	(*BlockResult)(nil),                  // 7: kvstrata.v1.BlockResult
+	(*GetRequest)(nil),                   // 8: kvstrata.v1.GetRequest
+	(*GetResponse)(nil),                  // 9: kvstrata.v1.GetResponse
+	(*LookupRequest)(nil),                // 10: kvstrata.v1.LookupRequest
+	(*LookupResponse)(nil),               // 11: kvstrata.v1.LookupResponse
+	(*Freshness)(nil),                    // 12: kvstrata.v1.Freshness
+	(*TierBlocks)(nil),                   // 13: kvstrata.v1.TierBlocks
+	(*ExistsRequest)(nil),                // 14: kvstrata.v1.ExistsRequest
+	(*ExistsResponse)(nil),               // 15: kvstrata.v1.ExistsResponse
+	(*EvictRequest)(nil),                 // 16: kvstrata.v1.EvictRequest
+	(*EvictResponse)(nil),                // 17: kvstrata.v1.EvictResponse
+	(*EvictedBlock)(nil),                 // 18: kvstrata.v1.EvictedBlock
+	(*StatsRequest)(nil),                 // 19: kvstrata.v1.StatsRequest
+	(*StatsResponse)(nil),                // 20: kvstrata.v1.StatsResponse
+	(*TierStats)(nil),                    // 21: kvstrata.v1.TierStats
+	(*PinRequest)(nil),                   // 22: kvstrata.v1.PinRequest
+	(*PinResponse)(nil),                  // 23: kvstrata.v1.PinResponse
+	(*ReleaseRequest)(nil),               // 24: kvstrata.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),              // 25: kvstrata.v1.ReleaseResponse
+	(*LocateObjectsRequest)(nil),         // 26: kvstrata.v1.LocateObjectsRequest
+	(*LocateObjectsResponse)(nil),        // 27: kvstrata.v1.LocateObjectsResponse
+	(*BlockPlacement)(nil),               // 28: kvstrata.v1.BlockPlacement
+	(*WarmRequest)(nil),                  // 29: kvstrata.v1.WarmRequest
+	(*WarmProgress)(nil),                 // 30: kvstrata.v1.WarmProgress
+	(*WorkerRecord)(nil),                 // 31: kvstrata.v1.WorkerRecord
+	(*RegisterWorkerRequest)(nil),        // 32: kvstrata.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),       // 33: kvstrata.v1.RegisterWorkerResponse
+	(*DeregisterWorkerRequest)(nil),      // 34: kvstrata.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil),     // 35: kvstrata.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),           // 36: kvstrata.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 37: kvstrata.v1.ListWorkersResponse
+	(*PlannerDecision)(nil),              // 38: kvstrata.v1.PlannerDecision
+	(*PutPlannerDecisionsRequest)(nil),   // 39: kvstrata.v1.PutPlannerDecisionsRequest
+	(*PutPlannerDecisionsResponse)(nil),  // 40: kvstrata.v1.PutPlannerDecisionsResponse
+	(*AckPlannerDecisionRequest)(nil),    // 41: kvstrata.v1.AckPlannerDecisionRequest
+	(*AckPlannerDecisionResponse)(nil),   // 42: kvstrata.v1.AckPlannerDecisionResponse
+	(*ListPlannerDecisionsRequest)(nil),  // 43: kvstrata.v1.ListPlannerDecisionsRequest
+	(*ListPlannerDecisionsResponse)(nil), // 44: kvstrata.v1.ListPlannerDecisionsResponse
+	(*Member)(nil),                       // 45: kvstrata.v1.Member
+	(*TierUsage)(nil),                    // 46: kvstrata.v1.TierUsage
+	(*MembersRequest)(nil),               // 47: kvstrata.v1.MembersRequest
+	(*MembersResponse)(nil),              // 48: kvstrata.v1.MembersResponse
+	(*JoinRequest)(nil),                  // 49: kvstrata.v1.JoinRequest
+	(*JoinResponse)(nil),                 // 50: kvstrata.v1.JoinResponse
+	(*RemoveRequest)(nil),                // 51: kvstrata.v1.RemoveRequest
+	(*RemoveResponse)(nil),               // 52: kvstrata.v1.RemoveResponse
+	(*ProposeRequest)(nil),               // 53: kvstrata.v1.ProposeRequest
+	(*ProposeResponse)(nil),              // 54: kvstrata.v1.ProposeResponse
+	(*HeartbeatRequest)(nil),             // 55: kvstrata.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),            // 56: kvstrata.v1.HeartbeatResponse
+	(*SyncRequest)(nil),                  // 57: kvstrata.v1.SyncRequest
+	(*SyncResponse)(nil),                 // 58: kvstrata.v1.SyncResponse
+	(*LocateRequest)(nil),                // 59: kvstrata.v1.LocateRequest
+	(*LocateResponse)(nil),               // 60: kvstrata.v1.LocateResponse
+	(*KeyLocations)(nil),                 // 61: kvstrata.v1.KeyLocations
+	nil,                                  // 62: kvstrata.v1.TierStats.DetailEntry
 }
 var file_api_v1_cache_proto_depIdxs = []int32{
 	0,  // 0: kvstrata.v1.BlockMeta.key:type_name -> kvstrata.v1.BlockKey
@@ -3670,7 +4095,7 @@ var file_api_v1_cache_proto_depIdxs = []int32{
 	1,  // 11: kvstrata.v1.EvictedBlock.meta:type_name -> kvstrata.v1.BlockMeta
 	3,  // 12: kvstrata.v1.StatsResponse.node:type_name -> kvstrata.v1.NodeInfo
 	21, // 13: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
-	55, // 14: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
+	62, // 14: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
 	0,  // 15: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
 	0,  // 16: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
 	28, // 17: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
@@ -3678,61 +4103,69 @@ var file_api_v1_cache_proto_depIdxs = []int32{
 	0,  // 19: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
 	31, // 20: kvstrata.v1.RegisterWorkerRequest.worker:type_name -> kvstrata.v1.WorkerRecord
 	31, // 21: kvstrata.v1.ListWorkersResponse.workers:type_name -> kvstrata.v1.WorkerRecord
-	39, // 22: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
-	38, // 23: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
-	38, // 24: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
-	39, // 25: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
-	0,  // 26: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
-	54, // 27: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
-	12, // 28: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
-	13, // 29: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
-	2,  // 30: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
-	4,  // 31: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
-	8,  // 32: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
-	10, // 33: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
-	14, // 34: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
-	16, // 35: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
-	19, // 36: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
-	22, // 37: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
-	24, // 38: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
-	29, // 39: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
-	26, // 40: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
-	40, // 41: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
-	42, // 42: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
-	44, // 43: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
-	46, // 44: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
-	48, // 45: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
-	50, // 46: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
-	52, // 47: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
-	32, // 48: kvstrata.v1.Cluster.RegisterWorker:input_type -> kvstrata.v1.RegisterWorkerRequest
-	34, // 49: kvstrata.v1.Cluster.DeregisterWorker:input_type -> kvstrata.v1.DeregisterWorkerRequest
-	36, // 50: kvstrata.v1.Cluster.ListWorkers:input_type -> kvstrata.v1.ListWorkersRequest
-	3,  // 51: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
-	6,  // 52: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
-	9,  // 53: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
-	11, // 54: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
-	15, // 55: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
-	17, // 56: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
-	20, // 57: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
-	23, // 58: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
-	25, // 59: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
-	30, // 60: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
-	27, // 61: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
-	41, // 62: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
-	43, // 63: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
-	45, // 64: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
-	47, // 65: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
-	49, // 66: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
-	51, // 67: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
-	53, // 68: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
-	33, // 69: kvstrata.v1.Cluster.RegisterWorker:output_type -> kvstrata.v1.RegisterWorkerResponse
-	35, // 70: kvstrata.v1.Cluster.DeregisterWorker:output_type -> kvstrata.v1.DeregisterWorkerResponse
-	37, // 71: kvstrata.v1.Cluster.ListWorkers:output_type -> kvstrata.v1.ListWorkersResponse
-	51, // [51:72] is the sub-list for method output_type
-	30, // [30:51] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	38, // 22: kvstrata.v1.PutPlannerDecisionsRequest.decisions:type_name -> kvstrata.v1.PlannerDecision
+	38, // 23: kvstrata.v1.ListPlannerDecisionsResponse.decisions:type_name -> kvstrata.v1.PlannerDecision
+	46, // 24: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
+	45, // 25: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
+	45, // 26: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
+	46, // 27: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
+	0,  // 28: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
+	61, // 29: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
+	12, // 30: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
+	13, // 31: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
+	2,  // 32: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
+	4,  // 33: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
+	8,  // 34: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
+	10, // 35: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
+	14, // 36: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
+	16, // 37: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
+	19, // 38: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
+	22, // 39: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
+	24, // 40: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
+	29, // 41: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
+	26, // 42: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
+	47, // 43: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
+	49, // 44: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
+	51, // 45: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
+	53, // 46: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
+	55, // 47: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
+	57, // 48: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
+	59, // 49: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
+	32, // 50: kvstrata.v1.Cluster.RegisterWorker:input_type -> kvstrata.v1.RegisterWorkerRequest
+	34, // 51: kvstrata.v1.Cluster.DeregisterWorker:input_type -> kvstrata.v1.DeregisterWorkerRequest
+	36, // 52: kvstrata.v1.Cluster.ListWorkers:input_type -> kvstrata.v1.ListWorkersRequest
+	39, // 53: kvstrata.v1.Cluster.PutPlannerDecisions:input_type -> kvstrata.v1.PutPlannerDecisionsRequest
+	41, // 54: kvstrata.v1.Cluster.AckPlannerDecision:input_type -> kvstrata.v1.AckPlannerDecisionRequest
+	43, // 55: kvstrata.v1.Cluster.ListPlannerDecisions:input_type -> kvstrata.v1.ListPlannerDecisionsRequest
+	3,  // 56: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
+	6,  // 57: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
+	9,  // 58: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
+	11, // 59: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
+	15, // 60: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
+	17, // 61: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
+	20, // 62: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
+	23, // 63: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
+	25, // 64: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
+	30, // 65: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
+	27, // 66: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
+	48, // 67: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
+	50, // 68: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
+	52, // 69: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
+	54, // 70: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
+	56, // 71: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
+	58, // 72: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
+	60, // 73: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
+	33, // 74: kvstrata.v1.Cluster.RegisterWorker:output_type -> kvstrata.v1.RegisterWorkerResponse
+	35, // 75: kvstrata.v1.Cluster.DeregisterWorker:output_type -> kvstrata.v1.DeregisterWorkerResponse
+	37, // 76: kvstrata.v1.Cluster.ListWorkers:output_type -> kvstrata.v1.ListWorkersResponse
+	40, // 77: kvstrata.v1.Cluster.PutPlannerDecisions:output_type -> kvstrata.v1.PutPlannerDecisionsResponse
+	42, // 78: kvstrata.v1.Cluster.AckPlannerDecision:output_type -> kvstrata.v1.AckPlannerDecisionResponse
+	44, // 79: kvstrata.v1.Cluster.ListPlannerDecisions:output_type -> kvstrata.v1.ListPlannerDecisionsResponse
+	56, // [56:80] is the sub-list for method output_type
+	32, // [32:56] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_api_v1_cache_proto_init() }
@@ -3750,7 +4183,7 @@ func file_api_v1_cache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_v1_cache_proto_rawDesc), len(file_api_v1_cache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -549,16 +549,19 @@ var Cache_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Cluster_Members_FullMethodName          = "/kvstrata.v1.Cluster/Members"
-	Cluster_Join_FullMethodName             = "/kvstrata.v1.Cluster/Join"
-	Cluster_Remove_FullMethodName           = "/kvstrata.v1.Cluster/Remove"
-	Cluster_Propose_FullMethodName          = "/kvstrata.v1.Cluster/Propose"
-	Cluster_Heartbeat_FullMethodName        = "/kvstrata.v1.Cluster/Heartbeat"
-	Cluster_Sync_FullMethodName             = "/kvstrata.v1.Cluster/Sync"
-	Cluster_Locate_FullMethodName           = "/kvstrata.v1.Cluster/Locate"
-	Cluster_RegisterWorker_FullMethodName   = "/kvstrata.v1.Cluster/RegisterWorker"
-	Cluster_DeregisterWorker_FullMethodName = "/kvstrata.v1.Cluster/DeregisterWorker"
-	Cluster_ListWorkers_FullMethodName      = "/kvstrata.v1.Cluster/ListWorkers"
+	Cluster_Members_FullMethodName              = "/kvstrata.v1.Cluster/Members"
+	Cluster_Join_FullMethodName                 = "/kvstrata.v1.Cluster/Join"
+	Cluster_Remove_FullMethodName               = "/kvstrata.v1.Cluster/Remove"
+	Cluster_Propose_FullMethodName              = "/kvstrata.v1.Cluster/Propose"
+	Cluster_Heartbeat_FullMethodName            = "/kvstrata.v1.Cluster/Heartbeat"
+	Cluster_Sync_FullMethodName                 = "/kvstrata.v1.Cluster/Sync"
+	Cluster_Locate_FullMethodName               = "/kvstrata.v1.Cluster/Locate"
+	Cluster_RegisterWorker_FullMethodName       = "/kvstrata.v1.Cluster/RegisterWorker"
+	Cluster_DeregisterWorker_FullMethodName     = "/kvstrata.v1.Cluster/DeregisterWorker"
+	Cluster_ListWorkers_FullMethodName          = "/kvstrata.v1.Cluster/ListWorkers"
+	Cluster_PutPlannerDecisions_FullMethodName  = "/kvstrata.v1.Cluster/PutPlannerDecisions"
+	Cluster_AckPlannerDecision_FullMethodName   = "/kvstrata.v1.Cluster/AckPlannerDecision"
+	Cluster_ListPlannerDecisions_FullMethodName = "/kvstrata.v1.Cluster/ListPlannerDecisions"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -601,6 +604,21 @@ type ClusterClient interface {
 	// ListWorkers lists the registered workers whose lease has not ended,
 	// from this node's replica.
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
+	// PutPlannerDecisions records each decision as its pool's latest
+	// (forwarded to the leader): what a planner with the virtual connector
+	// asks an outside system to carry out. An unknown pool, a sequence
+	// number 0, a negative or huge count, a field too long is
+	// INVALID_ARGUMENT; a decision older than its pool's record
+	// FAILED_PRECONDITION. All or nothing.
+	PutPlannerDecisions(ctx context.Context, in *PutPlannerDecisionsRequest, opts ...grpc.CallOption) (*PutPlannerDecisionsResponse, error)
+	// AckPlannerDecision says the outside system carried out a pool's
+	// decision and runs a number of replicas (forwarded to the leader). A
+	// sequence number the pool's record has not reached, or one before its
+	// last ack, is FAILED_PRECONDITION.
+	AckPlannerDecision(ctx context.Context, in *AckPlannerDecisionRequest, opts ...grpc.CallOption) (*AckPlannerDecisionResponse, error)
+	// ListPlannerDecisions lists every pool's record, from this node's
+	// replica.
+	ListPlannerDecisions(ctx context.Context, in *ListPlannerDecisionsRequest, opts ...grpc.CallOption) (*ListPlannerDecisionsResponse, error)
 }
 
 type clusterClient struct {
@@ -711,6 +729,36 @@ func (c *clusterClient) ListWorkers(ctx context.Context, in *ListWorkersRequest,
 	return out, nil
 }
 
+func (c *clusterClient) PutPlannerDecisions(ctx context.Context, in *PutPlannerDecisionsRequest, opts ...grpc.CallOption) (*PutPlannerDecisionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutPlannerDecisionsResponse)
+	err := c.cc.Invoke(ctx, Cluster_PutPlannerDecisions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterClient) AckPlannerDecision(ctx context.Context, in *AckPlannerDecisionRequest, opts ...grpc.CallOption) (*AckPlannerDecisionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AckPlannerDecisionResponse)
+	err := c.cc.Invoke(ctx, Cluster_AckPlannerDecision_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterClient) ListPlannerDecisions(ctx context.Context, in *ListPlannerDecisionsRequest, opts ...grpc.CallOption) (*ListPlannerDecisionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPlannerDecisionsResponse)
+	err := c.cc.Invoke(ctx, Cluster_ListPlannerDecisions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -751,6 +799,21 @@ type ClusterServer interface {
 	// ListWorkers lists the registered workers whose lease has not ended,
 	// from this node's replica.
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
+	// PutPlannerDecisions records each decision as its pool's latest
+	// (forwarded to the leader): what a planner with the virtual connector
+	// asks an outside system to carry out. An unknown pool, a sequence
+	// number 0, a negative or huge count, a field too long is
+	// INVALID_ARGUMENT; a decision older than its pool's record
+	// FAILED_PRECONDITION. All or nothing.
+	PutPlannerDecisions(context.Context, *PutPlannerDecisionsRequest) (*PutPlannerDecisionsResponse, error)
+	// AckPlannerDecision says the outside system carried out a pool's
+	// decision and runs a number of replicas (forwarded to the leader). A
+	// sequence number the pool's record has not reached, or one before its
+	// last ack, is FAILED_PRECONDITION.
+	AckPlannerDecision(context.Context, *AckPlannerDecisionRequest) (*AckPlannerDecisionResponse, error)
+	// ListPlannerDecisions lists every pool's record, from this node's
+	// replica.
+	ListPlannerDecisions(context.Context, *ListPlannerDecisionsRequest) (*ListPlannerDecisionsResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -790,6 +853,15 @@ func (UnimplementedClusterServer) DeregisterWorker(context.Context, *DeregisterW
 }
 func (UnimplementedClusterServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
+}
+func (UnimplementedClusterServer) PutPlannerDecisions(context.Context, *PutPlannerDecisionsRequest) (*PutPlannerDecisionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutPlannerDecisions not implemented")
+}
+func (UnimplementedClusterServer) AckPlannerDecision(context.Context, *AckPlannerDecisionRequest) (*AckPlannerDecisionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AckPlannerDecision not implemented")
+}
+func (UnimplementedClusterServer) ListPlannerDecisions(context.Context, *ListPlannerDecisionsRequest) (*ListPlannerDecisionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPlannerDecisions not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -992,6 +1064,60 @@ func _Cluster_ListWorkers_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_PutPlannerDecisions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutPlannerDecisionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).PutPlannerDecisions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_PutPlannerDecisions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).PutPlannerDecisions(ctx, req.(*PutPlannerDecisionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cluster_AckPlannerDecision_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AckPlannerDecisionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).AckPlannerDecision(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_AckPlannerDecision_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).AckPlannerDecision(ctx, req.(*AckPlannerDecisionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cluster_ListPlannerDecisions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPlannerDecisionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).ListPlannerDecisions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_ListPlannerDecisions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).ListPlannerDecisions(ctx, req.(*ListPlannerDecisionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1038,6 +1164,18 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWorkers",
 			Handler:    _Cluster_ListWorkers_Handler,
+		},
+		{
+			MethodName: "PutPlannerDecisions",
+			Handler:    _Cluster_PutPlannerDecisions_Handler,
+		},
+		{
+			MethodName: "AckPlannerDecision",
+			Handler:    _Cluster_AckPlannerDecision_Handler,
+		},
+		{
+			MethodName: "ListPlannerDecisions",
+			Handler:    _Cluster_ListPlannerDecisions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -128,6 +128,7 @@ case nothing ran.`,
 		a.newPutCommand(), a.newGetCommand(), a.newBenchCommand(), a.newSimCommand(), a.newReplayCommand())
 	root.AddCommand(a.newTraceCommand())
 	root.AddCommand(a.newPredictCommand())
+	root.AddCommand(a.newPlannerCommand())
 	return root
 }
 

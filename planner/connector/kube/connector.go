@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 
@@ -149,6 +150,22 @@ func NewFromKubeconfig(path, namespace string, targets map[planner.Pool]Target) 
 		return nil, fmt.Errorf("kube: clientset: %w", err)
 	}
 	return New(cs, namespace, targets), nil
+}
+
+// serviceAccountNamespace is where a pod finds its own namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// Namespace is the namespace the process runs in, for a planner in a pod:
+// $POD_NAMESPACE (the manifests set it), else the service account's
+// namespace file, else "default".
+func Namespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile(serviceAccountNamespace); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b))
+	}
+	return "default"
 }
 
 // Scale sets pool p's workload to n replicas through the scale
