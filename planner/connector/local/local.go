@@ -269,11 +269,11 @@ func (c *Connector) Replicas(context.Context) (map[planner.Pool]planner.Replicas
 	return out, nil
 }
 
-// Scale asks for n workers in pool p and returns at once: new workers are
-// spawned in the background and join the router when they serve; surplus
-// ones go, starting ones first (the newest first), then the serving ones
-// least loaded first (the newest among equals), each drained and stopped
-// in the background.
+// Scale asks for n workers in pool p. New workers are spawned in the
+// background and join the router when they serve. Surplus ones go,
+// starting ones first (the newest first), then the serving ones least
+// loaded first (the newest among equals): those are out of the router when
+// Scale returns, and drained and stopped in the background.
 func (c *Connector) Scale(_ context.Context, p planner.Pool, n int) error {
 	if !slices.Contains(c.cfg.Pools, p) {
 		return fmt.Errorf("%w: %q", ErrUnknownPool, p)
@@ -281,10 +281,25 @@ func (c *Connector) Scale(_ context.Context, p planner.Pool, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: %s %d", ErrBadCount, p, n)
 	}
+	victims, err := c.scale(p, n)
+	for _, m := range victims {
+		c.remove(m)
+		go func() {
+			defer c.wg.Done() // added by scale
+			c.drain(m)
+		}()
+	}
+	return err
+}
+
+// scale starts n's new workers, cancels the starting ones it does not
+// need, and returns the serving ones to drain, marked Draining and
+// counted in c.wg (under c.mu, so that Close waits for them).
+func (c *Connector) scale(p planner.Pool, n int) ([]*member, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	var starting, serving []*member
 	for _, m := range c.members {
@@ -309,7 +324,7 @@ func (c *Connector) Scale(_ context.Context, p planner.Pool, n int) error {
 		if n > have {
 			c.cfg.Logger.Info("local: scaling up", "pool", p, "from", have, "to", n)
 		}
-		return nil
+		return nil, nil
 	}
 	c.cfg.Logger.Info("local: scaling down", "pool", p, "from", have, "to", n)
 	surplus := have - n
@@ -331,9 +346,9 @@ func (c *Connector) Scale(_ context.Context, p planner.Pool, n int) error {
 	})
 	for _, m := range serving[:surplus] {
 		m.state, m.since = Draining, time.Now()
-		c.wg.Go(func() { c.drain(m) })
+		c.wg.Add(1)
 	}
-	return nil
+	return serving[:surplus], nil
 }
 
 // start spawns m's worker and adds it to the router; a worker whose
@@ -365,6 +380,7 @@ func (c *Connector) start(ctx context.Context, m *member) {
 	if m.cancelled { // a scale-down while it joined the router
 		m.state, m.since = Draining, time.Now()
 		c.mu.Unlock()
+		c.remove(m)
 		c.drain(m)
 		return
 	}
@@ -373,13 +389,16 @@ func (c *Connector) start(ctx context.Context, m *member) {
 	c.cfg.Logger.Info("local: worker serving", "worker", w.URL(), "pool", m.pool)
 }
 
-// drain takes m out of the router, drains it within DrainTimeout and
-// stops it.
+// remove takes m out of the router.
+func (c *Connector) remove(m *member) {
+	if !c.cfg.Router.RemoveWorker(m.w.URL()) {
+		c.cfg.Logger.Warn("local: the router did not have the worker being scaled down", "worker", m.w.URL())
+	}
+}
+
+// drain drains m, out of the router, within DrainTimeout and stops it.
 func (c *Connector) drain(m *member) {
 	url := m.w.URL()
-	if !c.cfg.Router.RemoveWorker(url) {
-		c.cfg.Logger.Warn("local: the router did not have the worker being scaled down", "worker", url)
-	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.DrainTimeout)
 	rep, err := m.w.Drain(ctx)
 	cancel()

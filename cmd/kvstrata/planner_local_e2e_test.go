@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvstrata/kvstrata/api/client"
+	"github.com/kvstrata/kvstrata/api/nodetest"
+	"github.com/kvstrata/kvstrata/engine/worker"
+	"github.com/kvstrata/kvstrata/internal/freeport"
+	"github.com/kvstrata/kvstrata/planner"
+	"github.com/kvstrata/kvstrata/planner/connector/local"
+)
+
+// tokenCompletion is one completion read whole, streamed or not: its generated
+// token ids and finish reason.
+type tokenCompletion struct {
+	tokens []uint32
+	finish string
+	status int
+	err    error
+}
+
+// streamTokenIDs posts a streaming tokenCompletion of token-id prompt to
+// base and reads it on a goroutine; first is closed at its first chunk,
+// done when it has ended.
+func streamTokenIDs(base string, prompt []uint32, maxTokens int) (first, done <-chan struct{}, c *tokenCompletion) {
+	f, d := make(chan struct{}), make(chan struct{})
+	c = &tokenCompletion{}
+	go func() {
+		defer close(d)
+		closed := false
+		defer func() {
+			if !closed {
+				close(f)
+			}
+		}()
+		body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens, "stream": true, "return_token_ids": true, "ignore_eos": true})
+		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			c.err = err
+			return
+		}
+		defer resp.Body.Close()
+		c.status = resp.StatusCode
+		if resp.StatusCode != http.StatusOK {
+			c.err = fmt.Errorf("status %d", resp.StatusCode)
+			return
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok || line == "[DONE]" {
+				continue
+			}
+			var chunk struct {
+				Choices []struct {
+					TokenIDs     []uint32 `json:"token_ids"`
+					FinishReason *string  `json:"finish_reason"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal([]byte(line), &chunk); err != nil {
+				c.err = err
+				return
+			}
+			for _, ch := range chunk.Choices {
+				c.tokens = append(c.tokens, ch.TokenIDs...)
+				if ch.FinishReason != nil {
+					c.finish = *ch.FinishReason
+				}
+			}
+			if !closed {
+				close(f)
+				closed = true
+			}
+		}
+		c.err = sc.Err()
+	}()
+	return f, d, c
+}
+
+func completeTokenIDs(t *testing.T, base string, prompt []uint32, maxTokens int) *tokenCompletion {
+	t.Helper()
+	_, done, c := streamTokenIDs(base, prompt, maxTokens)
+	waitClosed(t, "a tokenCompletion", done)
+	if c.err != nil || len(c.tokens) != maxTokens {
+		t.Fatalf("tokenCompletion at %s: %d tokens, %v; want %d", base, len(c.tokens), c.err, maxTokens)
+	}
+	return c
+}
+
+func waitClosed(t *testing.T, what string, c <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("still waiting after two minutes: %s", what)
+	}
+}
+
+// distinctTokenPrompt is n token ids that share no block with another seed's.
+func distinctTokenPrompt(seed, n int) []uint32 {
+	p := make([]uint32, n)
+	for i := range p {
+		p[i] = uint32((2000 + seed*7919 + i*31) % 190000) // within o200k's vocabulary
+	}
+	return p
+}
+
+// The local connector's scale-down loses nothing: two sim workers that
+// offload to a cache node, behind the frontend; each computes distinct
+// long prompts; scaled 2→1 while a stream is running on the worker it
+// drains, that stream ends whole, new requests go to the other worker,
+// and once the drain is reported every full block of every prompt and
+// output the drained worker computed is found by a cache Lookup, with
+// nothing dropped.
+func TestScaleDownThroughTheLocalConnectorLosesNoComputedPrefix(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	node := nodetest.Start(t, nodetest.Options{DRAMBytes: 256 << 20})
+	tmpl := worker.DefaultConfig()
+	tmpl.Cache, tmpl.Speedup = node.Addr, 2
+	sp := upSpawner{tmpl: tmpl, host: "127.0.0.1", events: true, log: log}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var ws []upWorker
+	var cfgs []worker.Config
+	for range 2 {
+		w, err := sp.Spawn(ctx, planner.Aggregated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := w.(upWorker)
+		ws = append(ws, u)
+		c := u.w.Config()
+		spec := u.spec()
+		c.Listen, c.KVEvents, c.KVEventsReplay = u.w.Addr(), spec.Events, spec.Replay
+		cfgs = append(cfgs, c)
+	}
+	fe, err := upFrontend(freeport.Addr(t), node.Addr, cfgs, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fe.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		fe.Stop(ctx)
+	})
+	conn, err := local.New(local.Config{Spawner: sp, Router: upRouter{fe}, Pools: []planner.Pool{planner.Aggregated}, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := conn.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	for _, w := range ws {
+		if err := conn.Adopt(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Distinct long prompts on both workers; the drained one will be the
+	// newest (both idle to the router: least loaded, newest first).
+	kept, drained := ws[0], ws[1]
+	var computed [][]uint32 // the token ids whose KV the drained worker computed
+	for i := range 4 {
+		for j, w := range ws {
+			p := distinctTokenPrompt(10*i+j, 400+37*i)
+			c := completeTokenIDs(t, w.URL(), p, 24)
+			if w == drained {
+				computed = append(computed, append(p, c.tokens[:len(c.tokens)-1]...)) // the last token's KV is never computed
+			}
+		}
+	}
+	long := distinctTokenPrompt(99, 700)
+	const longTokens = 150
+	first, done, running := streamTokenIDs(drained.URL(), long, longTokens)
+	waitClosed(t, "the long stream's first token", first)
+
+	if err := conn.Scale(ctx, planner.Aggregated, 1); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := conn.Replicas(ctx); r[planner.Aggregated] != (planner.Replicas{Desired: 1, Ready: 1}) {
+		t.Fatalf("replicas right after the scale-down: %+v, want 1 and 1", r)
+	}
+	if got := fe.Router().Workers(); len(got) != 1 || got[0].URL != kept.URL() {
+		t.Fatalf("the frontend's workers after the scale-down: %+v, want only %s", got, kept.URL())
+	}
+	// New requests, through the frontend, all go to the worker kept; the
+	// one being drained turns them away if asked.
+	for i := range 3 {
+		completeTokenIDs(t, "http://"+fe.Addr(), distinctTokenPrompt(200+i, 300), 8)
+	}
+	if resp, err := http.Post(drained.URL()+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x","max_tokens":1}`)); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("a new request to the draining worker: %d, want 503", resp.StatusCode)
+		}
+	} else if !finished(done) {
+		t.Fatalf("a new request to the draining worker while its stream runs: %v, want a 503", err)
+	}
+
+	waitClosed(t, "the long stream's end", done)
+	if running.err != nil || running.finish != "length" || len(running.tokens) != longTokens {
+		t.Fatalf("the stream running on the drained worker: %d tokens, finish %q, %v; want all %d (not cut)",
+			len(running.tokens), running.finish, running.err, longTokens)
+	}
+	computed = append(computed, append(slices.Clone(long), running.tokens[:longTokens-1]...))
+
+	var d local.Drained
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if st := conn.Status(); len(st.Drained) == 1 {
+			d = st.Drained[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no drain reported two minutes after the scale-down")
+		}
+	}
+	if d.URL != drained.URL() || d.Err != "" || d.Report.Dropped != 0 || d.Report.Unfinished != 0 || d.Report.InFlight < 1 {
+		t.Fatalf("drain %+v: want %s drained with its request finished and nothing dropped", d, drained.URL())
+	}
+	cl, err := client.Dial(ctx, node.Addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ns := drained.w.Model().Layout().Namespace
+	blocks := 0
+	for i, toks := range computed {
+		hashes := ns.Hashes(toks)
+		lr, err := cl.Lookup(ctx, ns.ID(), hashes)
+		if err != nil || int(lr.GetBlocks()) != len(hashes) {
+			t.Fatalf("request %d of the drained worker: the cache holds %d of its %d full blocks (prompt and output), %v",
+				i, lr.GetBlocks(), len(hashes), err)
+		}
+		blocks += len(hashes)
+	}
+	t.Logf("all %d full blocks the drained worker computed are in the cache; drain %+v", blocks, d.Report)
+}
+
+// finished reports whether done is closed.
+func finished(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// up --planner refuses bad planner flags, saying which, before it starts
+// anything.
+func TestUpPlannerFlagsAreCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	usageErrorSays(t, []string{"up", "--data-dir", dir, "--planner", "testdata/none.json", "--min-workers", "3", "--max-workers", "2", "--planner-mode", "eager"},
+		"--planner testdata/none.json", "--slo-ttft 0s", "--slo-itl 0s", "--min-workers 3 --max-workers 2", `--planner-mode "eager"`)
+	usageErrorSays(t, []string{"up", "--data-dir", dir, "--slo-ttft", "2s"}, "--slo-ttft needs --planner PROFILE")
+}
