@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -270,4 +271,39 @@ func TestUpPlannerFlagsAreCheckedFirst(t *testing.T) {
 	usageErrorSays(t, []string{"up", "--data-dir", dir, "--planner", "testdata/none.json", "--min-workers", "3", "--max-workers", "2", "--planner-mode", "eager"},
 		"--planner testdata/none.json", "--slo-ttft 0s", "--slo-itl 0s", "--min-workers 3 --max-workers 2", `--planner-mode "eager"`)
 	usageErrorSays(t, []string{"up", "--data-dir", dir, "--slo-ttft", "2s"}, "--slo-ttft needs --planner PROFILE")
+}
+
+// `up --planner` runs the planner over up's workers: its status at GET
+// /v1/planner/status on --planner-listen names the pool, its limits, its
+// targets and the connector's workers, and the frontend serves through
+// the worker the connector owns.
+func TestUpPlannerServesItsStatus(t *testing.T) {
+	httpBase, eventsBase := freePortRun(t, 1), freePortRun(t, 2)
+	fe, status := freeport.Addr(t), freeport.Addr(t)
+	node := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
+	p := &proc{t: t, dir: t.TempDir()}
+	p.args = []string{"up", "--http-port", strconv.Itoa(httpBase), "--kv-events-port", strconv.Itoa(eventsBase),
+		"--frontend", fe, "--speedup", "20", "--num-gpu-blocks", "256", "--data-dir", p.dir, "--dram-capacity", "64MiB",
+		"--ssd-capacity", "256MiB", "--listen-grpc", node[0], "--listen-data", node[1], "--listen-http", node[2],
+		"--cluster-raft-addr", node[3], "--listen-resp", "",
+		"--planner", "../../engine/model/sim/testdata/dynamo-mocker.json", "--slo-ttft", "2s", "--slo-itl", "50ms",
+		"--min-workers", "1", "--max-workers", "3", "--planner-interval", "1s", "--planner-listen", status}
+	p.launch()
+	url := "http://" + fe
+	waitWorkerHealth(t, p, url)
+	completeTokenIDs(t, url, distinctTokenPrompt(1, 40), 4)
+	resp, err := http.Get("http://" + status + "/v1/planner/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st plannerStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode != "active" || st.SLO["ttft"] != "2s" || st.Limits[planner.Aggregated] != (planner.Limits{Min: 1, Max: 3}) ||
+		st.Replicas[planner.Aggregated] != (planner.Replicas{Desired: 1, Ready: 1}) ||
+		len(st.Connector.Workers) != 1 || st.Connector.Workers[0].URL != fmt.Sprintf("http://127.0.0.1:%d", httpBase) {
+		t.Fatalf("planner status %+v: want active, 2s, limits 1..3, the one worker on %d serving", st, httpBase)
+	}
 }
