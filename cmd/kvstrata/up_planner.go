@@ -8,10 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvstrata/kvstrata/engine/model/sim"
 	"github.com/kvstrata/kvstrata/engine/worker"
@@ -19,6 +20,7 @@ import (
 	"github.com/kvstrata/kvstrata/planner"
 	"github.com/kvstrata/kvstrata/planner/connector/local"
 	"github.com/kvstrata/kvstrata/planner/perf"
+	"github.com/kvstrata/kvstrata/planner/scrape"
 	"github.com/kvstrata/kvstrata/router/frontend"
 )
 
@@ -56,7 +58,7 @@ func addUpPlannerFlags(t *flagTable, f *upPlannerFlags) {
 	t.duration("planner-interval", 30*time.Second, "planner: one observation window of the frontend's /metrics", &f.interval)
 	t.duration("planner-startup-delay", 60*time.Second, "planner: how long a new worker takes to serve; predictions look that far ahead", &f.startupDelay)
 	t.duration("planner-cooldown", 5*time.Minute, "planner: least time between a change of the pool and its next scale-down", &f.cooldown)
-	t.str("planner-predictor", "kalman", "planner: the request-rate predictor (constant, ma:N, holt:a,b, kalman, holt-winters:period=P, arima)", &f.predictor)
+	t.str("planner-predictor", "ewma", "planner: the request-rate predictor's spec, e.g. constant (the last window's rate) or ewma:0.3 (an average of the windows' rates)", &f.predictor)
 	t.str("planner-listen", DefaultPlannerListen, "planner: HTTP address of GET /v1/planner/status", &f.listen)
 	t.duration("drain-timeout", local.DefaultDrainTimeout, "planner: longest drain of a worker scaled down (its requests finish, its KV reaches the cache); past it the rest is cut", &f.drainTimeout)
 	f.plannerFlagNames = []string{"slo-ttft", "slo-itl", "min-workers", "max-workers", "planner-mode", "planner-interval",
@@ -106,8 +108,31 @@ func (f *upPlannerFlags) check(workers int, disaggregated bool, frontendListen s
 	if f.listen == "" {
 		probs = append(probs, "--planner-listen is empty: the planner's status needs an address")
 	}
+	if len(probs) == 0 {
+		// The planner checks the rest (the predictor's spec among them).
+		m, err := perf.New(f.prof, sim.WorkerLimits{})
+		if err == nil {
+			_, err = planner.New(f.config(), m, nopConnector{}, nil)
+		}
+		if err != nil {
+			probs = append(probs, err.Error())
+		}
+	}
 	return probs
 }
+
+// config is the planner's configuration from the flags.
+func (f *upPlannerFlags) config() planner.Config {
+	return planner.Config{Mode: f.mode, Interval: f.interval, StartupDelay: f.startupDelay, Cooldown: f.cooldown,
+		TTFT: f.ttft, ITL: f.itl, Pools: map[planner.Pool]planner.Limits{planner.Aggregated: {Min: f.minW, Max: f.maxW}},
+		Predictor: f.predictor}
+}
+
+// nopConnector lets planner.New check a configuration.
+type nopConnector struct{}
+
+func (nopConnector) Replicas(context.Context) (map[planner.Pool]planner.Replicas, error) { return nil, nil }
+func (nopConnector) Scale(context.Context, planner.Pool, int) error                     { return nil }
 
 // initialWorkers is how many workers up starts with under the planner:
 // --workers if given, else --min-workers.
@@ -269,7 +294,7 @@ type plannerPart struct {
 	p       *planner.Planner
 	conn    *local.Connector
 	cfg     planner.Config
-	observe func(ctx context.Context) planner.Observation
+	scraper *scrape.Frontend // used by the loop's goroutine only
 	listen  string
 	log     *slog.Logger
 	failed  chan error
@@ -279,11 +304,9 @@ type plannerPart struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu     sync.Mutex
-	steps  int
-	errs   int
-	last   []planner.Decision
-	lastAt time.Time
+	mu    sync.Mutex
+	steps int
+	errs  int
 }
 
 func (pp *plannerPart) Name() string         { return "planner" }
@@ -298,6 +321,7 @@ func (pp *plannerPart) Start(context.Context) error {
 	pp.ln = ln
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/planner/status", pp.status)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(pp.p.Registry(), promhttp.HandlerOpts{}))
 	pp.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := pp.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -312,9 +336,14 @@ func (pp *plannerPart) Start(context.Context) error {
 	return nil
 }
 
-// loop steps the planner once an interval, on what the frontend observed.
+// loop steps the planner once an interval, on the window the frontend's
+// /metrics show since the last scrape. A failed scrape steps it with the
+// window unobserved (it holds); the first is a baseline, not a window.
 func (pp *plannerPart) loop(ctx context.Context) {
 	defer close(pp.done)
+	if _, err := pp.scraper.Scrape(ctx, time.Now()); err != nil && !errors.Is(err, scrape.ErrBaseline) {
+		pp.log.Warn("planner: scraping the frontend", "err", err)
+	}
 	t := time.NewTicker(pp.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -323,15 +352,18 @@ func (pp *plannerPart) loop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		obs := pp.observe(ctx)
-		ds, err := pp.p.Step(ctx, obs)
+		obs, err := pp.scraper.Scrape(ctx, time.Now())
+		switch {
+		case errors.Is(err, scrape.ErrBaseline):
+			continue
+		case err != nil && ctx.Err() == nil:
+			pp.log.Warn("planner: scraping the frontend; holding", "err", err)
+		}
+		_, err = pp.p.Step(ctx, obs)
 		pp.mu.Lock()
 		pp.steps++
 		if err != nil {
 			pp.errs++
-		}
-		if len(ds) > 0 {
-			pp.last, pp.lastAt = ds, time.Now()
 		}
 		pp.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
@@ -349,7 +381,7 @@ type plannerStatus struct {
 	Replicas  map[planner.Pool]planner.Replicas `json:"replicas"`
 	Steps     int                               `json:"steps"`
 	Errors    int                               `json:"step_errors"`
-	Decisions []planner.Decision                `json:"last_decisions"`
+	Planner   planner.Status                    `json:"planner"`
 	Connector local.Status                      `json:"connector"`
 }
 
@@ -358,11 +390,9 @@ func (pp *plannerPart) status(w http.ResponseWriter, r *http.Request) {
 	pp.mu.Lock()
 	st := plannerStatus{Mode: pp.cfg.Mode, Interval: pp.cfg.Interval.String(),
 		SLO:    map[string]string{"ttft": pp.cfg.TTFT.String(), "itl": pp.cfg.ITL.String()},
-		Limits: pp.cfg.Pools, Replicas: reps, Steps: pp.steps, Errors: pp.errs, Decisions: slices.Clone(pp.last)}
+		Limits: pp.cfg.Pools, Replicas: reps, Steps: pp.steps, Errors: pp.errs}
 	pp.mu.Unlock()
-	if st.Decisions == nil {
-		st.Decisions = []planner.Decision{}
-	}
+	st.Planner = pp.p.Status()
 	st.Connector = pp.conn.Status()
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(st)
@@ -397,35 +427,15 @@ func upPlanner(f *upPlannerFlags, cfgs []worker.Config, tmpl worker.Config, host
 	if err != nil {
 		return nil, nil, err
 	}
-	pcfg := planner.Config{Mode: f.mode, Interval: f.interval, StartupDelay: f.startupDelay, Cooldown: f.cooldown,
-		TTFT: f.ttft, ITL: f.itl, Pools: map[planner.Pool]planner.Limits{planner.Aggregated: {Min: f.minW, Max: f.maxW}},
-		Predictor: f.predictor}
+	pcfg := f.config()
 	p, err := planner.New(pcfg, m, conn, log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("planner: %w", err)
 	}
 	pool := &workerPool{cfgs: cfgs, conn: conn, failed: make(chan error, 1)}
-	pp := &plannerPart{p: p, conn: conn, cfg: pcfg, observe: upObserver("http://"+fe.listen+"/metrics", log), listen: f.listen, log: log, failed: make(chan error, 1)}
+	scr := &scrape.Frontend{URL: "http://" + fe.listen + "/metrics", Client: &http.Client{Timeout: min(pcfg.Interval, 10*time.Second)}}
+	pp := &plannerPart{p: p, conn: conn, cfg: pcfg, scraper: scr, listen: f.listen, log: log, failed: make(chan error, 1)}
 	return pool, pp, nil
-}
-
-// upObserver returns how the planner observes the frontend at metricsURL
-// each interval. planner/scrape (the frontend's /metrics into an
-// Observation) is not in this build yet: until it is, every window is
-// unobserved (OK false), which the planner treats as a failed scrape —
-// it holds, and never scales down blind.
-func upObserver(metricsURL string, log *slog.Logger) func(ctx context.Context) planner.Observation {
-	var once sync.Once
-	last := time.Now()
-	return func(context.Context) planner.Observation {
-		once.Do(func() {
-			log.Warn("planner: no scraper of the frontend's metrics in this build; the planner holds", "metrics", metricsURL)
-		})
-		now := time.Now()
-		obs := planner.Observation{Start: last, End: now}
-		last = now
-		return obs
-	}
 }
 
 // plannerUsage is --planner's part of up's help.
@@ -439,4 +449,5 @@ and joins the frontend once it serves; a worker scaled down leaves the
 frontend at once, turns new requests away (503), finishes the ones it has
 and offloads its KV to the cache node before it stops (up to
 --drain-timeout), so a scale-down loses no computed prefix. The planner's
-state is at GET /v1/planner/status on --planner-listen.`)
+state is at GET /v1/planner/status on --planner-listen, and its metrics
+(kvstrata_planner_*) at GET /metrics there.`)
