@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,7 +55,8 @@ func streamTokenIDs(base string, prompt []uint32, maxTokens int) (first, done <-
 		defer resp.Body.Close()
 		c.status = resp.StatusCode
 		if resp.StatusCode != http.StatusOK {
-			c.err = fmt.Errorf("status %d", resp.StatusCode)
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			c.err = fmt.Errorf("status %d: %s", resp.StatusCode, b)
 			return
 		}
 		sc := bufio.NewScanner(resp.Body)
@@ -306,4 +309,116 @@ func TestUpPlannerServesItsStatus(t *testing.T) {
 		len(st.Connector.Workers) != 1 || st.Connector.Workers[0].URL != fmt.Sprintf("http://127.0.0.1:%d", httpBase) {
 		t.Fatalf("planner status %+v: want active, 2s, limits 1..3, the one worker on %d serving", st, httpBase)
 	}
+}
+
+// upPlannerStatus reads `up --planner`'s status.
+func upPlannerStatus(t *testing.T, addr string) plannerStatus {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/v1/planner/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st plannerStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// `up --planner` closes the loop: a burst of long prompts through the
+// frontend, more than one worker meets the TTFT target for, scales the
+// aggregated pool up (within its maximum of 3); once the traffic stops,
+// the idle rule brings it back to its minimum of 1, the workers scaled
+// down drained with nothing dropped.
+func TestUpPlannerScalesUpOnABurstAndBackToOneWhenIdle(t *testing.T) {
+	httpBase, eventsBase := freePortRun(t, 1), freePortRun(t, 2)
+	fe, status := freeport.Addr(t), freeport.Addr(t)
+	node := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
+	p := &proc{t: t, dir: t.TempDir()}
+	// A prompt of 1000 tokens takes the profile's worker about 33ms to
+	// prefill: at a 40ms TTFT target, queueing included, one worker takes
+	// about 9 a second.
+	p.args = []string{"up", "--http-port", strconv.Itoa(httpBase), "--kv-events-port", strconv.Itoa(eventsBase),
+		"--frontend", fe, "--data-dir", p.dir, "--dram-capacity", "256MiB",
+		"--ssd-capacity", "256MiB", "--listen-grpc", node[0], "--listen-data", node[1], "--listen-http", node[2],
+		"--cluster-raft-addr", node[3], "--listen-resp", "",
+		"--planner", "../../engine/model/sim/testdata/dynamo-mocker.json", "--slo-ttft", "40ms", "--slo-itl", "50ms",
+		"--min-workers", "1", "--max-workers", "3", "--planner-interval", "1s", "--planner-cooldown", "1s",
+		"--planner-startup-delay", "1s", "--planner-predictor", "constant", "--planner-listen", status}
+	p.launch()
+	url := "http://" + fe
+	waitWorkerHealth(t, p, url)
+
+	maxDesired := 0
+	watch := func() planner.Replicas {
+		r := upPlannerStatus(t, status).Replicas[planner.Aggregated]
+		maxDesired = max(maxDesired, r.Desired)
+		return r
+	}
+	// About 12 requests a second for 6 seconds, each on its own. On a
+	// loaded machine one worker may fall behind them: the frontend then
+	// turns some away (503, every worker busy past its queue wait), which
+	// is what scaling up is for; any other failure fails the test.
+	done := make(chan struct{})
+	var sent int
+	var mu sync.Mutex
+	turnedAway := 0
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		tick := time.NewTicker(80 * time.Millisecond)
+		defer tick.Stop()
+		for end := time.Now().Add(6 * time.Second); time.Now().Before(end); <-tick.C {
+			sent++
+			prompt := distinctTokenPrompt(1000+sent, 1000)
+			wg.Go(func() {
+				_, d, c := streamTokenIDs(url, prompt, 8)
+				<-d
+				switch {
+				case c.err == nil:
+				case c.status == http.StatusServiceUnavailable && (strings.Contains(c.err.Error(), "no worker became free in time") ||
+					strings.Contains(c.err.Error(), "the wait queue is full")):
+					mu.Lock()
+					turnedAway++
+					mu.Unlock()
+				default:
+					t.Errorf("a request of the burst: %v", c.err)
+				}
+			})
+		}
+		wg.Wait()
+	}()
+	for !finished(done) {
+		watch()
+		time.Sleep(200 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && maxDesired < 2; time.Sleep(200 * time.Millisecond) {
+		watch()
+	}
+	if maxDesired < 2 {
+		t.Fatalf("a burst of %d requests of 1000 tokens in 6s never scaled the pool up: %+v", sent, upPlannerStatus(t, status))
+	}
+	var st plannerStatus
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		st = upPlannerStatus(t, status)
+		if r := st.Replicas[planner.Aggregated]; r == (planner.Replicas{Desired: 1, Ready: 1}) && len(st.Connector.Workers) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still not back to 1 worker two minutes after the burst: %+v", st)
+		}
+	}
+	if len(st.Connector.Drained) != maxDesired-1 || st.Connector.Errors != 0 {
+		t.Fatalf("connector %+v: want the %d workers scaled down drained, no errors", st.Connector, maxDesired-1)
+	}
+	for _, d := range st.Connector.Drained {
+		if d.Err != "" || d.Report.Dropped != 0 {
+			t.Errorf("drain of %s: %+v: want nothing dropped", d.URL, d)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("burst of %d requests (%d turned away, every worker busy): up to %d workers, then back to 1; drains %+v",
+		sent, turnedAway, maxDesired, st.Connector.Drained)
 }
