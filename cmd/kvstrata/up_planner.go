@@ -131,8 +131,10 @@ func (f *upPlannerFlags) config() planner.Config {
 // nopConnector lets planner.New check a configuration.
 type nopConnector struct{}
 
-func (nopConnector) Replicas(context.Context) (map[planner.Pool]planner.Replicas, error) { return nil, nil }
-func (nopConnector) Scale(context.Context, planner.Pool, int) error                     { return nil }
+func (nopConnector) Replicas(context.Context) (map[planner.Pool]planner.Replicas, error) {
+	return nil, nil
+}
+func (nopConnector) Scale(context.Context, planner.Pool, int) error { return nil }
 
 // initialWorkers is how many workers up starts with under the planner:
 // --workers if given, else --min-workers.
