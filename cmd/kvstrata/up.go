@@ -32,6 +32,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 	var t flagTable
 	var n struct{ workers, prefill, decode, httpPort, eventsPort int }
 	var host, configPath, frontendListen string
+	var pl upPlannerFlags
 	nodeDefaults := config.Default()
 	settings := nodeDefaults.Settings()
 	cmd := &cobra.Command{
@@ -60,7 +61,9 @@ prefill worker and decoded on the least loaded decode worker, a short one
 The cache node takes serve's settings from its defaults, --config, the
 KVSTRATA_ environment variables and the flags below; its data lives in
 --data-dir (default ./data, as serve's), so a restart finds what its SSD
-tier held.`,
+tier held.
+
+` + plannerUsage,
 		Example: `  # A cache node, one sim worker and the frontend; then stream a completion through it
   kvstrata up
   curl -sN 127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' \
@@ -76,7 +79,11 @@ tier held.`,
 
   # A disaggregated set: prefill workers on 8000-8001, decode workers on 8002-8004,
   # the frontend on :8080 in front of them
-  kvstrata up --prefill 2 --decode 3`,
+  kvstrata up --prefill 2 --decode 3
+
+  # One to three workers, sized by the planner for a 2s TTFT and a 50ms ITL
+  kvstrata up --planner profile.json --slo-ttft 2s --slo-itl 50ms --min-workers 1 --max-workers 3
+  curl -s 127.0.0.1:8090/v1/planner/status`,
 		Args: noArgs("up"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			probs := t.apply()
@@ -97,7 +104,13 @@ tier held.`,
 			case err != nil:
 				return err
 			}
-			roles, rp := upRoles(cmd, n.workers, n.prefill, n.decode)
+			pl.changed = func(name string) bool { return cmd.Flags().Lookup(name).Changed }
+			probs = append(probs, pl.check(n.workers, n.prefill > 0 || n.decode > 0, frontendListen)...)
+			workers := n.workers
+			if pl.profile != "" {
+				workers = pl.initialWorkers(n.workers)
+			}
+			roles, rp := upRoles(cmd, workers, n.prefill, n.decode)
 			probs = append(probs, rp...)
 			if len(roles) > 0 {
 				probs = append(probs, checkPorts("--http-port", n.httpPort, len(roles), 1)...)
@@ -136,7 +149,24 @@ tier held.`,
 			}
 			log := newLogger(node.Config, stderr)
 			var parts []lifecycle.Part
+			if pl.profile != "" {
+				for i := range cfgs {
+					cfgs[i].Logger = log
+				}
+				fe, err := upFrontend(frontendListen, cache, cfgs, log)
+				if err != nil {
+					return usageError{err}
+				}
+				pool, pp, err := upPlanner(&pl, cfgs, tmpl, host, n.eventsPort != 0, fe, log)
+				if err != nil {
+					return usageError{err}
+				}
+				parts = append(parts, pool, fe, pp)
+			}
 			for _, c := range cfgs {
+				if pl.profile != "" {
+					break // the planner's workers are started above
+				}
 				c.Logger = log
 				w, err := worker.New(c)
 				if err != nil {
@@ -144,7 +174,7 @@ tier held.`,
 				}
 				parts = append(parts, w)
 			}
-			if frontendListen != "" {
+			if frontendListen != "" && pl.profile == "" {
 				fe, err := upFrontend(frontendListen, cache, cfgs, log)
 				if err != nil {
 					return usageError{err}
@@ -181,6 +211,7 @@ tier held.`,
 	t.int("kv-events-port", 5557, "KV-event PUB port of worker 0; worker i publishes on this + 2i, its replay socket on the port after (0: no events)", &n.eventsPort)
 	t.str("frontend", DefaultFrontendListen, `HTTP address of the frontend, the OpenAI API routing to the workers ("": none)`, &frontendListen)
 	addModelFlags(&t, &tmpl)
+	addUpPlannerFlags(&t, &pl)
 	fs.StringVar(&configPath, "config", "", "the cache node's TOML config file, as serve's (default $KVSTRATA_CONFIG)")
 	for _, s := range settings {
 		if slices.Contains(upNodeFlags, s.Flag()) {

@@ -44,11 +44,14 @@ type offloader struct {
 	queue   []queued
 	bytes   int64 // of queue's blocks
 	closing bool
+	dropped int64         // blocks given up on since New (flush.go)
+	empty   chan struct{} // closed while the queue is empty (flush.go)
 }
 
 func newOffloader(c *Conn) *offloader {
 	ctx, cancel := context.WithCancel(context.Background())
-	o := &offloader{c: c, wake: make(chan struct{}, 1), done: make(chan struct{}), ctx: ctx, cancel: cancel}
+	o := &offloader{c: c, wake: make(chan struct{}, 1), done: make(chan struct{}), ctx: ctx, cancel: cancel, empty: make(chan struct{})}
+	close(o.empty)
 	go o.run()
 	return o
 }
@@ -66,6 +69,8 @@ func (o *offloader) add(ns index.NamespaceID, blocks []sched.Block) {
 		o.queue = append(o.queue, queued{ns, b})
 		o.bytes += size
 	}
+	o.dropped += int64(dropped)
+	o.emptied(len(o.queue) == 0)
 	o.mu.Unlock()
 	o.c.m.dropped.Add(float64(dropped))
 	o.signal()
@@ -122,6 +127,7 @@ func (o *offloader) remove(n int) {
 		o.queue[i] = queued{} // let the bytes go
 	}
 	o.queue = o.queue[n:]
+	o.emptied(len(o.queue) == 0)
 }
 
 func (o *offloader) run() {
@@ -161,6 +167,9 @@ func (o *offloader) run() {
 			dropped := o.refused(ns, batch, err)
 			o.c.m.dropped.Add(float64(dropped))
 			o.c.cfg.Logger.Warn("kvstrata refused offloaded blocks; dropped", "blocks", dropped, "err", err)
+			o.mu.Lock()
+			o.dropped += int64(dropped)
+			o.mu.Unlock()
 			o.remove(len(batch))
 		}
 	}
@@ -168,6 +177,8 @@ func (o *offloader) run() {
 	o.mu.Lock()
 	left := len(o.queue)
 	o.queue, o.bytes = nil, 0
+	o.dropped += int64(left)
+	o.emptied(true)
 	o.mu.Unlock()
 	o.c.m.dropped.Add(float64(left))
 }

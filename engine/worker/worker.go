@@ -10,11 +10,15 @@
 // A Worker is a part of a process as internal/lifecycle runs parts: Start
 // brings it up, Failed reports its HTTP server stopping on its own, Stop
 // takes it down (HTTP drained within the context's deadline, then the
-// engine, the event sink drained, the publisher, the connector). `kvstrata
-// worker` runs one; `kvstrata up` runs several beside a cache node.
+// engine, the event sink drained, the publisher, the connector). Drain,
+// before Stop, takes it out of service losing nothing it computed: new
+// requests get 503, the ones it has finish, its offloads reach the cache
+// (drain.go). `kvstrata worker` runs one; `kvstrata up` runs several
+// beside a cache node.
 //
-// Name, Failed, Addr, Ready and Registry are safe for concurrent use; Start
-// and Stop are called once each, Stop only after a Start that succeeded.
+// Name, Failed, Addr, Ready, Registry and Drain are safe for concurrent
+// use; Start and Stop are called once each, Drain and Stop only after a
+// Start that succeeded.
 package worker
 
 import (
@@ -75,6 +79,7 @@ type Worker struct {
 	srv    *http.Server
 	ln     net.Listener
 	served chan struct{} // closed when the HTTP server's Serve returns
+	gate   *gate         // turns requests away once Drain began (drain.go)
 }
 
 // New returns a worker of cfg, its zero fields defaulted (see
@@ -94,10 +99,14 @@ func (w *Worker) Name() string { return w.name }
 // Failed yields an error if the HTTP server stops serving on its own.
 func (w *Worker) Failed() <-chan error { return w.failed }
 
-// Ready is nil while the worker serves: started and not stopping.
+// Ready is nil while the worker serves: started, not draining and not
+// stopping.
 func (w *Worker) Ready() error {
 	if !w.serving.Load() {
 		return ErrNotServing
+	}
+	if w.gate.closed() {
+		return ErrDraining
 	}
 	return nil
 }
@@ -111,6 +120,16 @@ func (w *Worker) Addr() string { return w.ln.Addr().String() }
 
 // Registry is the worker's metrics registry, once Start has returned nil.
 func (w *Worker) Registry() *prometheus.Registry { return w.reg }
+
+// KVEventsAddrs are where the KV-event publisher and its replay socket
+// listen (with the ports chosen, for port 0), once Start has returned
+// nil; "" for those the worker has not.
+func (w *Worker) KVEventsAddrs() (events, replay string) {
+	if w.pub == nil {
+		return "", ""
+	}
+	return w.pub.Addr(), w.pub.ReplayAddr()
+}
 
 // Model is the worker's model, once Start has returned nil.
 func (w *Worker) Model() model.Model { return w.model }
@@ -184,8 +203,9 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if cfg.Role == RolePrefill {
 		eng = prefillEngine{w.engine}
 	}
+	w.gate = &gate{Engine: eng}
 	api, err := openai.New(openai.Config{
-		Engine: eng, Tokenizer: tok, ModelName: cfg.ModelName, ContextLen: cfg.ContextLen, StopTokens: cfg.StopTokens(),
+		Engine: w.gate, Tokenizer: tok, ModelName: cfg.ModelName, ContextLen: cfg.ContextLen, StopTokens: cfg.StopTokens(),
 		Limits: cfg.HTTP, Gatherer: w.reg, Health: w.Ready, Logger: w.log,
 	})
 	if err != nil {
