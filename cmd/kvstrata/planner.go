@@ -306,6 +306,8 @@ type plannerPart struct {
 	listen   string
 	log      *slog.Logger
 	failed   chan error
+	// status is GET /v1/planner/status's answer; nil is the planner's Status.
+	status func(context.Context) any
 
 	srv    *http.Server
 	ln     net.Listener
@@ -316,6 +318,7 @@ type plannerPart struct {
 
 func (pp *plannerPart) Name() string         { return "planner" }
 func (pp *plannerPart) Failed() <-chan error { return pp.failed }
+func (pp *plannerPart) Addr() string         { return pp.ln.Addr().String() }
 
 func (pp *plannerPart) Start(context.Context) (err error) {
 	pp.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -323,11 +326,15 @@ func (pp *plannerPart) Start(context.Context) (err error) {
 		return fmt.Errorf("planner: listen on %s: %w", pp.listen, err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/planner/status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /v1/planner/status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		var st any = pp.p.Status()
+		if pp.status != nil {
+			st = pp.status(r.Context())
+		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.Encode(pp.p.Status())
+		enc.Encode(st)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(pp.reg, promhttp.HandlerOpts{}))
 	ok := func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }

@@ -300,7 +300,7 @@ func TestUpPlannerServesItsStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st plannerStatus
+	var st upStatus
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
@@ -312,14 +312,14 @@ func TestUpPlannerServesItsStatus(t *testing.T) {
 }
 
 // upPlannerStatus reads `up --planner`'s status.
-func upPlannerStatus(t *testing.T, addr string) plannerStatus {
+func upPlannerStatus(t *testing.T, addr string) upStatus {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/v1/planner/status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st plannerStatus
+	var st upStatus
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +399,7 @@ func TestUpPlannerScalesUpOnABurstAndBackToOneWhenIdle(t *testing.T) {
 	if maxDesired < 2 {
 		t.Fatalf("a burst of %d requests of 1000 tokens in 6s never scaled the pool up: %+v", sent, upPlannerStatus(t, status))
 	}
-	var st plannerStatus
+	var st upStatus
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		st = upPlannerStatus(t, status)
 		if r := st.Replicas[planner.Aggregated]; r == (planner.Replicas{Desired: 1, Ready: 1}) && len(st.Connector.Workers) == 1 {

@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvstrata/kvstrata/engine/model/sim"
 	"github.com/kvstrata/kvstrata/engine/worker"
@@ -44,9 +40,6 @@ type upPlannerFlags struct {
 	plannerFlagNames []string
 	prof             sim.Profile // read by check
 }
-
-// DefaultPlannerListen is where `up --planner` serves the planner's status.
-const DefaultPlannerListen = "127.0.0.1:8090"
 
 func addUpPlannerFlags(t *flagTable, f *upPlannerFlags) {
 	t.str("planner", "", `run the planner over the workers, with this worker profile (sim's profile JSON: the model of a worker's latencies) ("": no planner)`, &f.profile)
@@ -291,128 +284,29 @@ func (p *workerPool) Start(ctx context.Context) error {
 
 func (p *workerPool) Stop(ctx context.Context) error { return p.conn.Close(ctx) }
 
-// plannerPart runs the planner's loop and serves its status.
-type plannerPart struct {
-	p       *planner.Planner
-	conn    *local.Connector
-	cfg     planner.Config
-	scraper *scrape.Frontend // used by the loop's goroutine only
-	listen  string
-	log     *slog.Logger
-	failed  chan error
-
-	srv    *http.Server
-	ln     net.Listener
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	mu    sync.Mutex
-	steps int
-	errs  int
-}
-
-func (pp *plannerPart) Name() string         { return "planner" }
-func (pp *plannerPart) Failed() <-chan error { return pp.failed }
-func (pp *plannerPart) Addr() string         { return pp.ln.Addr().String() }
-
-func (pp *plannerPart) Start(context.Context) error {
-	ln, err := net.Listen("tcp", pp.listen)
-	if err != nil {
-		return fmt.Errorf("planner: listen on %s: %w", pp.listen, err)
-	}
-	pp.ln = ln
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/planner/status", pp.status)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(pp.p.Registry(), promhttp.HandlerOpts{}))
-	pp.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := pp.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			pp.failed <- fmt.Errorf("planner status on %s: %w", ln.Addr(), err)
-		}
-	}()
-	ctx, cancel := context.WithCancel(context.Background())
-	pp.cancel, pp.done = cancel, make(chan struct{})
-	go pp.loop(ctx)
-	pp.log.Info("planner running", "status", "http://"+ln.Addr().String()+"/v1/planner/status", "mode", pp.cfg.Mode,
-		"interval", pp.cfg.Interval, "slo_ttft", pp.cfg.TTFT, "slo_itl", pp.cfg.ITL)
-	return nil
-}
-
-// loop steps the planner once an interval, on the window the frontend's
-// /metrics show since the last scrape. A failed scrape steps it with the
-// window unobserved (it holds); the first is a baseline, not a window.
-func (pp *plannerPart) loop(ctx context.Context) {
-	defer close(pp.done)
-	if _, err := pp.scraper.Scrape(ctx, time.Now()); err != nil && !errors.Is(err, scrape.ErrBaseline) {
-		pp.log.Warn("planner: scraping the frontend", "err", err)
-	}
-	t := time.NewTicker(pp.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		obs, err := pp.scraper.Scrape(ctx, time.Now())
-		switch {
-		case errors.Is(err, scrape.ErrBaseline):
-			continue
-		case err != nil && ctx.Err() == nil:
-			pp.log.Warn("planner: scraping the frontend; holding", "err", err)
-		}
-		_, err = pp.p.Step(ctx, obs)
-		pp.mu.Lock()
-		pp.steps++
-		if err != nil {
-			pp.errs++
-		}
-		pp.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			pp.log.Warn("planner: step failed", "err", err)
-		}
-	}
-}
-
-// plannerStatus is GET /v1/planner/status's answer.
-type plannerStatus struct {
+// upStatus is GET /v1/planner/status's answer.
+type upStatus struct {
 	Mode      string                            `json:"mode"`
 	Interval  string                            `json:"interval"`
 	SLO       map[string]string                 `json:"slo"`
 	Limits    map[planner.Pool]planner.Limits   `json:"limits"`
 	Replicas  map[planner.Pool]planner.Replicas `json:"replicas"`
-	Steps     int                               `json:"steps"`
-	Errors    int                               `json:"step_errors"`
 	Planner   planner.Status                    `json:"planner"`
 	Connector local.Status                      `json:"connector"`
 }
 
-func (pp *plannerPart) status(w http.ResponseWriter, r *http.Request) {
-	reps, _ := pp.conn.Replicas(r.Context())
-	pp.mu.Lock()
-	st := plannerStatus{Mode: pp.cfg.Mode, Interval: pp.cfg.Interval.String(),
-		SLO:    map[string]string{"ttft": pp.cfg.TTFT.String(), "itl": pp.cfg.ITL.String()},
-		Limits: pp.cfg.Pools, Replicas: reps, Steps: pp.steps, Errors: pp.errs}
-	pp.mu.Unlock()
-	st.Planner = pp.p.Status()
-	st.Connector = pp.conn.Status()
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(st)
-}
-
-func (pp *plannerPart) Stop(ctx context.Context) error {
-	pp.cancel()
-	select {
-	case <-pp.done:
-	case <-ctx.Done():
+// upStatusOf is the answer of `up --planner`'s GET /v1/planner/status:
+// the planner's own status with the limits and the local connector's workers.
+func upStatusOf(p *planner.Planner, conn *local.Connector, cfg planner.Config) func(context.Context) any {
+	return func(ctx context.Context) any {
+		reps, _ := conn.Replicas(ctx)
+		return upStatus{Mode: cfg.Mode, Interval: cfg.Interval.String(),
+			SLO:    map[string]string{"ttft": cfg.TTFT.String(), "itl": cfg.ITL.String()},
+			Limits: cfg.Pools, Replicas: reps, Planner: p.Status(), Connector: conn.Status()}
 	}
-	return pp.srv.Shutdown(ctx)
 }
 
-var (
-	_ lifecycle.Part = (*workerPool)(nil)
-	_ lifecycle.Part = (*plannerPart)(nil)
-)
+var _ lifecycle.Part = (*workerPool)(nil)
 
 // upPlanner builds the parts of `up --planner`: the workers the local
 // connector owns (to run where up's workers run) and the planner (to run
@@ -436,7 +330,8 @@ func upPlanner(f *upPlannerFlags, cfgs []worker.Config, tmpl worker.Config, host
 	}
 	pool := &workerPool{cfgs: cfgs, conn: conn, failed: make(chan error, 1)}
 	scr := &scrape.Frontend{URL: "http://" + fe.listen + "/metrics", Client: &http.Client{Timeout: min(pcfg.Interval, 10*time.Second)}}
-	pp := &plannerPart{p: p, conn: conn, cfg: pcfg, scraper: scr, listen: f.listen, log: log, failed: make(chan error, 1)}
+	pp := &plannerPart{p: p, src: scr, reg: p.Registry(), interval: pcfg.Interval, listen: f.listen, log: log,
+		status: upStatusOf(p, conn, pcfg), failed: make(chan error, 1)}
 	return pool, pp, nil
 }
 
