@@ -15,7 +15,9 @@
 //
 // Config.Speedup divides every modelled time, for replays. The model waits
 // the time out through Config.Sleep, so a VirtualClock runs it in virtual
-// time.
+// time. A step's own work (making its blocks' KV bytes) counts towards its
+// modelled time: it sleeps only the rest (Config.Now), so in real time a
+// step takes its modelled time, not that plus the work.
 //
 // The KV bytes are real bytes that move through kvstrata, derived from the
 // block's name (see Fill and Verify): each layer's slice has the size the
@@ -66,6 +68,16 @@ type Config struct {
 	// Sleep waits d or until ctx is done, returning ctx's error then. The
 	// default sleeps in real time; VirtualClock.Sleep runs in virtual time.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Now reads the clock Sleep waits on. A step does its work first
+	// (making its blocks' KV bytes), measured on Now from the step's
+	// start, and sleeps only the rest of its modelled time, so that it
+	// takes its modelled time, not that plus the work; work that takes
+	// longer than the modelled time is not slept at all. The default is
+	// time.Now when Sleep is the default, else none: a step with a Sleep
+	// of its own and no Now sleeps its whole modelled time, so that a
+	// virtual clock's time never depends on the machine's speed.
+	// VirtualClock.Now goes with VirtualClock.Sleep.
+	Now func() time.Time
 }
 
 // ErrBadConfig marks a Config that fails Validate.
@@ -100,6 +112,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Sleep == nil {
 		c.Sleep = sleep
+		if c.Now == nil {
+			c.Now = time.Now
+		}
 	}
 }
 
@@ -200,6 +215,7 @@ func (m *Model) scale(d time.Duration) time.Duration {
 // Prefill waits out the modelled time of the batch's uncached tokens, then
 // returns their blocks and each sequence's next token.
 func (m *Model) Prefill(ctx context.Context, batch []model.Seq) (model.Result, error) {
+	start := m.now()
 	if err := model.CheckBatch(batch, false); err != nil {
 		return model.Result{}, err
 	}
@@ -207,12 +223,13 @@ func (m *Model) Prefill(ctx context.Context, batch []model.Seq) (model.Result, e
 	for _, s := range batch {
 		t += len(s.Tokens) - s.Cached
 	}
-	return m.step(ctx, batch, m.PrefillTime(t, len(batch)))
+	return m.step(ctx, start, batch, m.PrefillTime(t, len(batch)))
 }
 
 // Decode waits out the modelled time of a decode step of the batch, then
 // returns the blocks written and each sequence's next token.
 func (m *Model) Decode(ctx context.Context, batch []model.Seq) (model.Result, error) {
+	start := m.now()
 	if err := model.CheckBatch(batch, true); err != nil {
 		return model.Result{}, err
 	}
@@ -220,18 +237,36 @@ func (m *Model) Decode(ctx context.Context, batch []model.Seq) (model.Result, er
 	for _, s := range batch {
 		active += len(s.Tokens)
 	}
-	return m.step(ctx, batch, m.DecodeTime(active, len(batch)))
+	return m.step(ctx, start, batch, m.DecodeTime(active, len(batch)))
 }
 
-func (m *Model) step(ctx context.Context, batch []model.Seq, d time.Duration) (model.Result, error) {
-	if err := m.cfg.Sleep(ctx, d); err != nil {
-		return model.Result{}, fmt.Errorf("sim: step interrupted: %w", err)
-	}
+// step makes the batch's blocks and next tokens, then sleeps what is left
+// of d since start (Config.Now): the step takes d in all, its work
+// included, or its work's time when that is longer.
+func (m *Model) step(ctx context.Context, start time.Time, batch []model.Seq, d time.Duration) (model.Result, error) {
 	res := model.Result{Took: d, Next: make([]uint32, len(batch)), Blocks: make([][]model.Block, len(batch))}
 	for i, s := range batch {
 		res.Next[i], res.Blocks[i] = m.blocks(s)
 	}
+	if err := m.cfg.Sleep(ctx, sleepFor(d, m.now().Sub(start))); err != nil {
+		return model.Result{}, fmt.Errorf("sim: step interrupted: %w", err)
+	}
 	return res, nil
+}
+
+// sleepFor is what a step of modelled time d sleeps after work that took
+// spent: the rest of d, never less than 0.
+func sleepFor(d, spent time.Duration) time.Duration {
+	return max(d-max(spent, 0), 0)
+}
+
+// now is Config.Now's time, or the zero time when the model has no Now:
+// then no work is measured.
+func (m *Model) now() time.Time {
+	if m.cfg.Now == nil {
+		return time.Time{}
+	}
+	return m.cfg.Now()
 }
 
 // blocks returns the next token of s and the blocks from the one holding

@@ -294,3 +294,93 @@ func BenchmarkDecode64(b *testing.B) {
 		}
 	}
 }
+
+// stepClock is a Now and a Sleep for a step's arithmetic: Now reads start
+// at the step's start and start + work after its work; Sleep records what
+// it is asked to sleep.
+type stepClock struct {
+	start time.Time
+	work  time.Duration
+	reads int
+	slept []time.Duration
+}
+
+func (c *stepClock) Now() time.Time {
+	c.reads++
+	if c.reads%2 == 1 {
+		return c.start
+	}
+	return c.start.Add(c.work)
+}
+
+func (c *stepClock) Sleep(_ context.Context, d time.Duration) error {
+	c.slept = append(c.slept, d)
+	return nil
+}
+
+// A step's work (making its blocks' KV bytes) is part of its modelled
+// time: it sleeps the rest, never a negative time.
+func TestAStepSleepsWhatItsWorkLeftOfItsModelledTime(t *testing.T) {
+	for _, work := range []time.Duration{0, 10 * time.Millisecond, time.Hour} {
+		clk := &stepClock{start: epoch, work: work}
+		m, err := New(Config{Sleep: clk.Sleep, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pre := []model.Seq{{Tokens: prompt(2048, 11)}}
+		res, err := m.Prefill(context.Background(), pre)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := []model.Seq{{Tokens: prompt(2049, 11), Cached: 2048, Prefix: res.Blocks[0]}}
+		if _, err := m.Decode(context.Background(), dec); err != nil {
+			t.Fatal(err)
+		}
+		want := []time.Duration{max(m.PrefillTime(2048, 1)-work, 0), max(m.DecodeTime(2049, 1)-work, 0)}
+		if !slices.Equal(clk.slept, want) || clk.reads != 4 {
+			t.Errorf("work of %v: the steps slept %v (Now read %d times), want %v: their modelled %v and %v less the work",
+				work, clk.slept, clk.reads, want, m.PrefillTime(2048, 1), m.DecodeTime(2049, 1))
+		}
+		if res.Took != m.PrefillTime(2048, 1) {
+			t.Errorf("work of %v: the prefill says it took %v, want its modelled %v", work, res.Took, m.PrefillTime(2048, 1))
+		}
+	}
+	// A Sleep of its own without a Now sleeps the whole modelled time.
+	clk := &stepClock{start: epoch, work: time.Second}
+	m, err := New(Config{Sleep: clk.Sleep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Prefill(context.Background(), []model.Seq{{Tokens: prompt(100, 12)}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := m.PrefillTime(100, 1); len(clk.slept) != 1 || clk.slept[0] != want || clk.reads != 0 {
+		t.Errorf("without a Now: slept %v (Now read %d times), want [%v]", clk.slept, clk.reads, want)
+	}
+}
+
+// In real time, a step with many KV bytes to make takes its modelled time:
+// not less (the work is taken off the sleep, never more than the sleep),
+// and not its modelled time plus a lot more. The upper bound is loose, for
+// a loaded machine; TestAStepSleepsWhatItsWorkLeftOfItsModelledTime
+// checks the arithmetic.
+func TestARealStepWithManyKVBytesTakesItsModelledTime(t *testing.T) {
+	m, err := New(Config{Layers: 8, TokenBytes: 64, Speedup: 0.25}) // 8 KiB a block, 1 MiB for the prompt
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2048
+	want := m.PrefillTime(n, 1) // about 200 ms
+	start := time.Now()
+	if _, err := m.Prefill(context.Background(), []model.Seq{{Tokens: prompt(n, 13)}}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("a modelled %v prefill of %d tokens, 1 MiB of KV, took %v", want, n, took)
+	if took < want {
+		t.Errorf("the step took %v, less than its modelled %v", took, want)
+	}
+	if slack := 2 * time.Second; took > want+slack {
+		t.Errorf("the step took %v, more than its modelled %v + %v", took, want, slack)
+	}
+}
