@@ -258,7 +258,10 @@ func Evaluate(in Input) (Result, error) {
 }
 
 // better orders feasible points: more throughput per worker, then more
-// tokens per user, then aggregated, then the smaller limits.
+// tokens per user, then aggregated, then fewer sequences, then the larger
+// step budget: perf rates budgets above the prompt length alike, but in a
+// running worker the decodes take part of each step's budget, so a budget
+// just at the prompt length would split every prompt in two.
 func better(a, b Point) bool {
 	const eps = 1e-9
 	switch {
@@ -275,7 +278,7 @@ func better(a, b Point) bool {
 	case a.MaxNumSeqs != b.MaxNumSeqs:
 		return a.MaxNumSeqs < b.MaxNumSeqs
 	}
-	return a.MaxNumBatchedTokens < b.MaxNumBatchedTokens
+	return a.MaxNumBatchedTokens > b.MaxNumBatchedTokens
 }
 
 // evaluate rates one candidate: aggregated when prefill is 0, else the
