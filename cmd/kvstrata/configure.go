@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,12 +16,14 @@ import (
 
 	"github.com/kvstrata/kvstrata/engine/model/sim"
 	"github.com/kvstrata/kvstrata/planner/configure"
+	"github.com/kvstrata/kvstrata/planner/connector/kube"
 	"github.com/kvstrata/kvstrata/planner/perf"
 	"github.com/kvstrata/kvstrata/trace"
 )
 
 type configureFlags struct {
 	profile, tracePath, output, writeUp string
+	writeK8s                            string
 	budget, kvTokens                    int
 	isl, osl, hit                       float64
 	ttft, itl                           time.Duration
@@ -84,6 +87,7 @@ value.`,
 	fs.IntSliceVar(&f.batched, "max-num-batched-tokens", f.batched, "max_num_batched_tokens values to try, comma-separated")
 	fs.StringVarP(&f.output, "output", "o", f.output, "output format: table or json")
 	fs.StringVar(&f.writeUp, "write-up", "", "write the best configuration as a `kvstrata up` script to this file")
+	fs.StringVar(&f.writeK8s, "write-k8s", "", "write the best configuration as Kubernetes manifests (cache StatefulSet, workers, frontend, planner; YAML) to this file")
 	return cmd
 }
 
@@ -194,7 +198,34 @@ func runConfigure(cmd *cobra.Command, stdout io.Writer, f configureFlags) error 
 			return fmt.Errorf("configure: --write-up: %w", err)
 		}
 	}
+	if f.writeK8s != "" {
+		if err := writeManifests(f.writeK8s, *res.Best, res.Input.KVTokens); err != nil {
+			return fmt.Errorf("configure: --write-k8s: %w", err)
+		}
+	}
 	return nil
+}
+
+// writeManifests writes the deployment of p as Kubernetes manifests: its
+// pools' sizes and each worker's batch limits and KV pool. The profile is
+// not carried: the workers run the model the image serves.
+func writeManifests(path string, p configure.Point, kvTokens int) error {
+	spec := kube.Spec{WorkerArgs: []string{"--max-num-seqs=" + strconv.Itoa(p.MaxNumSeqs),
+		"--max-num-batched-tokens=" + strconv.Itoa(p.MaxNumBatchedTokens), "--num-gpu-blocks=" + strconv.Itoa(kvTokens/16)}}
+	if p.Mode == configure.Disaggregated {
+		spec.Prefill, spec.Decode = p.Prefill, p.Decode
+	} else {
+		spec.Aggregated = p.Workers
+	}
+	objs, err := kube.Manifests(spec)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	if err := kube.WriteYAML(&b, objs); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
 // upCommand is the `kvstrata up` command line that runs p with sim

@@ -29,9 +29,9 @@ func writeProfile(t *testing.T) string {
 
 func TestConfigureRecommendsARunnableDeployment(t *testing.T) {
 	profile := writeProfile(t)
-	up := filepath.Join(t.TempDir(), "up.sh")
+	up, k8s := filepath.Join(t.TempDir(), "up.sh"), filepath.Join(t.TempDir(), "kvstrata.yaml")
 	out, err := exec.Command(binary, "configure", "--profile", profile, "--budget", "4", "--isl", "4096", "--osl", "256",
-		"--slo-ttft", "500ms", "--slo-itl", "30ms", "-o", "json", "--write-up", up).Output()
+		"--slo-ttft", "500ms", "--slo-itl", "30ms", "-o", "json", "--write-up", up, "--write-k8s", k8s).Output()
 	if err != nil {
 		t.Fatalf("configure: %v\n%s", err, out)
 	}
@@ -72,6 +72,17 @@ func TestConfigureRecommendsARunnableDeployment(t *testing.T) {
 		}
 		if got, _ := cmd.Flags().GetString("sim-profile"); got != profile {
 			t.Errorf("%q: --sim-profile %q, want %q", cmdline, got, profile)
+		}
+	}
+	// The manifests run the best configuration's pools with its limits.
+	y, err := os.ReadFile(k8s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kind: StatefulSet", "name: kvstrata-aggregated", fmt.Sprintf("replicas: %d", rep.Best.Workers),
+		fmt.Sprintf("--max-num-seqs=%d", rep.Best.MaxNumSeqs), fmt.Sprintf("--max-num-batched-tokens=%d", rep.Best.MaxNumBatchedTokens)} {
+		if !strings.Contains(string(y), want) {
+			t.Errorf("--write-k8s wrote no %q:\n%s", want, y)
 		}
 	}
 	if !strings.Contains(rep.UpRejected, fmt.Sprintf("--max-num-seqs %d --max-num-batched-tokens %d", rep.Rejected.MaxNumSeqs, rep.Rejected.MaxNumBatchedTokens)) {
