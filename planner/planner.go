@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvstrata/kvstrata/planner/perf"
 )
 
@@ -124,6 +126,9 @@ type Config struct {
 	// Manual is what a manual change does. The default respects it for
 	// 10 min.
 	Manual ManualPolicy
+	// Registry gets the planner's metrics (kvstrata_planner_*); nil is a
+	// registry of the planner's own, Planner.Registry.
+	Registry *prometheus.Registry
 }
 
 // Decision is one pool's outcome of a step.
@@ -143,20 +148,13 @@ type Decision struct {
 }
 
 // Planner is the loop's brain: Step takes one Observation and returns the
-// decisions it made.
+// decisions it made. Its state is in loop.go; Step is called by one
+// goroutine, Status by any.
 type Planner struct {
 	cfg  Config
 	m    perf.Model
 	conn Connector
 	log  *slog.Logger
-}
 
-// New is a planner over the worker model m that scales through c.
-func New(cfg Config, m perf.Model, c Connector, log *slog.Logger) (*Planner, error) {
-	return &Planner{cfg: cfg, m: m, conn: c, log: log}, nil
-}
-
-// Step folds one window's observation in and decides.
-func (p *Planner) Step(ctx context.Context, obs Observation) ([]Decision, error) {
-	return nil, nil
+	loop
 }

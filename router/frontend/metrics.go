@@ -18,6 +18,11 @@ type metrics struct {
 	queue      prometheus.Gauge
 	healthy    *prometheus.GaugeVec // worker
 	lookups    *prometheus.CounterVec
+	// What the planner sizes workers by (planner/scrape reads them).
+	arrivals     prometheus.Counter
+	promptTokens prometheus.Counter
+	cachedTokens prometheus.Counter
+	prefixTokens *prometheus.CounterVec // tier (pool, hbm, dram, ssd, s3)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -49,10 +54,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 while a worker is a candidate, 0 while it is out after a failure."}, []string{"worker"}),
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvstrata_frontend_cache_lookups_total",
 			Help: "Cache lookups for routing, by outcome (ok, error: routed without tier credit)."}, []string{"outcome"}),
+		arrivals: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvstrata_frontend_arrivals_total",
+			Help: "Requests accepted, counted on arrival (requests_total counts them when they end)."}),
+		promptTokens: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvstrata_frontend_prompt_tokens_total",
+			Help: "Prompt tokens of the requests accepted, counted on arrival."}),
+		cachedTokens: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvstrata_frontend_cached_prompt_tokens_total",
+			Help: "Prompt tokens of finished requests that their worker did not compute (its pool or the cache held them), as the worker reports; not counted for requests prefilled on a prefill worker."}),
+		prefixTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvstrata_frontend_routed_prefix_tokens_total",
+			Help: "Per routing decision, prompt tokens of the prefix the chosen worker finds in its pool (tier=pool) or restores from each cache tier."}, []string{"tier"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.ttft, m.itl, m.e2e, m.inputLen, m.outputLen, m.decisions, m.overlap,
-			m.migrations, m.queue, m.healthy, m.lookups)
+			m.migrations, m.queue, m.healthy, m.lookups, m.arrivals, m.promptTokens, m.cachedTokens, m.prefixTokens)
 	}
 	return m
 }

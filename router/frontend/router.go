@@ -157,6 +157,8 @@ func (r *Router) Generate(ctx context.Context, req sched.Request) (<-chan sched.
 		return nil, err
 	}
 	arrived := time.Now()
+	r.m.arrivals.Inc()
+	r.m.promptTokens.Add(float64(len(req.Prompt)))
 	if r.workerSet().prefill != nil && req.Transfer == nil {
 		return r.generateDisaggregated(ctx, req, ov, arrived)
 	}
@@ -212,9 +214,12 @@ func (r *Router) place(ctx context.Context, k poolKind, preq policy.Request, has
 		if err == nil {
 			c := cands[d.Index]
 			r.m.decisions.WithLabelValues(d.Worker, d.Policy.String()).Inc()
+			bt := float64(r.cfg.Namespace.BlockTokens)
 			r.m.overlap.WithLabelValues("pool").Observe(float64(c.Overlap))
+			r.m.prefixTokens.WithLabelValues("pool").Add(float64(c.Overlap) * bt)
 			for t, n := range c.Tiers {
 				r.m.overlap.WithLabelValues(index.TierKind(t + 1).String()).Observe(float64(n))
+				r.m.prefixTokens.WithLabelValues(index.TierKind(t + 1).String()).Add(float64(n) * bt)
 			}
 			return d, c, nil
 		}

@@ -111,6 +111,9 @@ func (r *Router) serve(ctx context.Context, req sched.Request, ov *policy.Overri
 			r.m.e2e.WithLabelValues(w.name, route).Observe(time.Since(arrived).Seconds())
 			r.m.inputLen.WithLabelValues(w.name).Observe(float64(len(req.Prompt)))
 			r.m.outputLen.WithLabelValues(w.name).Observe(float64(len(produced)))
+			if route != routeDisaggregated { // the decode worker counts the transferred prompt as cached
+				r.m.cachedTokens.Add(float64(min(a.cached, len(req.Prompt))))
+			}
 			send(sched.Output{Tokens: a.last, Finish: a.finish, Transfer: a.transfer, Usage: sched.Usage{
 				PromptTokens: len(req.Prompt), CompletionTokens: len(produced), CachedTokens: min(a.cached, len(req.Prompt)),
 			}})
