@@ -6,22 +6,10 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/planner"
+	"github.com/kvstrata/kvstrata/planner/connector/virtual"
 	"github.com/kvstrata/kvstrata/planner/perf"
 	"github.com/kvstrata/kvstrata/replay/simulate"
 )
-
-// simConnector is a planner.Connector over a simulated deployment: Desired
-// is what was last asked for, Ready the workers serving at the tick.
-type simConnector struct{ desired, ready int }
-
-func (c *simConnector) Replicas(context.Context) (map[planner.Pool]planner.Replicas, error) {
-	return map[planner.Pool]planner.Replicas{planner.Aggregated: {Desired: c.desired, Ready: c.ready}}, nil
-}
-
-func (c *simConnector) Scale(_ context.Context, _ planner.Pool, n int) error {
-	c.desired = n
-	return nil
-}
 
 // simEpoch is the wall time a simulated run's virtual time 0 stands for.
 var simEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -38,40 +26,82 @@ func observation(w simulate.Window) planner.Observation {
 	}
 }
 
-// plannerScaler is the SLO planner in the simulated loop: each tick's
-// window becomes an Observation, Step decides, and the target is what it
-// asked its connector for.
-type plannerScaler struct {
-	p   *planner.Planner
-	c   *simConnector
-	err error
+// virtualLoop is the outside system of a virtual connector, played by the
+// simulation: each tick it acknowledges the pool's pending decision once
+// the simulated workers run it (every one serving, none starting), lets
+// the planner decide, and carries out the pending target.
+type virtualLoop struct {
+	store  *virtual.Memory
+	conn   *virtual.Connector
+	now    time.Time
+	target int
 }
 
-func newPlannerScaler(cfg planner.Config, m perf.Model, workers int, log *slog.Logger) *plannerScaler {
-	c := &simConnector{desired: workers}
-	p, err := planner.New(cfg, m, c, log)
-	return &plannerScaler{p: p, c: c, err: err}
+func newVirtualLoop(workers int) *virtualLoop {
+	l := &virtualLoop{store: virtual.NewMemory(), target: workers}
+	l.conn = virtual.New(l.store, virtual.Config{Initial: map[planner.Pool]int{planner.Aggregated: workers},
+		Now: func() time.Time { return l.now }})
+	return l
+}
+
+// tick runs decide between the ack and the read-back of one tick.
+func (l *virtualLoop) tick(w simulate.Window, decide func(ctx context.Context)) int {
+	ctx := context.Background()
+	l.now = simEpoch.Add(w.End)
+	recs, _ := l.store.Latest(ctx) // Memory does not fail
+	for _, r := range recs {
+		if r.Pool == planner.Aggregated && r.Pending() && w.Serving == r.Target && w.Starting == 0 {
+			_ = l.store.Ack(ctx, r.Pool, r.Seq, w.Serving) // within [AckSeq, Seq]
+		}
+	}
+	decide(ctx)
+	recs, _ = l.store.Latest(ctx)
+	for _, r := range recs {
+		if r.Pool == planner.Aggregated {
+			l.target = r.Target
+		}
+	}
+	return l.target
+}
+
+// plannerScaler is the SLO planner in the simulated loop, through the
+// virtual connector: each tick's window becomes an Observation and Step
+// decides. Step's errors (a change refused while the last one starts) are
+// the planner's to retry on its next step.
+type plannerScaler struct {
+	p *planner.Planner
+	l *virtualLoop
+}
+
+func newPlannerScaler(cfg planner.Config, m perf.Model, workers int, log *slog.Logger) (*plannerScaler, error) {
+	l := newVirtualLoop(workers)
+	p, err := planner.New(cfg, m, l.conn, log)
+	if err != nil {
+		return nil, err
+	}
+	return &plannerScaler{p: p, l: l}, nil
 }
 
 func (s *plannerScaler) Tick(_ time.Duration, w simulate.Window) int {
-	if s.err != nil {
-		return s.c.desired
-	}
-	s.c.ready = w.Serving
-	if _, err := s.p.Step(context.Background(), observation(w)); err != nil {
-		s.err = err
-	}
-	return s.c.desired
+	return s.l.tick(w, func(ctx context.Context) { _, _ = s.p.Step(ctx, observation(w)) })
 }
 
-// reactiveScaler is planner.Reactive in the simulated loop.
+// reactiveScaler is planner.Reactive in the simulated loop, through the
+// same virtual connector.
 type reactiveScaler struct {
 	r *planner.Reactive
-	c *simConnector
+	l *virtualLoop
+}
+
+func newReactiveScaler(cfg planner.ReactiveConfig, workers int) (*reactiveScaler, error) {
+	l := newVirtualLoop(workers)
+	r, err := planner.NewReactive(cfg, l.conn)
+	if err != nil {
+		return nil, err
+	}
+	return &reactiveScaler{r: r, l: l}, nil
 }
 
 func (s *reactiveScaler) Tick(_ time.Duration, w simulate.Window) int {
-	s.c.ready = w.Serving
-	_, _ = s.r.Step(context.Background(), observation(w), w.KVUsage) // the connector does not fail
-	return s.c.desired
+	return s.l.tick(w, func(ctx context.Context) { _, _ = s.r.Step(ctx, observation(w), w.KVUsage) })
 }

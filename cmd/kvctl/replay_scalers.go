@@ -50,7 +50,7 @@ func (s *scalerFlags) register(fl *pflag.FlagSet) {
 			`(the SLO planner, with --predictor); empty: --workers all along. Dynamic scalers start from --workers`)
 	fl.StringVar(&s.profile, "planner-profile", "",
 		"--simulate: the worker profile (sim's JSON format) that the simulated workers run and the planner and static sizing model (default: sim's built-in profile)")
-	fl.StringVar(&s.predictor, "predictor", "kalman", "--simulate: the planner's request-rate predictor (planner/predict's spec)")
+	fl.StringVar(&s.predictor, "predictor", planner.DefaultPredictor, "--simulate: the planner's request-rate predictor, a spec as kvstrata planner's --predictor takes")
 	fl.DurationVar(&s.sloTTFT, "slo-ttft", simulate.DefaultSLOTTFT, "--simulate: TTFT target; a request is within it when its TTFT ≤ max(this, --slo-ttft-slack × its prefill alone)")
 	fl.DurationVar(&s.sloITL, "slo-itl", simulate.DefaultSLOITL, "--simulate: target for a request's mean inter-token latency")
 	fl.Float64Var(&s.slack, "slo-ttft-slack", simulate.DefaultSLOTTFTSlack, "--simulate: multiplies a request's TTFT alone (its uncached prompt's prefill on an idle worker) in its TTFT target")
@@ -231,21 +231,49 @@ func (s scalerFlags) scalers(cfg simulate.Config, sz sizing, m perf.Model) []sim
 		case "static-mean":
 			out = append(out, simulate.NamedScaler{Name: name, Workers: sz.Mean})
 		case "reactive":
+			rcfg := s.reactiveConfig(cfg)
 			out = append(out, simulate.NamedScaler{Name: name, New: func() simulate.Scaler {
-				c := &simConnector{desired: cfg.Workers}
-				r, _ := planner.NewReactive(planner.ReactiveConfig{Limits: planner.Limits{Min: cfg.MinWorkers, Max: cfg.MaxWorkers}}, c) // valid limits
-				return &reactiveScaler{r: r, c: c}
+				r, _ := newReactiveScaler(rcfg, cfg.Workers) // checked by check
+				return r
 			}})
 		case "planner":
-			pcfg := planner.Config{Mode: planner.ModeActive, Interval: cfg.ScaleInterval, StartupDelay: cfg.StartupDelay,
-				TTFT: s.sloTTFT, ITL: s.sloITL, Predictor: s.predictor,
-				Pools: map[planner.Pool]planner.Limits{planner.Aggregated: {Min: cfg.MinWorkers, Max: cfg.MaxWorkers}}}
+			pcfg := s.plannerConfig(cfg)
 			out = append(out, simulate.NamedScaler{Name: name, New: func() simulate.Scaler {
-				return newPlannerScaler(pcfg, m, cfg.Workers, log)
+				p, _ := newPlannerScaler(pcfg, m, cfg.Workers, log) // checked by check
+				return p
 			}})
 		}
 	}
 	return out
+}
+
+func (s scalerFlags) plannerConfig(cfg simulate.Config) planner.Config {
+	return planner.Config{Mode: planner.ModeActive, Interval: cfg.ScaleInterval, StartupDelay: max(cfg.StartupDelay, 0),
+		TTFT: s.sloTTFT, ITL: s.sloITL, Predictor: s.predictor,
+		Pools: map[planner.Pool]planner.Limits{planner.Aggregated: {Min: cfg.MinWorkers, Max: cfg.MaxWorkers}}}
+}
+
+func (s scalerFlags) reactiveConfig(cfg simulate.Config) planner.ReactiveConfig {
+	return planner.ReactiveConfig{Limits: planner.Limits{Min: cfg.MinWorkers, Max: cfg.MaxWorkers}}
+}
+
+// check makes each dynamic scaler once, so that a bad --predictor or
+// limit is a usage error before anything runs.
+func (s scalerFlags) check(cfg simulate.Config, m perf.Model) []string {
+	var probs []string
+	for _, name := range s.names() {
+		var err error
+		switch name {
+		case "reactive":
+			_, err = newReactiveScaler(s.reactiveConfig(cfg), cfg.Workers)
+		case "planner":
+			_, err = newPlannerScaler(s.plannerConfig(cfg), m, cfg.Workers, nil)
+		}
+		if err != nil {
+			probs = append(probs, fmt.Sprintf("--scaler %s: %v", name, err))
+		}
+	}
+	return probs
 }
 
 // perfModel is planner/perf's model of the simulated workers.

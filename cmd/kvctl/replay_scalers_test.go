@@ -44,7 +44,7 @@ func scalerRows(t *testing.T, args ...string) ([]scalerRow, string) {
 }
 
 func TestReplaySimulateRunsEveryScalerOnce(t *testing.T) {
-	rows, stderr := scalerRows(t, "--scaler", "static:3,static-peak,static-mean,reactive,planner")
+	rows, stderr := scalerRows(t, "--scaler", "static:3,static-peak,static-mean,reactive,planner", "--predictor", "constant")
 	var got []string
 	for _, r := range rows {
 		got = append(got, r.Scaler)
@@ -90,6 +90,7 @@ func TestReplaySimulateRefusesBadScalerFlags(t *testing.T) {
 			`--slo-goal is 0, must be in (0, 1]; --startup-delay is -1s, must be ≥ 0; --min-workers 3 and --max-workers 2 must satisfy 1 ≤ min ≤ max; ` +
 				`--scaler: "static:0": static:N wants a worker count ≥ 1; --scaler: "fastest" is not a scaler`},
 		{[]string{"--simulate", "--scaler", "planner", "--planner-profile", good + ".missing"}, "--planner-profile: "},
+		{[]string{"--simulate", "--scaler", "planner", "--predictor", "tea-leaves"}, `--scaler planner: `},
 	} {
 		code, _, stderr := run(t, append([]string{"replay", good}, c.args...)...)
 		wantFailure(t, code, stderr, exitUsage, c.msg)

@@ -143,6 +143,9 @@ func (a *app) runSimulate(ctx context.Context, path string, f replayFlags, cfg s
 		if err != nil {
 			return usageErrorf("replay: --planner-profile: %v", err)
 		}
+		if probs := f.sim.sc.check(cfg, m); len(probs) > 0 {
+			return usageErrorf("replay: %s", strings.Join(probs, "; "))
+		}
 		s := f.sim.sc.size(reqs, cfg, m)
 		sz = &s
 		cfg.Scalers = f.sim.sc.scalers(cfg, s, m)
