@@ -286,8 +286,9 @@ func perfModel(cfg simulate.Config) (perf.Model, error) {
 		MaxNumSeqs: cfg.MaxNumSeqs, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens})
 }
 
-// raisePeak reruns static-peak one worker larger while its row misses the
-// goal, and returns the tries' rows.
+// raisePeak reruns static-peak larger while its row misses the goal, and
+// returns the tries' rows too: one worker more each try, Config.Parallel
+// tries at once (the smallest that meets the goal ends the search).
 func (s scalerFlags) raisePeak(ctx context.Context, reqs []trace.Request, cfg simulate.Config, rows []simulate.Row, progress io.Writer) ([]simulate.Row, error) {
 	for i := range rows {
 		if rows[i].Scaler != "static-peak" {
@@ -295,18 +296,24 @@ func (s scalerFlags) raisePeak(ctx context.Context, reqs []trace.Request, cfg si
 		}
 		row := rows[i]
 		for row.SLOAttainment < s.goal && row.WorkersMax < cfg.MaxWorkers {
-			n := row.WorkersMax + 1
-			fmt.Fprintf(progress, "static-peak with %d workers: %.2f%% within targets, under %.2f%%; trying %d\n",
-				row.WorkersMax, 100*row.SLOAttainment, 100*s.goal, n)
 			c := cfg
-			c.Scalers = []simulate.NamedScaler{{Name: "static-peak", Workers: n}}
-			c.Parallel = 1
+			c.Scalers = nil
+			for n := row.WorkersMax + 1; n <= min(row.WorkersMax+cfg.Parallel, cfg.MaxWorkers); n++ {
+				c.Scalers = append(c.Scalers, simulate.NamedScaler{Name: fmt.Sprintf("static-peak+%d", n-rows[i].WorkersMax), Workers: n})
+			}
+			fmt.Fprintf(progress, "static-peak with %d workers: %.2f%% within targets, under %.2f%%; trying %d more\n",
+				row.WorkersMax, 100*row.SLOAttainment, 100*s.goal, len(c.Scalers))
 			more, err := simulate.Run(ctx, reqs, c)
 			if err != nil {
 				return rows, err
 			}
-			rows = append(rows, more...)
-			row = more[len(more)-1]
+			for _, r := range more {
+				rows = append(rows, r)
+				row = r
+				if r.SLOAttainment >= s.goal {
+					break
+				}
+			}
 		}
 	}
 	return rows, nil

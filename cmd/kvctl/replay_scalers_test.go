@@ -70,8 +70,8 @@ func TestReplaySimulateRaisesStaticPeakUntilItMeetsTheGoal(t *testing.T) {
 		t.Fatalf("rows %+v, want static-peak raised to --max-workers 3", rows)
 	}
 	for i := 1; i < len(rows); i++ {
-		if rows[i].Scaler != "static-peak" || rows[i].WorkersMax != rows[i-1].WorkersMax+1 {
-			t.Fatalf("rows %+v, want static-peak one worker larger each try", rows)
+		if want := fmt.Sprintf("static-peak+%d", rows[i].WorkersMax-rows[0].WorkersMax); rows[i].Scaler != want || rows[i].WorkersMax != rows[i-1].WorkersMax+1 {
+			t.Fatalf("rows %+v, want static-peak one worker larger each try, named for what was added", rows)
 		}
 	}
 	if len(rows) < 2 || !strings.Contains(stderr, "under 99.00%; trying") {
