@@ -126,6 +126,8 @@ case nothing ran.`,
 
 	root.AddCommand(a.newStatsCommand(), a.newEvictCommand(), a.newLookupCommand(), a.newWarmCommand(), a.newClusterCommand(),
 		a.newPutCommand(), a.newGetCommand(), a.newBenchCommand(), a.newSimCommand(), a.newReplayCommand())
+	root.AddCommand(a.newTraceCommand())
+	root.AddCommand(a.newPredictCommand())
 	return root
 }
 

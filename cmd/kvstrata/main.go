@@ -62,13 +62,14 @@ command line or configuration (nothing was started).`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCommand(stdout, stderr), newWorkerCommand(stderr), newUpCommand(stderr), newFrontendCommand(stderr), &cobra.Command{
+	root.AddCommand(newServeCommand(stdout, stderr), newWorkerCommand(stderr), newUpCommand(stderr), newFrontendCommand(stderr), newProfileCommand(stdout, stderr), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintln(stdout, "kvstrata", version())
 		},
 	})
+	root.AddCommand(newConfigureCommand(stdout))
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(stderr, "kvstrata: %v\n", err)

@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,7 +140,14 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		Help: "The worker's role (aggregated, prefill, decode) and model backend (sim, tiny); always 1.",
 	}, []string{"model_name", "role", "backend"})
 	info.WithLabelValues(cfg.ModelName, cfg.Role, cfg.Model).Set(1)
-	w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), info)
+	// vLLM's cache_config_info, whose labels tell a profiler or a planner
+	// the KV pool's size: num_gpu_blocks blocks of block_size tokens.
+	cacheInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vllm:cache_config_info",
+		Help: "Information of the LLMEngine CacheConfig",
+	}, []string{"block_size", "num_gpu_blocks"})
+	cacheInfo.WithLabelValues(strconv.Itoa(blockTokens), strconv.Itoa(cfg.Blocks)).Set(1)
+	w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), info, cacheInfo)
 
 	scfg := sched.Config{
 		Model: w.model, Blocks: cfg.Blocks, MaxNumSeqs: cfg.MaxNumSeqs, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,

@@ -153,7 +153,8 @@ func TestWorkerAnswersCompletionsAndShowsItsRole(t *testing.T) {
 	}
 	_, metrics := get(t, base+"/metrics")
 	for _, want := range []string{`kvstrata_worker_info{backend="sim",model_name="kvstrata-sim",role="aggregated"} 1`,
-		`vllm:generation_tokens_total{model_name="kvstrata-sim"} 5`, "go_goroutines", "process_open_fds"} {
+		`vllm:generation_tokens_total{model_name="kvstrata-sim"} 5`, "go_goroutines", "process_open_fds",
+		`vllm:cache_config_info{block_size="16",num_gpu_blocks="4096"} 1`} { // the default pool, as vLLM tells its size
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -135,13 +135,14 @@ func generate(t *testing.T, r *Router, req sched.Request, each func([]uint32)) r
 	return res
 }
 
-// waitFor polls cond until it holds or 10 s pass.
+// waitFor polls cond until it holds or 30 s pass: a bound for a stuck
+// condition, generous enough for a loaded machine under -race.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
+			t.Fatalf("not within 30s: %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -14,27 +14,77 @@ import (
 )
 
 // Profile is how long a model's steps take: the file a profiler writes, the
-// sim model replays and the planner reads. Its JSON form:
+// sim model replays and the planner reads. Its JSON form, version 2:
 //
 //	{
-//	  "version": 1,
-//	  "source": "NVIDIA Dynamo mocker",
-//	  "prefill": {"poly": [16.50142, 1.518344e-2, 4.209989e-7]},
-//	  "decode":  {"poly": [5.74, 54.01, -25.74], "min_ms": 1}
+//	  "version": 2,
+//	  "source": "kvstrata profile http://127.0.0.1:8000 2026-12-02T04:00:00Z",
+//	  "prefill": {"points": [[128, 18.4], [512, 24.4], [2048, 49.3]]},
+//	  "decode":  {"poly": [5.74, 54.01, -25.74], "per_seq_ms": 0.01, "min_ms": 1},
+//	  "worker":  {"kv_tokens": 65536, "block_tokens": 16, "max_num_seqs": 256, "max_num_batched_tokens": 2048},
+//	  "sweep": {
+//	    "prefill": [{"isl": 8192, "ttft_ms": 198.2}],
+//	    "decode":  [{"concurrency": 8, "context": 4096, "itl_ms": 12.4}]
+//	  }
 //	}
 //
 // "prefill" gives a prefill step's milliseconds as a function of x = the
 // batch's new (uncached) tokens; "decode" gives a decode step's
 // milliseconds as a function of x = p, the active KV fraction (the batch's
-// KV tokens / the model's KV capacity, in [0, 1]). Each is a Curve.
-// Unknown fields are errors, so a misspelt field is not silently ignored.
+// KV tokens / the model's KV capacity, in [0, 1]). Each is a Curve; both
+// are required.
+//
+// "worker" (optional) is the worker the profile was measured on: its KV
+// pool in tokens, its block size, and its batch limits (WorkerLimits); p
+// above is a fraction of its kv_tokens. "sweep" (optional) is the raw
+// measurements the curves were fitted to (Sweep): time to first token
+// against input length at batch 1, and inter-token latency against
+// concurrency and context length. The sim engine ignores both; the
+// planner sizes workers by "worker"; plots are drawn from "sweep".
+//
+// Version 1 (the version 0 or no version is read as) is the same without
+// "worker" and "sweep": a version-1 file with either is an error, as is a
+// version this reader does not know. Unknown fields are errors, so a
+// misspelt field is not silently ignored.
 type Profile struct {
-	// Version is the format's version: 1 (0 is read as 1).
+	// Version is the format's version: 1 or 2 (0 is read as 1).
 	Version int `json:"version,omitempty"`
 	// Source says where the numbers come from: a paper, a profiler run.
 	Source  string `json:"source,omitempty"`
 	Prefill Curve  `json:"prefill"`
 	Decode  Curve  `json:"decode"`
+	// Worker is the worker the profile was measured on (version 2); nil:
+	// unknown, the reader takes its own limits.
+	Worker *WorkerLimits `json:"worker,omitempty"`
+	// Sweep is the measurements the curves were fitted to (version 2).
+	Sweep *Sweep `json:"sweep,omitempty"`
+}
+
+// Sweep is a profiler's raw measurements, kept beside the curves fitted
+// to them so that they can be drawn, checked and fitted again.
+type Sweep struct {
+	// Prefill is time to first token against input length, one request
+	// at a time, nothing cached.
+	Prefill []PrefillPoint `json:"prefill,omitempty"`
+	// Decode is inter-token latency against concurrency and context.
+	Decode []DecodePoint `json:"decode,omitempty"`
+}
+
+// PrefillPoint is one prompt length's time to first token: ttft_ms
+// milliseconds for a prompt of isl tokens, at batch 1.
+type PrefillPoint struct {
+	ISL    int     `json:"isl"`
+	TTFTMs float64 `json:"ttft_ms"`
+}
+
+// DecodePoint is the mean time between two tokens, itl_ms milliseconds,
+// of concurrency sequences decoding together with context tokens of
+// context each (prompt and output so far, on average over the measured
+// tokens).
+type DecodePoint struct {
+	Concurrency int     `json:"concurrency"`
+	Context     int     `json:"context"`
+	ITLMs       float64 `json:"itl_ms"`
 }
 
 // Curve is a step time in milliseconds as a function of x and the batch
@@ -123,11 +173,26 @@ func (c Curve) f(x float64) float64 {
 // wrapping ErrBadProfile, or nil.
 func (p Profile) Validate() error {
 	var probs []string
-	if p.Version != 0 && p.Version != 1 {
-		probs = append(probs, fmt.Sprintf("version is %d, this reader knows 1", p.Version))
+	switch p.Version {
+	case 0, 1:
+		if p.Worker != nil {
+			probs = append(probs, "worker is a version 2 field, the profile says version 1")
+		}
+		if p.Sweep != nil {
+			probs = append(probs, "sweep is a version 2 field, the profile says version 1")
+		}
+	case 2:
+	default:
+		probs = append(probs, fmt.Sprintf("version is %d, this reader knows 1 and 2", p.Version))
 	}
 	probs = p.Prefill.check("prefill", probs)
 	probs = p.Decode.check("decode", probs)
+	if p.Worker != nil {
+		probs = p.Worker.check(probs)
+	}
+	if p.Sweep != nil {
+		probs = p.Sweep.check(probs)
+	}
 	if len(probs) == 0 {
 		return nil
 	}
@@ -166,6 +231,46 @@ func (c Curve) check(name string, probs []string) []string {
 	}
 	if !finite(c.MinMs) || c.MinMs < 0 {
 		bad("min_ms is %v, must be ≥ 0", c.MinMs)
+	}
+	return probs
+}
+
+func (w WorkerLimits) check(probs []string) []string {
+	bad := func(f string, args ...any) { probs = append(probs, "worker."+fmt.Sprintf(f, args...)) }
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"kv_tokens", w.KVTokens}, {"block_tokens", w.BlockTokens}, {"max_num_seqs", w.MaxNumSeqs}, {"max_num_batched_tokens", w.MaxNumBatchedTokens}} {
+		if f.v < 0 {
+			bad("%s is %d, must be ≥ 1 (or left out: unknown)", f.name, f.v)
+		}
+	}
+	if w.MaxNumSeqs > 0 && w.MaxNumBatchedTokens > 0 && w.MaxNumBatchedTokens < w.MaxNumSeqs {
+		bad("max_num_batched_tokens is %d, must be ≥ max_num_seqs (%d)", w.MaxNumBatchedTokens, w.MaxNumSeqs)
+	}
+	return probs
+}
+
+func (s Sweep) check(probs []string) []string {
+	bad := func(f string, args ...any) { probs = append(probs, "sweep."+fmt.Sprintf(f, args...)) }
+	for i, pt := range s.Prefill {
+		if pt.ISL < 1 {
+			bad("prefill[%d].isl is %d, must be ≥ 1", i, pt.ISL)
+		}
+		if !finite(pt.TTFTMs) || pt.TTFTMs <= 0 {
+			bad("prefill[%d].ttft_ms is %v, must be > 0", i, pt.TTFTMs)
+		}
+	}
+	for i, pt := range s.Decode {
+		if pt.Concurrency < 1 {
+			bad("decode[%d].concurrency is %d, must be ≥ 1", i, pt.Concurrency)
+		}
+		if pt.Context < 1 {
+			bad("decode[%d].context is %d, must be ≥ 1", i, pt.Context)
+		}
+		if !finite(pt.ITLMs) || pt.ITLMs <= 0 {
+			bad("decode[%d].itl_ms is %v, must be > 0", i, pt.ITLMs)
+		}
 	}
 	return probs
 }

@@ -120,7 +120,16 @@ func TestBadProfileNamesField(t *testing.T) {
 		{`{"prefill": {"poly": [1,2,3,4,5,6,7,8,9,10]}, ` + decode + `}`, "prefill.poly has 10 coefficients"},
 		{`{"prefill": {"poly": [1]}, "decode": {"poly": [1], "min_ms": -1}}`, "decode.min_ms is -1"},
 		{`{"prefill": {"poly": [1], "per_seq_ms": -3}, ` + decode + `}`, "prefill.per_seq_ms is -3"},
-		{`{"version": 2, "prefill": {"poly": [1]}, ` + decode + `}`, "version is 2"},
+		{`{"version": 3, "prefill": {"poly": [1]}, ` + decode + `}`, "version is 3, this reader knows 1 and 2"},
+		{`{"prefill": {"poly": [1]}, ` + decode + `, "worker": {"kv_tokens": 1}}`, "worker is a version 2 field"},
+		{`{"version": 1, "prefill": {"poly": [1]}, ` + decode + `, "sweep": {}}`, "sweep is a version 2 field"},
+		{`{"version": 2, "prefill": {"poly": [1]}, ` + decode + `, "worker": {"kv_tokens": -1}}`, "worker.kv_tokens is -1"},
+		{`{"version": 2, "prefill": {"poly": [1]}, ` + decode + `, "worker": {"max_num_seqs": 64, "max_num_batched_tokens": 32}}`, "worker.max_num_batched_tokens is 32"},
+		{`{"version": 2, "prefill": {"poly": [1]}, ` + decode + `, "worker": {"kv_token": 1}}`, `unknown field "kv_token"`},
+		{`{"version": 2, "prefill": {"poly": [1]}, ` + decode + `, "sweep": {"prefill": [{"isl": 0, "ttft_ms": 1}]}}`, "sweep.prefill[0].isl is 0"},
+		{`{"version": 2, "prefill": {"poly": [1]}, ` + decode + `, "sweep": {"prefill": [{"isl": 5, "ttft_ms": -1}]}}`, "sweep.prefill[0].ttft_ms is -1"},
+		{`{"version": 2, "prefill": {"poly": [1]}, ` + decode + `, "sweep": {"decode": [{"concurrency": 0, "context": 0, "itl_ms": 0}]}}`, "sweep.decode[0].concurrency is 0, must be ≥ 1; sweep.decode[0].context is 0, must be ≥ 1; sweep.decode[0].itl_ms is 0"},
+		{`{"version": 2, "prefill": {"poly": [1]}, ` + decode + `, "sweep": {"decode": [{"concurrency": 1, "context": 1, "itl_ms": 1, "ttft_ms": 1}]}}`, `unknown field "ttft_ms"`},
 		{`{"prefill": {"poly": [1]}, ` + decode + `} {}`, "data after"},
 	} {
 		_, err := ParseProfile([]byte(tc.json))
@@ -137,6 +146,14 @@ func TestBadProfileNamesField(t *testing.T) {
 func FuzzParseProfile(f *testing.F) {
 	def, _ := DefaultProfile().Marshal()
 	f.Add(def)
+	files, _ := filepath.Glob("testdata/*.json")
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 	f.Add([]byte(`{"prefill": {"points": [[0, 1], [100, 2]]}, "decode": {"points": [[0, 6], [1, 33]], "min_ms": 1, "per_seq_ms": 0.1}}`))
 	f.Add([]byte(`{"prefill": {"poly": [1e308, 1e308]}, "decode": {"poly": [-1e308]}}`))
 	f.Add([]byte(`{"prefill": {"points": [[0, 1], [1e-300, 1e300]]}, "decode": {"poly": [1]}}`))
@@ -189,5 +206,35 @@ func TestProfileFilesInTestdata(t *testing.T) {
 	}
 	if got := tab.Decode.At(0.5, 10); !near(got, ms(26.3+0.2)) {
 		t.Errorf("table decode at p=0.5 with 10 sequences: %v, want 26.5 ms", got)
+	}
+	v2, err := ReadProfile("testdata/profiled-v2.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v2.Version != 2 || v2.Worker == nil || v2.Worker.KVTokens != 65536 || v2.Worker.MaxNumBatchedTokens != 2048 {
+		t.Errorf("testdata/profiled-v2.json: version %d, worker %+v; want version 2 with 65536 KV tokens and 2048 batched", v2.Version, v2.Worker)
+	}
+	if v2.Sweep == nil || len(v2.Sweep.Prefill) == 0 || len(v2.Sweep.Decode) == 0 {
+		t.Errorf("testdata/profiled-v2.json: sweep %+v, want prefill and decode points", v2.Sweep)
+	}
+}
+
+// TestSimIgnoresTheSweep: a version-2 profile steps as its curves say,
+// whatever its sweep holds, and a version-1 file reads as before.
+func TestSimIgnoresTheSweep(t *testing.T) {
+	p := DefaultProfile()
+	p.Version = 2
+	p.Worker = &WorkerLimits{KVTokens: 1000, BlockTokens: 16, MaxNumSeqs: 8, MaxNumBatchedTokens: 512}
+	p.Sweep = &Sweep{Prefill: []PrefillPoint{{ISL: 128, TTFTMs: 1e6}}, Decode: []DecodePoint{{Concurrency: 1, Context: 10, ITLMs: 1e6}}}
+	with, err := New(Config{Capacity: 1000, Profile: &p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := New(Config{Capacity: 1000})
+	if a, b := with.PrefillTime(128, 1), plain.PrefillTime(128, 1); a != b {
+		t.Errorf("prefill of 128 tokens: %v with a sweep, %v without", a, b)
+	}
+	if a, b := with.DecodeTime(500, 4), plain.DecodeTime(500, 4); a != b {
+		t.Errorf("decode at p=0.5: %v with a sweep, %v without", a, b)
 	}
 }
