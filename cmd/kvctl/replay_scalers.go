@@ -46,7 +46,7 @@ func (s *scalerFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&s.list, "scaler", "",
 		`--simulate: what sizes the workers, comma-separated, one run each: static:N (N workers all along), static-peak and static-mean `+
 			`(the workers planner/perf says the busiest --scale-interval window, or the mean load, needs; static-peak is raised by one `+
-			`until it meets --slo-goal), reactive (one worker at a time on queue and KV usage, Dynamo's load-based planner), planner `+
+			`until it meets --slo-goal, --parallel tries at a time, rows static-peak+K), reactive (one worker at a time on queue and KV usage, Dynamo's load-based planner), planner `+
 			`(the SLO planner, with --predictor); empty: --workers all along. Dynamic scalers start from --workers`)
 	fl.StringVar(&s.profile, "planner-profile", "",
 		"--simulate: the worker profile (sim's JSON format) that the simulated workers run and the planner and static sizing model (default: sim's built-in profile)")
