@@ -405,11 +405,11 @@ func TestBudgetSplitsInProportion(t *testing.T) {
 		}
 	}
 	p, dc := ds[1], ds[0] // pools in name order: decode, prefill
-	if total != 6 {
-		t.Errorf("targets %d + %d, want the budget 6", p.Target, dc.Target)
-	}
-	if (p.Need > dc.Need) != (p.Target > dc.Target) && p.Target != dc.Target {
-		t.Errorf("prefill needs %.2f → %d, decode %.2f → %d: not in proportion", p.Need, p.Target, dc.Need, dc.Target)
+	// Needs 2.19 and 5.80 of 6: shares 1.64 and 4.36, floors 1 and 4, the
+	// worker left to the larger remainder.
+	if total != 6 || p.Target != 2 || dc.Target != 4 {
+		t.Errorf("prefill needs %.2f → %d, decode %.2f → %d; want 2 and 4, in proportion within the budget 6",
+			p.Need, p.Target, dc.Need, dc.Target)
 	}
 	if dep.size(Prefill)+dep.size(Decode) != 6 {
 		t.Errorf("the deployment has %d + %d workers", dep.size(Prefill), dep.size(Decode))
@@ -484,5 +484,18 @@ func TestBadConfigSaysEveryProblem(t *testing.T) {
 	cfg.Predictor = "oracle"
 	if _, err := New(cfg, testModel(t), newDeployment(t, nil), nil); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), `"oracle"`) {
 		t.Errorf("an unknown predictor: %v", err)
+	}
+}
+
+// TestInfeasibleTargetAsksForTheMost: when a prompt alone takes longer
+// than the TTFT target, no count meets it: the pool goes to its maximum,
+// and the reason says why.
+func TestInfeasibleTargetAsksForTheMost(t *testing.T) {
+	dep := newDeployment(t, map[Pool]int{Aggregated: 1})
+	cfg := testConfig()
+	cfg.TTFT = 10 * time.Millisecond // a 2048-token prefill takes about 49 ms
+	h := newHarness(t, cfg, dep)
+	if d := only(t, h.stepObs(Observation{OK: true, Arrivals: 3, Finished: 3, PromptTokens: 3 * isl, OutputTokens: 3 * osl})); d.Target != 8 || d.Reason != ReasonTTFTInfeasible {
+		t.Errorf("%+v; want the maximum 8, reason ttft-infeasible", d)
 	}
 }

@@ -28,7 +28,7 @@ type configureFlags struct {
 }
 
 func newConfigureCommand(stdout io.Writer) *cobra.Command {
-	f := configureFlags{output: "table", kvTokens: perf.DefaultKVTokens,
+	f := configureFlags{output: "table",
 		seqs: configure.DefaultMaxNumSeqs, batched: configure.DefaultMaxNumBatchedTokens}
 	cmd := &cobra.Command{
 		Use:   "configure --profile F --budget G (--isl N --osl N | --trace F) --slo-ttft D --slo-itl D",
@@ -79,7 +79,7 @@ value.`,
 	fs.Float64Var(&f.hit, "hit", 0, "share of prompt tokens the cache serves, in [0, 1)")
 	fs.DurationVar(&f.ttft, "slo-ttft", 0, "mean time-to-first-token target, e.g. 500ms (required)")
 	fs.DurationVar(&f.itl, "slo-itl", 0, "mean inter-token latency target, e.g. 30ms (required)")
-	fs.IntVar(&f.kvTokens, "kv-tokens", f.kvTokens, "each worker's KV pool, tokens (a multiple of 16: up's --num-gpu-blocks × 16)")
+	fs.IntVar(&f.kvTokens, "kv-tokens", 0, fmt.Sprintf("each worker's KV pool, tokens, a multiple of 16 (up's --num-gpu-blocks × 16; 0: the profile's worker's, else %d)", perf.DefaultKVTokens))
 	fs.IntSliceVar(&f.seqs, "max-num-seqs", f.seqs, "max_num_seqs values to try, comma-separated")
 	fs.IntSliceVar(&f.batched, "max-num-batched-tokens", f.batched, "max_num_batched_tokens values to try, comma-separated")
 	fs.StringVarP(&f.output, "output", "o", f.output, "output format: table or json")
@@ -120,8 +120,8 @@ func runConfigure(cmd *cobra.Command, stdout io.Writer, f configureFlags) error 
 	if f.output != "table" && f.output != "json" {
 		probs = append(probs, fmt.Sprintf("-o %q: want table or json", f.output))
 	}
-	if f.kvTokens < 16 || f.kvTokens%16 != 0 {
-		probs = append(probs, fmt.Sprintf("--kv-tokens %d: want a multiple of 16, ≥ 16", f.kvTokens))
+	if f.kvTokens < 0 || f.kvTokens%16 != 0 {
+		probs = append(probs, fmt.Sprintf("--kv-tokens %d: want a multiple of 16, ≥ 16 (0: the profile's)", f.kvTokens))
 	}
 	in := configure.Input{Budget: f.budget, ISL: f.isl, OSL: f.osl, Hit: f.hit, KVTokens: f.kvTokens,
 		Targets: perf.Targets{TTFT: f.ttft, ITL: f.itl}, MaxNumSeqs: f.seqs, MaxNumBatchedTokens: f.batched}
@@ -166,13 +166,13 @@ func runConfigure(cmd *cobra.Command, stdout io.Writer, f configureFlags) error 
 	}
 	rep := configureReport{Result: res}
 	if res.Best != nil {
-		rep.Up = upCommand(*res.Best, profile, f.kvTokens)
+		rep.Up = upCommand(*res.Best, profile, res.Input.KVTokens)
 	}
 	if res.BestAggregated != nil {
-		rep.UpAggregated = upCommand(*res.BestAggregated, profile, f.kvTokens)
+		rep.UpAggregated = upCommand(*res.BestAggregated, profile, res.Input.KVTokens)
 	}
 	if res.Rejected != nil {
-		rep.UpRejected = upCommand(*res.Rejected, profile, f.kvTokens)
+		rep.UpRejected = upCommand(*res.Rejected, profile, res.Input.KVTokens)
 	}
 	if f.output == "json" {
 		enc := json.NewEncoder(stdout)
@@ -198,7 +198,8 @@ func runConfigure(cmd *cobra.Command, stdout io.Writer, f configureFlags) error 
 }
 
 // upCommand is the `kvstrata up` command line that runs p with sim
-// workers of profile.
+// workers of profile and a KV pool of kvTokens (in up's blocks of 16
+// tokens, rounded down).
 func upCommand(p configure.Point, profile string, kvTokens int) string {
 	args := []string{"kvstrata", "up", "--model", "sim", "--sim-profile", shellQuote(profile)}
 	if p.Mode == configure.Disaggregated {

@@ -62,7 +62,7 @@ command line or configuration (nothing was started).`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCommand(stdout, stderr), newWorkerCommand(stderr), newUpCommand(stderr), newFrontendCommand(stderr), newProfileCommand(stdout, stderr), &cobra.Command{
+	root.AddCommand(newServeCommand(stdout, stderr), newWorkerCommand(stderr), newUpCommand(stderr), newFrontendCommand(stderr), newProfileCommand(stdout, stderr), newPlannerCommand(stderr), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run: func(cmd *cobra.Command, _ []string) {

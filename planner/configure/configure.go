@@ -50,7 +50,8 @@ const MaxBudget = 256
 // Input is what the configurator sizes for.
 type Input struct {
 	Profile sim.Profile
-	// KVTokens is each worker's KV pool in tokens (0: perf's default).
+	// KVTokens is each worker's KV pool in tokens (0: the profile's
+	// worker's, else perf's default).
 	KVTokens int
 	// Budget is the number of workers (GPUs), G ≥ 1.
 	Budget int
@@ -213,10 +214,14 @@ func Evaluate(in Input) (Result, error) {
 	var r Result
 	r.Input.Budget, r.Input.ISL, r.Input.OSL, r.Input.Hit = in.Budget, in.ISL, in.OSL, in.Hit
 	r.Input.TTFTMs, r.Input.ITLMs = ms(in.Targets.TTFT), ms(in.Targets.ITL)
+	kv := in.KVTokens
+	if kv == 0 && in.Profile.Worker != nil {
+		kv = in.Profile.Worker.KVTokens
+	}
 	load := perf.Load{Rate: 1, ISL: in.ISL, OSL: in.OSL, Hit: in.Hit}
 	var disagg []Point
 	for _, pair := range in.pairs() {
-		m, err := perf.New(in.Profile, sim.WorkerLimits{KVTokens: in.KVTokens, MaxNumSeqs: pair[0], MaxNumBatchedTokens: pair[1]})
+		m, err := perf.New(in.Profile, sim.WorkerLimits{KVTokens: kv, MaxNumSeqs: pair[0], MaxNumBatchedTokens: pair[1]})
 		if err != nil {
 			return Result{}, fmt.Errorf("%w: %v", ErrBadInput, err)
 		}

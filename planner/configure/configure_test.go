@@ -173,3 +173,20 @@ func TestABadInputIsRejectedWithEveryProblem(t *testing.T) {
 		t.Errorf("limits that pair to nothing: %v", err)
 	}
 }
+
+func TestTheProfilesWorkerGivesTheKVPool(t *testing.T) {
+	in := input()
+	in.ISL, in.OSL, in.Targets.ITL = 1000, 100, 100*time.Millisecond
+	p := sim.DefaultProfile()
+	p.Version, p.Worker = 2, &sim.WorkerLimits{KVTokens: 4096}
+	in.Profile = p
+	r := evaluateOK(t, in)
+	// Sequences of 1050 tokens of context: three fit in 4096 tokens.
+	if r.Input.KVTokens != 4096 || r.Best == nil || r.Best.Concurrency != 3 {
+		t.Errorf("KV %d, best %+v (concurrency %d): want the profile's 4096 tokens, 3 sequences a worker", r.Input.KVTokens, r.Best, r.Best.Concurrency)
+	}
+	in.KVTokens = 8192 // the caller's pool wins
+	if r := evaluateOK(t, in); r.Input.KVTokens != 8192 {
+		t.Errorf("KV %d, want the caller's 8192", r.Input.KVTokens)
+	}
+}

@@ -8,6 +8,7 @@
 //
 //	constant                          the last value
 //	ma:N                              the mean of the last N values
+//	ewma[:a]                          exponential smoothing of the level (a 0.3)
 //	holt:a,b                          Holt's linear trend (level a, trend b)
 //	kalman[:q_level,q_trend,r]        a Kalman filter on level and trend
 //	holt-winters:period=P[,a,b,g]     additive seasonal Holt-Winters
@@ -44,10 +45,11 @@ var ErrBadSpec = errors.New("predict: bad predictor spec")
 
 // Kinds lists the predictor kinds New knows, in the order the backtest
 // reports them.
-var Kinds = []string{"constant", "ma", "holt", "kalman", "holt-winters", "arima"}
+var Kinds = []string{"constant", "ma", "ewma", "holt", "kalman", "holt-winters", "arima"}
 
 // Defaults of the parameters a spec may leave out.
 const (
+	DefaultEWMAAlpha = 0.3
 	DefaultHoltAlpha = 0.5
 	DefaultHoltBeta  = 0.1
 	// The Kalman filter's noise: the level's and the trend's process noise
@@ -103,6 +105,18 @@ func New(spec string) (Predictor, error) {
 			return nil, bad("N must be a whole number in [1, %d]", MaxWindow)
 		}
 		return &movingAverage{n: n}, nil
+	case "ewma":
+		if err := parseNums(0, 1); err != nil {
+			return nil, err
+		}
+		a := DefaultEWMAAlpha
+		if len(nums) == 1 {
+			a = nums[0]
+		}
+		if err := smoothing(bad, "a", a); err != nil {
+			return nil, err
+		}
+		return &ewma{alpha: a}, nil
 	case "holt":
 		if err := parseNums(0, 2); err != nil {
 			return nil, err
@@ -276,6 +290,26 @@ func (m *movingAverage) Predict(int) float64 {
 	return clean(m.sum / float64(len(m.ring)))
 }
 func (m *movingAverage) Name() string { return "ma:" + strconv.Itoa(m.n) }
+
+// ewma is simple exponential smoothing: a level without trend.
+type ewma struct {
+	alpha, level float64
+	seen         bool
+}
+
+func (e *ewma) Observe(v float64) {
+	if !finite(v) {
+		return
+	}
+	if !e.seen {
+		e.level, e.seen = v, true
+		return
+	}
+	e.level += e.alpha * (v - e.level)
+}
+
+func (e *ewma) Predict(int) float64 { return clean(e.level) }
+func (e *ewma) Name() string        { return "ewma:" + fmtF(e.alpha) }
 
 // holt is Holt's linear trend: a level and a trend, each smoothed
 // exponentially.

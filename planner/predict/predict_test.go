@@ -50,7 +50,7 @@ func TestPredictionsAreFlooredAtZero(t *testing.T) {
 }
 
 func TestNameRoundTrips(t *testing.T) {
-	for _, spec := range append(All(12), "ma:3", "holt:0.3,0.2", "kalman:1,0.5,2", "holt-winters:period=5,a=0.2,g=0.1", "arima:2,0,1") {
+	for _, spec := range append(All(12), "ma:3", "ewma", "ewma:0.5", "holt:0.3,0.2", "kalman:1,0.5,2", "holt-winters:period=5,a=0.2,g=0.1", "arima:2,0,1") {
 		p := mustNew(t, spec)
 		q := mustNew(t, p.Name())
 		if q.Name() != p.Name() {
@@ -68,6 +68,8 @@ func TestBadSpecsAreClearErrors(t *testing.T) {
 		"ma:0":                            "[1, 100000]",
 		"ma:x":                            "[1, 100000]",
 		"holt:0.5":                        "want 0 or 2 parameters, got 1",
+		"ewma:0":                          "a is 0",
+		"ewma:0.1,0.2":                    "want 0 or 1 parameters",
 		"holt:0,0.1":                      "a is 0",
 		"holt:0.5,nan":                    `"nan" is not a number`,
 		"kalman:1,2":                      "want 0 or 3",

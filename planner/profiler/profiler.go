@@ -451,29 +451,29 @@ func (r *runner) decode(ctx context.Context, c, ctxLen int) (float64, error) {
 		prompts[i] = r.prompt(r.units(ctxLen - r.cfg.offset()))
 	}
 	// Warm: the prompts' KV is computed once and stays in the pool's cache.
-	if err := r.all(ctx, c, func(i int) (float64, error) {
+	if err := r.all(c, func(i int) error {
 		_, err := r.stream(ctx, prompts[i], 1, false)
-		return 0, err
+		return err
 	}); err != nil {
 		return 0, fmt.Errorf("warming the prompts: %w", err)
 	}
 	var mu sync.Mutex
 	var sum float64
-	err := r.all(ctx, c, func(i int) (float64, error) {
+	err := r.all(c, func(i int) error {
 		s, err := r.stream(ctx, prompts[i], r.cfg.OutputTokens, true)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		k := r.cfg.Skip
 		if len(s.tokens) <= k {
-			return 0, fmt.Errorf("%w: a stream of max_tokens %d with ignore_eos carried %d tokens", ErrTarget, r.cfg.OutputTokens, len(s.tokens))
+			return fmt.Errorf("%w: a stream of max_tokens %d with ignore_eos carried %d tokens", ErrTarget, r.cfg.OutputTokens, len(s.tokens))
 		}
 		n := len(s.tokens)
 		gap := r.ms(s.tokens[n-1]-s.tokens[k-1]) / float64(n-k)
 		mu.Lock()
 		sum += gap
 		mu.Unlock()
-		return gap, nil
+		return nil
 	})
 	if err != nil {
 		return 0, err
@@ -481,12 +481,12 @@ func (r *runner) decode(ctx context.Context, c, ctxLen int) (float64, error) {
 	return sum / float64(c), nil
 }
 
-// all runs f(0..n-1) at once and returns the first error.
-func (r *runner) all(ctx context.Context, n int, f func(i int) (float64, error)) error {
+// all runs f(0..n-1) at once and returns their errors joined.
+func (r *runner) all(n int, f func(i int) error) error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { _, errs[i] = f(i) })
+		wg.Go(func() { errs[i] = f(i) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
