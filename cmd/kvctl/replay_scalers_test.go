@@ -44,7 +44,7 @@ func scalerRows(t *testing.T, args ...string) ([]scalerRow, string) {
 }
 
 func TestReplaySimulateRunsEveryScalerOnce(t *testing.T) {
-	rows, stderr := scalerRows(t, "--scaler", "static:3,static-peak,static-mean,reactive,planner", "--predictor", "constant")
+	rows, stderr := scalerRows(t, "--scaler", "static:3,static-peak,static-mean,reactive,planner")
 	var got []string
 	for _, r := range rows {
 		got = append(got, r.Scaler)
