@@ -73,7 +73,14 @@ first); 2 for a bad flag or value.`,
 
   # Every routing policy in virtual time on 8 simulated workers with
   # kvstrata's cache, then random and kv-hbm again on workers without it
-  kvctl replay trace.jsonl --simulate --workers 8 --speedup 1.2 --baseline random,kv-hbm`,
+  kvctl replay trace.jsonl --simulate --workers 8 --speedup 1.2 --baseline random,kv-hbm
+
+  # Workers sized while the trace runs, side by side: static at the peak and
+  # at the mean load, the reactive baseline and the SLO planner; each row says
+  # the share of requests within the targets and the worker-seconds
+  kvctl replay trace.jsonl --simulate --router kv-tiered --parallel 2 \
+      --scaler static-peak,static-mean,reactive,planner --slo-ttft 2s --slo-itl 60ms \
+      --startup-delay 60s --scale-interval 30s --min-workers 1 --max-workers 16`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("replay takes one TRACE file, got %d arguments", len(args))

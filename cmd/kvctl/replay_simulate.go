@@ -27,6 +27,8 @@ type simulateFlags struct {
 	capacity    [3]int64         // dram, ssd, s3 tokens
 	gbps        [3]float64       // dram, ssd, s3 GB/s
 	latency     [3]time.Duration // dram, ssd, s3
+	// sc are the flags of the scalers, the SLO and the worker limits.
+	sc scalerFlags
 	// given lists the simulation-only flags set on the command line.
 	given []string
 }
@@ -34,6 +36,8 @@ type simulateFlags struct {
 // simulateOnly are the flags that mean something only with --simulate.
 var simulateOnly = []string{"workers", "parallel", "router", "baseline", "pool-tokens", "token-bytes", "cache-policy",
 	"dram-tokens", "ssd-tokens", "s3-tokens", "dram-gbps", "ssd-gbps", "s3-gbps", "dram-latency", "ssd-latency", "s3-latency"}
+
+func init() { simulateOnly = append(simulateOnly, scalerOnly...) }
 
 func (s *simulateFlags) register(fl *pflag.FlagSet) {
 	def := simulate.DefaultTiers()
@@ -55,6 +59,7 @@ func (s *simulateFlags) register(fl *pflag.FlagSet) {
 		fl.Float64Var(&s.gbps[i], t.name+"-gbps", def[i].Bandwidth/1e9, fmt.Sprintf("--simulate: restore bandwidth from %s into a worker, GB/s", t.name))
 		fl.DurationVar(&s.latency[i], t.name+"-latency", def[i].Latency, fmt.Sprintf("--simulate: latency of a run of blocks restored from %s", t.name))
 	}
+	s.sc.register(fl)
 }
 
 func policyNames() string {
@@ -119,6 +124,7 @@ func (s simulateFlags) config(f replayFlags) (simulate.Config, []string) {
 		// A zero latency is taken as "none", not as the default.
 		cfg.Tiers[i] = simulate.TierModel{Bandwidth: s.gbps[i] * 1e9, Latency: max(s.latency[i], time.Nanosecond)}
 	}
+	probs = append(probs, s.sc.apply(&cfg)...)
 	return cfg, probs
 }
 
@@ -131,9 +137,22 @@ func (a *app) runSimulate(ctx context.Context, path string, f replayFlags, cfg s
 	if len(reqs) == 0 {
 		return fmt.Errorf("replay: %s has no request to replay (%d in the file)", path, len(all))
 	}
+	var sz *sizing
+	if names := f.sim.sc.names(); len(names) > 0 {
+		m, err := perfModel(cfg)
+		if err != nil {
+			return usageErrorf("replay: --planner-profile: %v", err)
+		}
+		if probs := f.sim.sc.check(cfg, m); len(probs) > 0 {
+			return usageErrorf("replay: %s", strings.Join(probs, "; "))
+		}
+		s := f.sim.sc.size(reqs, cfg, m)
+		sz = &s
+		cfg.Scalers = f.sim.sc.scalers(cfg, s, m)
+	}
 	var bar *progressbar.ProgressBar
 	if a.interactive(a.stderr) {
-		runs := len(cfg.Policies) + len(cfg.Baselines)
+		runs := (len(cfg.Policies) + len(cfg.Baselines)) * max(len(cfg.Scalers), 1)
 		bar = progressbar.NewOptions(len(reqs)*runs, progressbar.OptionSetWriter(a.stderr),
 			progressbar.OptionSetDescription(fmt.Sprintf("simulating %d runs", runs)),
 			progressbar.OptionShowCount(), progressbar.OptionSetItsString("requests"), progressbar.OptionShowIts(),
@@ -145,6 +164,9 @@ func (a *app) runSimulate(ctx context.Context, path string, f replayFlags, cfg s
 	if bar != nil {
 		_ = bar.Exit()
 	}
+	if err == nil && sz != nil {
+		rows, err = f.sim.sc.raisePeak(ctx, reqs, cfg, rows, a.stderr)
+	}
 	if err != nil && len(rows) == 0 {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -155,8 +177,15 @@ func (a *app) runSimulate(ctx context.Context, path string, f replayFlags, cfg s
 	} else {
 		writeSimulateTable(a, filepath.Base(path), len(reqs), cfg, rows, time.Since(start))
 	}
+	if sz != nil {
+		w := a.stdout
+		if a.output == outputJSON {
+			w = a.stderr
+		}
+		writeSizing(w, *sz, f.sim.sc)
+	}
 	if err != nil {
-		return fmt.Errorf("replay --simulate stopped after %d of %d runs: %w", len(rows), len(cfg.Policies)+len(cfg.Baselines), err)
+		return fmt.Errorf("replay --simulate stopped after %d of %d runs: %w", len(rows), (len(cfg.Policies)+len(cfg.Baselines))*max(len(cfg.Scalers), 1), err)
 	}
 	for _, r := range rows {
 		if r.Failed > 0 {
@@ -169,6 +198,10 @@ func (a *app) runSimulate(ctx context.Context, path string, f replayFlags, cfg s
 // writeSimulateTable writes the rows for people: one line per policy.
 func writeSimulateTable(a *app, name string, n int, cfg simulate.Config, rows []simulate.Row, wall time.Duration) {
 	w := a.stdout
+	if len(cfg.Scalers) > 0 {
+		writeScalerTable(a, name, n, cfg, rows, wall)
+		return
+	}
 	fmt.Fprintf(w, "%s: %d requests at speedup %g on %d simulated workers (pools of %d tokens), in virtual time; %s of wall time\n\n",
 		name, n, cfg.Speedup, cfg.Workers, cfg.PoolTokens, wall.Round(time.Millisecond))
 	s := func(v float64) string { return formatLatency(time.Duration(v * float64(time.Second))) }

@@ -40,7 +40,31 @@ const (
 	DefaultSSDTokens   = 64 << 20 // 8 TiB
 	DefaultS3Tokens    = 1 << 40  // as good as unbounded
 	DefaultCachePolicy = "lru"
+
+	DefaultScaleInterval = 30 * time.Second
+	DefaultStartupDelay  = 60 * time.Second
+	DefaultMinWorkers    = 1
+	DefaultMaxWorkers    = 16
+	DefaultSLOTTFT       = 2 * time.Second
+	DefaultSLOTTFTSlack  = 2
+	DefaultSLOITL        = 60 * time.Millisecond
 )
+
+// SLO is the per-request latency target a row's SLOAttainment counts: a
+// request is within it iff it completed, its TTFT ≤ max(TTFT, TTFTSlack ×
+// the prefill time of its uncached prompt tokens alone on an idle worker,
+// as planner/perf computes it from the profile), and the mean of its
+// inter-token latencies ≤ ITL. The slack keeps a flat TTFT target from
+// failing prompts that no deployment could serve faster.
+type SLO struct {
+	// TTFT is the flat target. The default is 2 s.
+	TTFT time.Duration
+	// TTFTSlack multiplies a request's TTFT alone. The default is 2.
+	TTFTSlack float64
+	// ITL bounds a request's mean inter-token latency. The default is
+	// 60 ms.
+	ITL time.Duration
+}
 
 // DefaultTiers are the modelled restore costs of DRAM, SSD and S3, in that
 // order (see the package doc).
@@ -56,8 +80,29 @@ func DefaultTiers() [3]TierModel {
 // every zero field takes the default its comment gives (EnsureDefaults),
 // and Validate reports every bad field at once.
 type Config struct {
-	// Workers is the number of simulated workers. The default is 8.
+	// Workers is the number of simulated workers, the initial number
+	// when a scaler sizes them. The default is 8.
 	Workers int
+	// Scalers, if any, size the workers while the trace runs: every
+	// policy (and baseline) is replayed once per scaler, in this order,
+	// the rows saying which (Row.Scaler). None keeps Workers all along.
+	// A Scaler is asked every ScaleInterval; a worker it adds serves
+	// after StartupDelay; its answer is clamped to [MinWorkers,
+	// MaxWorkers].
+	Scalers []NamedScaler
+	// ScaleInterval is the time between a scaler's ticks. The default is
+	// 30 s.
+	ScaleInterval time.Duration
+	// StartupDelay is the time from a worker's add to its first request,
+	// counted in its worker-seconds. The default is 60 s; a negative
+	// delay is none.
+	StartupDelay time.Duration
+	// MinWorkers and MaxWorkers bound a scaler's targets. The defaults
+	// are 1 and 16 (at least Workers).
+	MinWorkers, MaxWorkers int
+	// SLO is the target Row.SLOAttainment counts; zero fields take the
+	// defaults in SLO's doc.
+	SLO SLO
 	// Policies are the routing policies replayed, one run each, in this
 	// order. The default is random, round-robin, least-loaded, kv-hbm,
 	// kv-tiered.
@@ -121,6 +166,12 @@ type Config struct {
 	// Progress, if set, is called as requests end: the policy replayed,
 	// the requests ended so far and the total.
 	Progress func(p policy.Policy, done, total int)
+
+	// onWorker and onCandidates let the package's tests watch a run: a
+	// worker changing state (at the virtual time), and the workers a
+	// request's candidates are built from.
+	onWorker     func(at time.Duration, name string, st workerState)
+	onCandidates func(ws []*worker)
 }
 
 // ErrConfig marks a bad Config; test with errors.Is.
@@ -179,6 +230,30 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Parallel == 0 {
 		c.Parallel = 1
+	}
+	if c.ScaleInterval == 0 {
+		c.ScaleInterval = DefaultScaleInterval
+	}
+	switch {
+	case c.StartupDelay == 0:
+		c.StartupDelay = DefaultStartupDelay
+	case c.StartupDelay < 0:
+		c.StartupDelay = 0
+	}
+	if c.MinWorkers == 0 {
+		c.MinWorkers = DefaultMinWorkers
+	}
+	if c.MaxWorkers == 0 {
+		c.MaxWorkers = max(DefaultMaxWorkers, c.Workers)
+	}
+	if c.SLO.TTFT == 0 {
+		c.SLO.TTFT = DefaultSLOTTFT
+	}
+	if c.SLO.TTFTSlack == 0 {
+		c.SLO.TTFTSlack = DefaultSLOTTFTSlack
+	}
+	if c.SLO.ITL == 0 {
+		c.SLO.ITL = DefaultSLOITL
 	}
 }
 
@@ -242,6 +317,28 @@ func (c *Config) Validate() error {
 	}
 	if c.Parallel < 1 {
 		bad("parallel is %d, must be ≥ 1", c.Parallel)
+	}
+	if c.ScaleInterval < 0 {
+		bad("scale interval is %v, must be > 0", c.ScaleInterval)
+	}
+	if c.MinWorkers < 1 || c.MaxWorkers < c.MinWorkers || c.MaxWorkers > 1024 {
+		bad("min workers %d and max workers %d must satisfy 1 ≤ min ≤ max ≤ 1024", c.MinWorkers, c.MaxWorkers)
+	}
+	seenScaler := map[string]bool{}
+	for _, s := range c.Scalers {
+		if seenScaler[s.Name] {
+			bad("scaler %q is given twice", s.Name)
+		}
+		seenScaler[s.Name] = true
+		if s.Workers < 0 || s.Workers > 1024 {
+			bad("scaler %q's workers is %d, must be in [0, 1024]", s.Name, s.Workers)
+		}
+		if s.New != nil && (s.Workers > c.MaxWorkers || s.Workers != 0 && s.Workers < c.MinWorkers) {
+			bad("scaler %q starts with %d workers, outside [%d, %d]", s.Name, s.Workers, c.MinWorkers, c.MaxWorkers)
+		}
+	}
+	if c.SLO.TTFT < 0 || c.SLO.ITL < 0 || !(c.SLO.TTFTSlack >= 0) {
+		bad("SLO TTFT %v, TTFT slack %v and ITL %v must be ≥ 0", c.SLO.TTFT, c.SLO.TTFTSlack, c.SLO.ITL)
 	}
 	if c.CacheTimeout < 0 {
 		bad("cache timeout is %v, must be > 0", c.CacheTimeout)

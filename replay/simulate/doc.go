@@ -64,6 +64,31 @@
 // arrival to the last token; they are summarized by replay.Summarize, as
 // the live replay's are.
 //
+// # Scaling: a scaler in the loop, and the SLO
+//
+// Config.Scalers replays each policy once per NamedScaler. Every
+// Config.ScaleInterval (30 s) a run shows its Scaler the Window that just
+// ended (arrivals, finished requests, prompt, cached and output tokens,
+// TTFT and ITL sums, the queue, the pools' usage and the workers in each
+// state) and clamps its answer to [MinWorkers, MaxWorkers]. A worker
+// added is starting: it counts in the worker-seconds at once and becomes
+// a routing candidate Config.StartupDelay (60 s) later. Scaling down
+// cancels starting workers first, newest first, then drains the serving
+// workers with the fewest requests: a draining worker leaves the
+// candidates at once, finishes its requests, then retires (the router's
+// index forgets it, its engine closes); the blocks it offloaded stay in
+// the cache, so no computed prefix is lost. Worker ids only grow. At
+// equal times: arrivals, ticks, readiness, steps. Ticks stop when the last
+// request ends. Package simulate does not import the planner: kvctl
+// adapts planner.Planner, planner.Reactive and static sizings to Scaler.
+//
+// Row.SLOAttainment is the share of requests within Config.SLO: TTFT ≤
+// max(SLO.TTFT, SLO.TTFTSlack × TTFT alone) and mean ITL ≤ SLO.ITL, where
+// TTFT alone is planner/perf's PrefillTime of the request's uncached
+// prompt tokens on the run's profile and batch limits; failed requests
+// are misses. Row.WorkerSeconds is every worker's time from its add to its
+// retirement or the run's end, WorkersMean that over the duration.
+//
 // # What is modelled, and the defaults
 //
 // Prompts are made from hash_ids by replay.Prompts, the live replay's

@@ -11,6 +11,9 @@ import (
 // Latencies are in seconds of virtual time, over the completed requests.
 type Row struct {
 	Router string `json:"router"`
+	// Scaler is what sized the workers: a NamedScaler's name, or
+	// "static:N" for N workers all along.
+	Scaler string `json:"scaler"`
 	// Cache is CacheKVStrata for a run with the modelled kvstrata cache,
 	// CacheNone for a baseline (Config.Baselines) without it.
 	Cache string `json:"cache"`
@@ -57,6 +60,21 @@ type Row struct {
 	DurationS        float64 `json:"duration_s"`
 	RequestsPerS     float64 `json:"requests_per_s"`
 	OutputTokensPerS float64 `json:"output_tokens_per_s"`
+	// SLOAttainment is the share of requests within Config.SLO (failed
+	// ones are misses).
+	SLOAttainment float64 `json:"slo_attainment"`
+	// WorkerSeconds is every worker's virtual time from its add (start-up
+	// included) to its retirement or the end of the run; WorkersMean is
+	// it over DurationS, WorkersMax the most workers held at once
+	// (starting, serving and draining).
+	WorkerSeconds float64 `json:"worker_seconds"`
+	WorkersMax    int     `json:"workers_max"`
+	WorkersMean   float64 `json:"workers_mean"`
+	// ScaleUps and ScaleDowns count the scaler's ticks that added and
+	// that removed workers.
+	ScaleUps   int `json:"scale_ups"`
+	ScaleDowns int `json:"scale_downs"`
+
 	// WallS is the wall-clock time the simulation of this policy took.
 	WallS float64 `json:"wall_s"`
 
@@ -78,6 +96,7 @@ func (r *run) row(wall time.Duration) Row {
 	rep := replay.Summarize(r.reqs, r.results, r.now.Sub(epoch))
 	row := Row{
 		Router:    r.pol.String(),
+		Scaler:    r.scalerName,
 		Cache:     CacheNone,
 		Requests:  rep.Requests,
 		Completed: rep.Completed,
@@ -112,7 +131,46 @@ func (r *run) row(wall time.Duration) Row {
 		row.Errors = rep.Errors
 	}
 	for _, w := range r.workers {
-		row.Preemptions += w.eng.Stats().Preemptions
+		if w.eng != nil {
+			row.Preemptions += w.eng.Stats().Preemptions
+		} else {
+			row.Preemptions += w.preemptions
+		}
 	}
+	row.SLOAttainment = r.attainment()
+	row.WorkerSeconds = r.workerSeconds()
+	if d := r.now.Sub(epoch).Seconds(); d > 0 {
+		row.WorkersMean = row.WorkerSeconds / d
+	}
+	row.WorkersMax, row.ScaleUps, row.ScaleDowns = r.heldMax, r.scaleUps, r.scaleDowns
 	return row
+}
+
+// attainment is the share of requests within the SLO (Config.SLO).
+func (r *run) attainment() float64 {
+	if len(r.results) == 0 {
+		return 0
+	}
+	slo := r.cfg.SLO
+	within := 0
+	for _, res := range r.results {
+		if res.ErrKind != "" {
+			continue
+		}
+		alone := r.perf.PrefillTime(float64(res.PromptTokens - res.CachedTokens))
+		if float64(res.TTFT) > max(float64(slo.TTFT), slo.TTFTSlack*float64(alone)) {
+			continue
+		}
+		if n := len(res.ITL); n > 0 {
+			var sum time.Duration
+			for _, g := range res.ITL {
+				sum += g
+			}
+			if sum/time.Duration(n) > slo.ITL {
+				continue
+			}
+		}
+		within++
+	}
+	return float64(within) / float64(len(r.results))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kvstrata/kvstrata/engine/pool"
 	"github.com/kvstrata/kvstrata/engine/sched"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/planner/perf"
 	"github.com/kvstrata/kvstrata/replay"
 	"github.com/kvstrata/kvstrata/router/kvindex"
 	"github.com/kvstrata/kvstrata/router/policy"
@@ -28,9 +29,10 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 var ErrStuck = errors.New("simulate: the simulation stopped making progress")
 
 // Run replays reqs once per policy of cfg, then once per baseline without
-// the cache, Config.Parallel runs at a time (each run is independent and
-// deterministic), and returns one Row per run, in cfg.Policies' order,
-// then cfg.Baselines'. Every request must have a prompt (replay.Prompts'
+// the cache, and all of that once per scaler of cfg.Scalers (if any),
+// Config.Parallel runs at a time (each run is independent and
+// deterministic), and returns one Row per run, in cfg.Scalers' order, and
+// for each in cfg.Policies' order, then cfg.Baselines'. Every request must have a prompt (replay.Prompts'
 // Check): the first that has none is an error matching replay.ErrPrompt,
 // before anything runs. If a run fails or ctx ends, Run returns the rows
 // of the policies before it with the error.
@@ -64,13 +66,20 @@ func Run(ctx context.Context, reqs []trace.Request, cfg Config) ([]Row, error) {
 	type job struct {
 		p      policy.Policy
 		cached bool
+		s      NamedScaler
 	}
 	var jobs []job
-	for _, p := range cfg.Policies {
-		jobs = append(jobs, job{p, true})
+	scalers := cfg.Scalers
+	if len(scalers) == 0 {
+		scalers = []NamedScaler{{}}
 	}
-	for _, p := range cfg.Baselines {
-		jobs = append(jobs, job{p, false})
+	for _, s := range scalers {
+		for _, p := range cfg.Policies {
+			jobs = append(jobs, job{p, true, s})
+		}
+		for _, p := range cfg.Baselines {
+			jobs = append(jobs, job{p, false, s})
+		}
 	}
 	rows := make([]Row, len(jobs))
 	errs := make([]error, len(jobs))
@@ -80,7 +89,7 @@ func Run(ctx context.Context, reqs []trace.Request, cfg Config) ([]Row, error) {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			rows[i], errs[i] = runPolicy(ctx, reqs, &cfg, prompts, j.p, j.cached)
+			rows[i], errs[i] = runPolicy(ctx, reqs, &cfg, prompts, j.p, j.cached, j.s)
 		})
 	}
 	wg.Wait()
@@ -108,6 +117,11 @@ type worker struct {
 	// next is when the worker's next event is due, if scheduled.
 	next      time.Time
 	scheduled bool
+	// state is where the worker is in its life; added and retiredAt when
+	// it was added and retired; preemptions its engine's, once closed.
+	state            workerState
+	added, retiredAt time.Time
+	preemptions      uint64
 }
 
 type delivery struct {
@@ -158,7 +172,22 @@ type run struct {
 	router  *policy.Router
 	kv      *kvindex.Index
 	cache   *cache // nil for a baseline without the cache
+	// workers are every worker the run added, retired ones included, in
+	// the order of their ids; serving are the routing candidates.
 	workers []*worker
+	serving []*worker
+	// scaler sizes the deployment (nil: fixed); win is its window so far.
+	scaler     Scaler
+	scalerName string
+	win        Window
+	// held counts the workers added and not retired, heldMax its maximum;
+	// scaleUps and scaleDowns the ticks that added and removed workers.
+	held, heldMax        int
+	scaleUps, scaleDowns int
+	// newWorker is the run's settings for a worker; err the first error
+	// adding one failed with.
+	newWorker func(id kvindex.WorkerID) (*worker, error)
+
 	ns      index.Namespace
 	nsID    index.NamespaceID
 	events  eventQueue
@@ -172,13 +201,26 @@ type run struct {
 	queueWait time.Duration
 	hbmTokens int64
 	now       time.Time
+	err       error
+	// perf is the workers' model, for the SLO's TTFT alone.
+	perf perf.Model
 }
 
 // runPolicy is one run of policy p, with the cache if cached, else with
-// workers and a router that have none.
-func runPolicy(ctx context.Context, reqs []trace.Request, cfg *Config, prompts replay.Prompts, p policy.Policy, cached bool) (Row, error) {
+// workers and a router that have none, sized by s.
+func runPolicy(ctx context.Context, reqs []trace.Request, cfg *Config, prompts replay.Prompts, p policy.Policy, cached bool, s NamedScaler) (Row, error) {
 	wallStart := time.Now()
-	r := &run{cfg: cfg, pol: p, reqs: reqs, prompts: prompts, results: make([]replay.Result, len(reqs))}
+	r := &run{cfg: cfg, pol: p, reqs: reqs, prompts: prompts, results: make([]replay.Result, len(reqs)), scalerName: s.Name, now: epoch}
+	initial := cfg.Workers
+	if s.Workers > 0 {
+		initial = s.Workers
+	}
+	if r.scalerName == "" {
+		r.scalerName = fmt.Sprintf("static:%d", initial)
+	}
+	if s.New != nil {
+		r.scaler = s.New()
+	}
 	var err error
 	pcfg := policy.Config{Policy: p, BlockTokens: cfg.BlockTokens, BlockBytes: cfg.blockBytes(), Profile: cfg.Profile, Seed: cfg.Seed}
 	if cached {
@@ -190,6 +232,10 @@ func runPolicy(ctx context.Context, reqs []trace.Request, cfg *Config, prompts r
 			pcfg.Tiers[r.cache.kinds[i]-1] = policy.TierCost{Bandwidth: t.Bandwidth, Latency: max(t.Latency, time.Nanosecond)}
 		}
 	}
+	if r.perf, err = perf.New(*cfg.Profile, sim.WorkerLimits{KVTokens: cfg.PoolTokens, BlockTokens: cfg.BlockTokens,
+		MaxNumSeqs: cfg.MaxNumSeqs, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens}); err != nil {
+		return Row{}, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
 	if r.kv, err = kvindex.New(nil); err != nil {
 		return Row{}, err
 	}
@@ -197,14 +243,16 @@ func runPolicy(ctx context.Context, reqs []trace.Request, cfg *Config, prompts r
 		return Row{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	for i := range cfg.Workers {
-		w := &worker{id: kvindex.WorkerID(i), name: fmt.Sprintf("worker-%d", i), clock: sim.NewVirtualClock(epoch)}
+	r.newWorker = func(id kvindex.WorkerID) (*worker, error) {
+		w := &worker{id: id, name: fmt.Sprintf("worker-%d", id), clock: sim.NewVirtualClock(epoch), added: r.now}
+		w.clock.AdvanceTo(r.now)
 		// The workers keep 4 bytes of KV a token (one layer, head dim 1):
 		// the modelled bytes are Config.TokenBytes, for restore times only.
+		var err error
 		w.model, err = sim.New(sim.Config{Layers: 1, TokenBytes: 4, BlockTokens: cfg.BlockTokens,
 			Capacity: cfg.PoolTokens, Profile: cfg.Profile, Sleep: w.clock.Sleep})
 		if err != nil {
-			return Row{}, fmt.Errorf("%w: %v", ErrConfig, err)
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 		scfg := sched.Config{
 			Model: w.model, Blocks: cfg.PoolTokens / cfg.BlockTokens,
@@ -217,17 +265,33 @@ func runPolicy(ctx context.Context, reqs []trace.Request, cfg *Config, prompts r
 		}
 		w.eng, err = sched.NewDriven(scfg)
 		if err != nil {
-			return Row{}, fmt.Errorf("%w: %v", ErrConfig, err)
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
-		defer w.eng.Close()
-		if i == 0 {
+		if id == 0 {
 			r.ns = w.model.Layout().Namespace
 			r.nsID = r.ns.ID()
 		}
 		if err := r.kv.Register(w.id, r.ns); err != nil {
+			w.eng.Close()
+			return nil, err
+		}
+		return w, nil
+	}
+	defer func() {
+		for _, w := range r.workers {
+			if w.eng != nil {
+				w.eng.Close()
+			}
+		}
+	}()
+	for range initial {
+		if _, err := r.addWorker(serving); err != nil {
 			return Row{}, err
 		}
-		r.workers = append(r.workers, w)
+	}
+	r.windowReset()
+	if r.scaler != nil {
+		r.scheduleEvent(event{at: epoch.Add(cfg.ScaleInterval), kind: evTick})
 	}
 
 	if err := r.loop(ctx); err != nil {
@@ -236,10 +300,29 @@ func runPolicy(ctx context.Context, reqs []trace.Request, cfg *Config, prompts r
 	return r.row(time.Since(wallStart)), nil
 }
 
+// addWorker adds a worker in state st (serving or starting), with the next
+// id.
+func (r *run) addWorker(st workerState) (*worker, error) {
+	w, err := r.newWorker(r.nextID())
+	if err != nil {
+		return nil, err
+	}
+	w.state = st
+	r.workers = append(r.workers, w)
+	if st == serving {
+		r.serving = append(r.serving, w)
+	}
+	r.held++
+	r.heldMax = max(r.heldMax, r.held)
+	r.watch(w)
+	return w, nil
+}
+
 // loop runs the events in time order: arrivals at their timestamps over
-// the speedup, and each worker's steps one after the other. At equal
-// times an arrival comes first, then workers in the order their events
-// were scheduled.
+// the speedup, the scaler's ticks, workers becoming ready, and each
+// worker's steps one after the other. At equal times an arrival comes
+// first, then ticks, then readiness, then workers' steps in the order
+// they were scheduled.
 func (r *run) loop(ctx context.Context) error {
 	next := 0 // the next arrival
 	idle := 0 // events in a row that moved no time and ended nothing
@@ -256,6 +339,26 @@ func (r *run) loop(ctx context.Context) error {
 		}
 		if len(r.events) > 0 && (!arrival || r.events[0].at.Before(at)) {
 			ev := heap.Pop(&r.events).(event)
+			switch ev.kind {
+			case evTick:
+				if r.done < len(r.reqs) { // no ticks once every request ended
+					r.now = ev.at
+					r.tick()
+				}
+				if r.err != nil {
+					return r.err
+				}
+				continue
+			case evReady:
+				r.now = ev.at
+				r.ready(ev.w)
+				continue
+			}
+			if ev.w.state == retired {
+				// A worker that routed a request to itself during its step
+				// has a second event; the first retired it, idle.
+				continue
+			}
 			before := r.done
 			r.now = ev.at
 			r.step(ev.w)
@@ -291,6 +394,8 @@ func (r *run) arrive(i int) {
 		return
 	}
 	q.hashes = r.ns.Hashes(prompt)
+	r.win.Arrivals++
+	r.win.PromptTokens += int64(len(prompt))
 	r.queue = append(r.queue, q)
 	r.route()
 }
@@ -329,7 +434,7 @@ func (r *run) choose(q *request) bool {
 		r.fail(q, "route", err)
 		return true
 	}
-	w := r.workers[d.Index]
+	w := r.serving[d.Index]
 	out, err := w.eng.Generate(context.Background(), sched.Request{
 		ID: fmt.Sprint(q.i), Prompt: q.prompt, MaxTokens: int(r.reqs[q.i].OutputLength), IgnoreEOS: true,
 	})
@@ -351,12 +456,15 @@ func (r *run) choose(q *request) bool {
 // candidates are the workers as router/frontend builds them for the
 // policy.
 func (r *run) candidates(hashes []index.Hash, kinds []index.TierKind) []policy.Candidate {
-	overlap := make(map[kvindex.WorkerID]int, len(r.workers))
+	overlap := make(map[kvindex.WorkerID]int, len(r.serving))
 	for _, m := range r.kv.Overlap(r.nsID, hashes, nil) {
 		overlap[m.Worker] = m.Blocks
 	}
-	cands := make([]policy.Candidate, len(r.workers))
-	for i, w := range r.workers {
+	if r.cfg.onCandidates != nil {
+		r.cfg.onCandidates(r.serving)
+	}
+	cands := make([]policy.Candidate, len(r.serving))
+	for i, w := range r.serving {
 		o := overlap[w.id]
 		cands[i] = policy.Candidate{Worker: w.name, Overlap: o, Tiers: policy.TierCounts(kinds, o),
 			Capacity: r.cfg.PoolTokens / r.cfg.BlockTokens}
@@ -399,6 +507,7 @@ func (r *run) step(w *worker) {
 	if end := w.clock.Now(); more || len(w.pending) > 0 || len(w.batches) > 0 || end.After(r.now) {
 		r.schedule(w, end)
 	}
+	r.retireIfDone(w)
 }
 
 // deliver takes one Output of q at the current time and reports whether
@@ -407,15 +516,20 @@ func (r *run) step(w *worker) {
 func (r *run) deliver(q *request, o sched.Output) bool {
 	lighter := false
 	if k := len(o.Tokens); k > 0 {
+		r.win.OutputTokens += int64(k)
 		if !q.first {
 			q.first, lighter = true, true
 			q.res.TTFT = r.now.Sub(q.arrival)
 			q.seq.FirstToken()
+			r.win.TTFTSum += q.res.TTFT
+			r.win.TTFTCount++
 		} else {
 			gap := r.now.Sub(q.last) / time.Duration(k)
 			for range k {
 				q.res.ITL = append(q.res.ITL, gap)
 			}
+			r.win.ITLSum += gap * time.Duration(k)
+			r.win.ITLCount += k
 		}
 		q.last = r.now
 	}
@@ -438,6 +552,7 @@ func (r *run) deliver(q *request, o sched.Output) bool {
 	q.res.PromptTokens = int64(o.Usage.PromptTokens)
 	q.res.CachedTokens = int64(o.Usage.CachedTokens)
 	q.res.OutputTokens = int64(o.Usage.CompletionTokens)
+	r.win.CachedTokens += int64(o.Usage.CachedTokens)
 	r.hbmTokens += int64(o.Usage.CachedTokens - o.Usage.OnboardedTokens)
 	r.end(q)
 	return true
@@ -451,6 +566,7 @@ func (r *run) fail(q *request, kind string, err error) {
 func (r *run) end(q *request) {
 	r.results[q.i] = q.res
 	r.done++
+	r.win.Finished++
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(r.pol, r.done, len(r.reqs))
 	}
@@ -458,16 +574,32 @@ func (r *run) end(q *request) {
 
 func (r *run) schedule(w *worker, at time.Time) {
 	w.scheduled, w.next = true, at
-	r.ord++
-	heap.Push(&r.events, event{at: at, ord: r.ord, w: w})
+	r.scheduleEvent(event{at: at, kind: evStep, w: w})
 }
 
-// event is a worker's next step; ord keeps equal times in schedule order.
-type event struct {
-	at  time.Time
-	ord uint64
-	w   *worker
+func (r *run) scheduleEvent(e event) {
+	r.ord++
+	e.ord = r.ord
+	heap.Push(&r.events, e)
 }
+
+// event is a scaler's tick, a worker becoming ready or a worker's next
+// step; at equal times they come in that order, and ord keeps events of
+// one kind in schedule order.
+type event struct {
+	at   time.Time
+	kind eventKind
+	ord  uint64
+	w    *worker
+}
+
+type eventKind int
+
+const (
+	evTick eventKind = iota
+	evReady
+	evStep
+)
 
 type eventQueue []event
 
@@ -475,6 +607,9 @@ func (q eventQueue) Len() int { return len(q) }
 func (q eventQueue) Less(i, j int) bool {
 	if !q[i].at.Equal(q[j].at) {
 		return q[i].at.Before(q[j].at)
+	}
+	if q[i].kind != q[j].kind {
+		return q[i].kind < q[j].kind
 	}
 	return q[i].ord < q[j].ord
 }
