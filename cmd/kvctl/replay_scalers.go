@@ -248,7 +248,8 @@ func (s scalerFlags) scalers(cfg simulate.Config, sz sizing, m perf.Model) []sim
 }
 
 func (s scalerFlags) plannerConfig(cfg simulate.Config) planner.Config {
-	return planner.Config{Mode: planner.ModeActive, Interval: cfg.ScaleInterval, StartupDelay: max(cfg.StartupDelay, 0),
+	// The planner reads a zero start-up delay as its default: none is 1 ns.
+	return planner.Config{Mode: planner.ModeActive, Interval: cfg.ScaleInterval, StartupDelay: max(cfg.StartupDelay, time.Nanosecond),
 		TTFT: s.sloTTFT, ITL: s.sloITL, Predictor: s.predictor,
 		Pools: map[planner.Pool]planner.Limits{planner.Aggregated: {Min: cfg.MinWorkers, Max: cfg.MaxWorkers}}}
 }

@@ -234,11 +234,8 @@ func (c *Config) EnsureDefaults() {
 	if c.ScaleInterval == 0 {
 		c.ScaleInterval = DefaultScaleInterval
 	}
-	switch {
-	case c.StartupDelay == 0:
+	if c.StartupDelay == 0 { // a negative delay stays: none, and EnsureDefaults may run again
 		c.StartupDelay = DefaultStartupDelay
-	case c.StartupDelay < 0:
-		c.StartupDelay = 0
 	}
 	if c.MinWorkers == 0 {
 		c.MinWorkers = DefaultMinWorkers

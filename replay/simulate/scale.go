@@ -125,7 +125,7 @@ func (r *run) scaleTo(n int) {
 				r.err = err
 				return
 			}
-			r.scheduleEvent(event{at: r.now.Add(r.cfg.StartupDelay), kind: evReady, w: w})
+			r.scheduleEvent(event{at: r.now.Add(max(r.cfg.StartupDelay, 0)), kind: evReady, w: w})
 		}
 	case n < have:
 		r.scaleDowns++

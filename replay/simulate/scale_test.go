@@ -222,3 +222,20 @@ func TestSLOAttainmentCountsRequestsWithinTargets(t *testing.T) {
 			row.Scaler, row.WorkersMax, row.WorkerSeconds, row.DurationS)
 	}
 }
+
+func TestANegativeStartupDelayIsNoneEvenIfDefaultsRunTwice(t *testing.T) {
+	cfg := small(policy.RoundRobin)
+	cfg.StartupDelay = -1
+	cfg.EnsureDefaults() // as kvctl does before Run does again
+	cfg.Scalers = []NamedScaler{{Name: "up", New: func() Scaler { return scalerFunc(func(time.Duration, Window) int { return 3 }) }}}
+	var ready []time.Duration
+	cfg.onWorker = func(at time.Duration, name string, st workerState) {
+		if name == "worker-2" {
+			ready = append(ready, at)
+		}
+	}
+	runRows(t, steady()[:100], cfg)
+	if len(ready) != 2 || ready[0] != 30*time.Second || ready[1] != 30*time.Second {
+		t.Fatalf("worker-2 added and ready at %v, want both at the first tick (30 s): no start-up delay", ready)
+	}
+}
