@@ -87,8 +87,12 @@ func (c *Connector) Replicas(ctx context.Context) (map[planner.Pool]planner.Repl
 
 // Scale writes a new decision asking for n workers in pool p. Asking
 // again for the pending target does nothing. While another decision of p
-// waits for its ack and is younger than AckTimeout, Scale returns
-// ErrAwaitingAck and writes nothing.
+// waits for its ack and is younger than AckTimeout, a decision that goes
+// further the same way (more workers while more are pending, fewer while
+// fewer are) supersedes it: the outside system carries out the latest
+// target, and a load that keeps rising is not held back by the ack of the
+// first step. One that turns back returns ErrAwaitingAck and writes
+// nothing.
 func (c *Connector) Scale(ctx context.Context, p planner.Pool, n int) error {
 	recs, err := c.s.Latest(ctx)
 	if err != nil {
@@ -110,7 +114,8 @@ func (c *Connector) Scale(ctx context.Context, p planner.Pool, n int) error {
 		if last.Target == n {
 			return nil
 		}
-		if age := now.Sub(last.At); age < c.cfg.AckTimeout {
+		further := (last.Target > current && n > last.Target) || (last.Target < current && n < last.Target)
+		if age := now.Sub(last.At); age < c.cfg.AckTimeout && !further {
 			return fmt.Errorf("%w: pool %s decision %d (target %d) waits since %s", ErrAwaitingAck, p, last.Seq, last.Target, age.Round(time.Second))
 		}
 	} else if current == n {

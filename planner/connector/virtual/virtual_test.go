@@ -50,37 +50,45 @@ func TestConnectorHandshake(t *testing.T) {
 	if got := replicas(t, c)[planner.Aggregated]; got != (planner.Replicas{Desired: 4, Ready: 2}) {
 		t.Fatalf("pending: %+v, want 4/2", got)
 	}
-	// The same target again is no new decision; another waits for the ack.
+	// The same target again is no new decision; one that turns back waits
+	// for the ack; one that goes further the same way supersedes it.
 	if err := c.Scale(ctx, planner.Aggregated, 4); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Scale(ctx, planner.Aggregated, 5); !errors.Is(err, ErrAwaitingAck) {
-		t.Fatalf("second change before the ack: %v, want ErrAwaitingAck", err)
+	if err := c.Scale(ctx, planner.Aggregated, 3); !errors.Is(err, ErrAwaitingAck) {
+		t.Fatalf("turning back before the ack: %v, want ErrAwaitingAck", err)
 	}
-	if err := m.Ack(ctx, planner.Aggregated, 1, 4); err != nil {
+	if err := c.Scale(ctx, planner.Aggregated, 5); err != nil {
+		t.Fatalf("going further before the ack: %v", err)
+	}
+	recs, _ = m.Latest(ctx)
+	if recs[0].Seq != 2 || recs[0].Current != 2 || recs[0].Target != 5 || !recs[0].Pending() {
+		t.Fatalf("after Scale(5) superseded Scale(4): %+v", recs[0])
+	}
+	if err := m.Ack(ctx, planner.Aggregated, 2, 5); err != nil {
 		t.Fatal(err)
 	}
-	if got := replicas(t, c)[planner.Aggregated]; got != (planner.Replicas{Desired: 4, Ready: 4}) {
-		t.Fatalf("acked: %+v, want 4/4", got)
+	if got := replicas(t, c)[planner.Aggregated]; got != (planner.Replicas{Desired: 5, Ready: 5}) {
+		t.Fatalf("acked: %+v, want 5/5", got)
 	}
 	if err := c.Scale(ctx, planner.Aggregated, 3); err != nil {
 		t.Fatal(err)
 	}
 	recs, _ = m.Latest(ctx)
-	if recs[0].Seq != 2 || recs[0].Current != 4 || recs[0].Target != 3 {
+	if recs[0].Seq != 3 || recs[0].Current != 5 || recs[0].Target != 3 {
 		t.Fatalf("after the ack, Scale(3): %+v", recs[0])
 	}
 	// No ack: after AckTimeout the next change replaces the decision.
 	clk.t = clk.t.Add(defaultAckTimeout - time.Second)
-	if err := c.Scale(ctx, planner.Aggregated, 1); !errors.Is(err, ErrAwaitingAck) {
+	if err := c.Scale(ctx, planner.Aggregated, 4); !errors.Is(err, ErrAwaitingAck) {
 		t.Fatalf("just before the ack timeout: %v, want ErrAwaitingAck", err)
 	}
 	clk.t = clk.t.Add(time.Second)
-	if err := c.Scale(ctx, planner.Aggregated, 1); err != nil {
+	if err := c.Scale(ctx, planner.Aggregated, 4); err != nil {
 		t.Fatalf("at the ack timeout: %v", err)
 	}
 	recs, _ = m.Latest(ctx)
-	if recs[0].Seq != 3 || recs[0].Target != 1 || recs[0].AckSeq != 1 || recs[0].AckReplicas != 4 {
+	if recs[0].Seq != 4 || recs[0].Target != 4 || recs[0].AckSeq != 2 || recs[0].AckReplicas != 5 {
 		t.Fatalf("after the timeout: %+v", recs[0])
 	}
 }
