@@ -28,6 +28,11 @@ const (
 	// scale for.
 	correctionRequests = 20
 	correctionMaxRho   = 0.9
+	// A window that ends with more requests waiting than backlogPerWorker
+	// per worker serving is backlogged: its TTFT is the backlog's wait,
+	// which the backlog term of the scale-up sizes for, not an error of
+	// the profile, so it updates no correction.
+	backlogPerWorker = 1.0
 	// inFlightFor is how long a scale the planner asked for may take to
 	// show in the connector's Desired before a different count is read
 	// as a manual change.
@@ -161,6 +166,7 @@ func (p *Planner) Step(ctx context.Context, obs Observation) ([]Decision, error)
 	if obs.OK {
 		rate = p.observe(obs, reps)
 		pred = p.predict(rate)
+		pred.Backlog = nonNeg(obs.QueueDepth)
 	} else {
 		p.metrics.scrapeErrors.Inc()
 	}
@@ -216,7 +222,7 @@ func (p *Planner) correct(obs Observation, rate float64, reps map[Pool]Replicas)
 	if p.cfg.has(Prefill) {
 		prefillers, decoders = reps[Prefill].Ready, reps[Decode].Ready
 	}
-	if prefillers < 1 || decoders < 1 || !p.isl.defined {
+	if prefillers < 1 || decoders < 1 || !p.isl.defined || obs.QueueDepth > backlogPerWorker*float64(prefillers) {
 		return
 	}
 	u := p.isl.v * (1 - p.hit.v)
@@ -246,6 +252,8 @@ type prediction struct {
 	// Rate is the most the predictor expects within the lead time (a
 	// new worker's start-up and one window).
 	Rate float64
+	// Backlog is the requests waiting at the window's end.
+	Backlog float64
 }
 
 // predict feeds the predictor the window's rate and looks ahead the lead
@@ -319,7 +327,16 @@ func (p *Planner) decide(pool Pool, ok bool, r Replicas, seen bool, perRate floa
 		return d
 	}
 
-	need, needUp := perRate*pred.Rate, perRate*max(pred.Rate, rate)
+	// Scale-up also drains the requests already waiting within the time a
+	// new worker takes to help: a backlog of q is q/(interval + start-up)
+	// requests a second more.
+	// The backlog waits for prefill: a decode pool does not drain it.
+	backlog := pred.Backlog
+	if pool == Decode {
+		backlog = 0
+	}
+	drain := (p.cfg.Interval + p.cfg.StartupDelay).Seconds()
+	need, needUp := perRate*pred.Rate, perRate*(max(pred.Rate, rate)+backlog/drain)
 	reason := ReasonLoad
 	if infeasible != "" && max(pred.Rate, rate) > 0 {
 		need, needUp, reason = float64(lim.Max), float64(lim.Max), infeasible
