@@ -67,6 +67,9 @@ func (c Config) Validate() error {
 			bad("%s is %v, must be > 0", name, d)
 		}
 	}
+	if !(c.TTFTQuantile >= 0 && c.TTFTQuantile < 1) {
+		bad("TTFT quantile is %v, must be 0 (the mean) or in (0, 1)", c.TTFTQuantile)
+	}
 	if c.StartupDelay < 0 || c.Cooldown < 0 || c.Manual.Respect < 0 {
 		bad("startup delay %v, cooldown %v and manual respect %v must be ≥ 0", c.StartupDelay, c.Cooldown, c.Manual.Respect)
 	}

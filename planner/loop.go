@@ -171,7 +171,7 @@ func (p *Planner) Step(ctx context.Context, obs Observation) ([]Decision, error)
 		p.metrics.scrapeErrors.Inc()
 	}
 	need1 := p.m.Need(perf.Load{Rate: 1, ISL: p.isl.v, OSL: p.osl.v, Hit: p.hit.v},
-		perf.Targets{TTFT: p.cfg.TTFT, ITL: p.cfg.ITL}, perf.Corrections{Prefill: p.cp, Decode: p.cd})
+		perf.Targets{TTFT: p.cfg.TTFT, ITL: p.cfg.ITL, TTFTQuantile: p.cfg.TTFTQuantile}, perf.Corrections{Prefill: p.cp, Decode: p.cd})
 
 	var ds []Decision
 	for _, pool := range p.cfg.pools() {

@@ -102,8 +102,13 @@ type Config struct {
 	// Cooldown is the least time between a pool's change and its next
 	// scale-down. The default is 5 min.
 	Cooldown time.Duration
-	// TTFT and ITL are the mean latency targets.
+	// TTFT and ITL are the latency targets: ITL on the mean, TTFT on the
+	// mean or, with TTFTQuantile q in (0, 1), on the q-quantile (a share q
+	// of requests start within it: perf.Model.PrefillCapacityQ).
 	TTFT, ITL time.Duration
+	// TTFTQuantile is 0 (the default: the TTFT target is on the mean) or
+	// in (0, 1).
+	TTFTQuantile float64
 	// Pools are the pools sized and their limits: {Aggregated} or
 	// {Prefill, Decode}.
 	Pools map[Pool]Limits

@@ -159,7 +159,7 @@ func (s scalerFlags) size(reqs []trace.Request, cfg simulate.Config, m perf.Mode
 	if hit < 0 {
 		hit = traceHit(reqs)
 	}
-	tg := perf.Targets{TTFT: s.sloTTFT, ITL: s.sloITL}
+	tg := perf.Targets{TTFT: s.sloTTFT, ITL: s.sloITL, TTFTQuantile: s.ttftQuantile()}
 	win := cfg.ScaleInterval
 	type acc struct{ n, isl, osl float64 }
 	wins := map[int64]*acc{}
@@ -250,9 +250,14 @@ func (s scalerFlags) scalers(cfg simulate.Config, sz sizing, m perf.Model) []sim
 func (s scalerFlags) plannerConfig(cfg simulate.Config) planner.Config {
 	// The planner reads a zero start-up delay as its default: none is 1 ns.
 	return planner.Config{Mode: planner.ModeActive, Interval: cfg.ScaleInterval, StartupDelay: max(cfg.StartupDelay, time.Nanosecond),
-		TTFT: s.sloTTFT, ITL: s.sloITL, Predictor: s.predictor,
+		TTFT: s.sloTTFT, ITL: s.sloITL, TTFTQuantile: s.ttftQuantile(), Predictor: s.predictor,
 		Pools: map[planner.Pool]planner.Limits{planner.Aggregated: {Min: cfg.MinWorkers, Max: cfg.MaxWorkers}}}
 }
+
+// ttftQuantile is the TTFT quantile static sizing and the planner size
+// for: the SLO's goal, so that both provision for the share of requests
+// the SLO counts rather than for the mean.
+func (s scalerFlags) ttftQuantile() float64 { return min(s.goal, 0.999) }
 
 func (s scalerFlags) reactiveConfig(cfg simulate.Config) planner.ReactiveConfig {
 	return planner.ReactiveConfig{Limits: planner.Limits{Min: cfg.MinWorkers, Max: cfg.MaxWorkers}}

@@ -150,6 +150,62 @@ func (m Model) utilisation(s, tau float64) (float64, bool) {
 	return min(2*(tau-s)/(2*tau-s), m.MaxUtilisation), true
 }
 
+// PrefillCapacityQ is PrefillCapacity for a target on the q-quantile of
+// TTFT rather than its mean: at most a share 1 − q of prompts may wait
+// longer than ttft − S. An M/D/1 queue's wait has an exponential tail,
+// P(W > t) ≈ ρ·e^(−θt), whose rate θ solves ρ(e^(θS) − 1) = θS
+// (Cramér–Lundberg); the capacity is at the highest ρ whose tail at
+// ttft − S is within 1 − q. q = 0 is the mean target of PrefillCapacity.
+func (m Model) PrefillCapacityQ(u float64, ttft time.Duration, q, corr float64) (tokPerS float64, ok bool) {
+	if q <= 0 {
+		return m.PrefillCapacity(u, ttft, corr)
+	}
+	s := corr * m.PrefillTime(u).Seconds()
+	if s <= 0 {
+		return math.Inf(1), true
+	}
+	tau := ttft.Seconds()
+	if tau <= s {
+		return 0, false
+	}
+	tail := func(rho float64) float64 { return rho * math.Exp(-tailRate(rho)*(tau-s)/s) }
+	lo, hi := 0.0, m.MaxUtilisation
+	if tail(hi) <= 1-q {
+		return hi * u / s, true
+	}
+	for range 60 {
+		mid := (lo + hi) / 2
+		if tail(mid) <= 1-q {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo * u / s, lo > 0
+}
+
+// tailRate is x = θS > 0 with ρ(e^x − 1) = x, for ρ in (0, 1): the decay
+// of an M/D/1 queue's wait in units of the service time.
+func tailRate(rho float64) float64 {
+	f := func(x float64) float64 { return rho*math.Expm1(x) - x }
+	lo, hi := 0.0, 1.0
+	for f(hi) < 0 {
+		lo, hi = hi, 2*hi
+	}
+	if lo == 0 {
+		lo = 1e-12 // f < 0 just above 0: f'(0) = ρ − 1 < 0
+	}
+	for range 100 {
+		mid := (lo + hi) / 2
+		if f(mid) < 0 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return (lo + hi) / 2
+}
+
 // DecodeCapacity is how many output tokens a second one worker decodes
 // with sequences of ctx tokens of context while each step, multiplied by
 // the correction corr, stays within itl: the best throughput over the
@@ -198,8 +254,13 @@ type Load struct {
 	Hit float64
 }
 
-// Targets are the latency goals: mean TTFT and mean ITL.
-type Targets struct{ TTFT, ITL time.Duration }
+// Targets are the latency goals: TTFT and mean ITL. The TTFT target is on
+// the mean, or with TTFTQuantile q in (0, 1) on the q-quantile: a share q
+// of requests start within it.
+type Targets struct {
+	TTFT, ITL    time.Duration
+	TTFTQuantile float64
+}
 
 // Corrections multiply the profile's prefill and decode times by what was
 // observed against what it predicted; 0 is read as 1.
@@ -218,7 +279,7 @@ type Need struct {
 
 // Need is the workers l needs within t:
 //
-//	prefill    = rate × ISL × (1 − hit) ÷ prefill capacity at the TTFT target
+//	prefill    = rate × ISL × (1 − hit) ÷ prefill capacity at the TTFT target (its mean or quantile)
 //	decode     = rate × OSL ÷ decode capacity at the ITL target and context ISL + OSL/2
 //	aggregated = prefill + decode, the shares of a worker's time each takes
 //
@@ -233,7 +294,7 @@ func (m Model) Need(l Load, t Targets, c Corrections) Need {
 	}
 	var n Need
 	u := l.ISL * (1 - min(max(l.Hit, 0), 1))
-	if pc, ok := m.PrefillCapacity(u, t.TTFT, cp); ok {
+	if pc, ok := m.PrefillCapacityQ(u, t.TTFT, t.TTFTQuantile, cp); ok {
 		n.PrefillOK = true
 		if !math.IsInf(pc, 1) {
 			n.Prefill = l.Rate * u / pc

@@ -98,3 +98,33 @@ func TestNewRejectsBadLimits(t *testing.T) {
 		t.Error("New accepted max batched tokens below max seqs")
 	}
 }
+
+func TestPrefillCapacityForAQuantileLeavesHeadroom(t *testing.T) {
+	m := dynamo(t)
+	s := m.PrefillTime(10000)
+	tau := 7 * s
+	mean, _ := m.PrefillCapacity(10000, tau, 1)
+	p99, ok := m.PrefillCapacityQ(10000, tau, 0.99, 1)
+	if !ok || !(p99 < mean) {
+		t.Fatalf("p99 capacity %.0f tok/s (%v), want feasible and below the mean's %.0f", p99, ok, mean)
+	}
+	// At the capacity's utilisation the M/D/1 tail at τ − S is 1 %.
+	rho := p99 * s.Seconds() / 10000
+	x := tailRate(rho)
+	if math.Abs(rho*math.Expm1(x)-x) > 1e-9 {
+		t.Errorf("tailRate(%.3f) = %v does not solve ρ(e^x − 1) = x", rho, x)
+	}
+	if tail := rho * math.Exp(-x*6); math.Abs(tail-0.01) > 1e-4 {
+		t.Errorf("tail at ρ %.3f is %.4f, want 0.01", rho, tail)
+	}
+	// A looser quantile allows more; q = 0 is the mean target.
+	if p90, _ := m.PrefillCapacityQ(10000, tau, 0.9, 1); !(p90 > p99) {
+		t.Errorf("p90 capacity %.0f is not above p99's %.0f", p90, p99)
+	}
+	if q0, _ := m.PrefillCapacityQ(10000, tau, 0, 1); q0 != mean {
+		t.Errorf("q = 0 gives %.0f, want the mean target's %.0f", q0, mean)
+	}
+	if _, ok := m.PrefillCapacityQ(10000, s/2, 0.99, 1); ok {
+		t.Error("a target below the prompt's own time is feasible, want not")
+	}
+}
