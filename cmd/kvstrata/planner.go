@@ -118,10 +118,11 @@ waits for the ack, or 10 min; before its first ack a pool counts as its
 minimum).
 
 With --cache, every step's decisions are also published there, one record
-per pool (kvctl planner status, the node's GET /v1/planner/decisions):
-advisory ones with mode advisory, which ask nothing of anyone. With
---mode active --connector virtual the connector's records are the
-published ones.
+per pool (kvctl planner status, the node's GET /v1/planner/decisions),
+written by "planner/CONNECTOR": advisory ones with mode advisory, which
+ask nothing of anyone; active ones that another connector carries out.
+With --mode active --connector virtual the connector's records (written by
+"planner") are the published ones.
 
 --pools is aggregated:MIN-MAX, or prefill:MIN-MAX,decode:MIN-MAX.`,
 		Example: `  # Advise on an aggregated pool of 1 to 8 workers behind a frontend
@@ -217,9 +218,13 @@ published ones.
 			part := &plannerPart{p: p, src: src, reg: cfg.Registry, interval: cfg.Interval, listen: listen, log: log,
 				failed: make(chan error, 1)}
 			// An active virtual connector writes its own records, with the
-			// ack handshake; publishing too would overtake them.
+			// ack handshake; publishing too would overtake them. Published
+			// records name the connector that carries them out, so that an
+			// outside system tells them from the virtual connector's.
 			if cf.cache != nil && !(connector == "virtual" && cfg.Mode == planner.ModeActive) {
-				part.publish = virtual.NewCluster(cf.cache)
+				pub := virtual.NewCluster(cf.cache)
+				pub.Planner = "planner/" + connector
+				part.publish = pub
 			}
 			r, err := lifecycle.New(lifecycle.Config{ShutdownTimeout: proc.shutdown, Logger: log}, part)
 			if err != nil {

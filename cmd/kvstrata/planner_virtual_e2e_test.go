@@ -55,6 +55,7 @@ type kvctlDecision struct {
 	Applied     bool    `json:"applied"`
 	AckSeq      uint64  `json:"ack_seq"`
 	AckReplicas int     `json:"ack_replicas"`
+	Planner     string  `json:"planner"`
 }
 
 // kvctlPlanner runs kvctl planner ARGS against the node at addr.
@@ -134,8 +135,8 @@ func TestPlannerPublishesToTheCacheClusterAndTheVirtualConnectorWaitsForTheAck(t
 	advice := waitRecord(t, node, adv, "an advisory decision with a need > 0", func(d kvctlDecision) bool {
 		return d.Mode == planner.ModeAdvisory && d.Need > 0
 	})
-	if advice.Applied || advice.AckSeq != 0 || advice.Seq == 0 {
-		t.Errorf("the advice as kvctl shows it: %+v; want not applied, not acked, numbered", advice)
+	if advice.Applied || advice.AckSeq != 0 || advice.Seq == 0 || advice.Planner != "planner/none" {
+		t.Errorf("the advice as kvctl shows it: %+v; want not applied, not acked, numbered, by planner/none", advice)
 	}
 	// The planner's own status speaks snake_case JSON.
 	resp, err := http.Get("http://" + adv.http + "/v1/planner/status")
@@ -158,8 +159,8 @@ func TestPlannerPublishesToTheCacheClusterAndTheVirtualConnectorWaitsForTheAck(t
 	up := waitRecord(t, node, act, "an unacknowledged scale-up", func(d kvctlDecision) bool {
 		return d.Mode == planner.ModeActive && d.Target > d.Current && d.Seq > advice.Seq && d.AckSeq < d.Seq
 	})
-	if !up.Applied || up.Current != 1 || up.Target < 2 || up.Target > 4 {
-		t.Fatalf("the scale-up as kvctl shows it: %+v; want applied, from the minimum 1 to 2..4", up)
+	if !up.Applied || up.Current != 1 || up.Target < 2 || up.Target > 4 || up.Planner != "planner" {
+		t.Fatalf("the scale-up as kvctl shows it: %+v; want applied, from the minimum 1 to 2..4, by planner", up)
 	}
 	time.Sleep(2 * time.Second) // two more windows: the decision still waits
 	if again := waitRecord(t, node, act, "the same decision", func(kvctlDecision) bool { return true }); again.Seq != up.Seq || again.AckSeq != 0 {
