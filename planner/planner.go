@@ -62,7 +62,10 @@ type Observation struct {
 }
 
 // Replicas is a pool's size: what was asked for and what serves.
-type Replicas struct{ Desired, Ready int }
+type Replicas struct {
+	Desired int `json:"desired"`
+	Ready   int `json:"ready"`
+}
 
 // Connector carries out decisions on a deployment.
 type Connector interface {
@@ -73,7 +76,10 @@ type Connector interface {
 }
 
 // Limits bound one pool.
-type Limits struct{ Min, Max int }
+type Limits struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
 
 // ManualPolicy says what a manual change of a pool's size does: it is
 // respected for Respect (the pool is frozen at the observed size), or,
@@ -138,18 +144,19 @@ type Config struct {
 
 // Decision is one pool's outcome of a step.
 type Decision struct {
-	Seq             uint64
-	At              time.Time
-	Pool            Pool
-	Current, Target int
+	Seq     uint64    `json:"seq"`
+	At      time.Time `json:"at"`
+	Pool    Pool      `json:"pool"`
+	Current int       `json:"current"`
+	Target  int       `json:"target"`
 	// Need is the fractional workers the model asked for.
-	Need float64
+	Need float64 `json:"need"`
 	// Reason says why: "load", "idle", "manual", "budget",
 	// "ttft-infeasible", "hold", "cooldown".
-	Reason string
-	Mode   string
+	Reason string `json:"reason"`
+	Mode   string `json:"mode"`
 	// Applied is whether the connector was asked to scale.
-	Applied bool
+	Applied bool `json:"applied"`
 }
 
 // Planner is the loop's brain: Step takes one Observation and returns the

@@ -12,39 +12,49 @@ import (
 // GET /v1/planner/status. Every number is finite: an idle deployment has
 // zeros, never NaN.
 type Status struct {
-	Mode string
+	Mode string `json:"mode"`
 	// At is the end of the last window stepped (zero before the first).
-	At time.Time
+	At time.Time `json:"at"`
 	// Decisions are the last step's, one per pool.
-	Decisions []Decision
+	Decisions []Decision `json:"decisions"`
 	// ObservedRate is the last OK window's arrivals a second.
-	ObservedRate float64
-	Predicted    Predicted
-	Corrections  Corrections
-	Pools        map[Pool]PoolStatus
+	ObservedRate float64             `json:"observed_rate"`
+	Predicted    Predicted           `json:"predicted"`
+	Corrections  Corrections         `json:"corrections"`
+	Pools        map[Pool]PoolStatus `json:"pools"`
 	// IdleWindows are the OK windows in a row without arrivals.
-	IdleWindows int
+	IdleWindows int `json:"idle_windows"`
 	// ScrapeErrors are the windows that could not be observed.
-	ScrapeErrors int
+	ScrapeErrors int `json:"scrape_errors"`
 }
 
 // Predicted is the load the planner sizes for: the request rate over the
 // lead time, mean prompt and output tokens (the last defined values) and
 // the fraction of prompt tokens cached.
-type Predicted struct{ Rate, ISL, OSL, Hit float64 }
+type Predicted struct {
+	Rate float64 `json:"rate"`
+	ISL  float64 `json:"isl"`
+	OSL  float64 `json:"osl"`
+	Hit  float64 `json:"hit"`
+}
 
 // Corrections are the observed-over-modelled latency factors the model's
 // prefill and decode times are multiplied by, in [0.5, 4].
-type Corrections struct{ Prefill, Decode float64 }
+type Corrections struct {
+	Prefill float64 `json:"prefill"`
+	Decode  float64 `json:"decode"`
+}
 
 // PoolStatus is one pool's state.
 type PoolStatus struct {
-	Min, Max        int
-	Current, Target int
-	Need            float64
+	Min     int     `json:"min"`
+	Max     int     `json:"max"`
+	Current int     `json:"current"`
+	Target  int     `json:"target"`
+	Need    float64 `json:"need"`
 	// ManualUntil is when a respected manual change stops freezing the
-	// pool; zero when none does.
-	ManualUntil time.Time
+	// pool; absent when none does.
+	ManualUntil time.Time `json:"manual_until,omitzero"`
 }
 
 // Status is a copy of the planner's status; safe from any goroutine.

@@ -101,6 +101,8 @@ func (a *app) runPlannerStatus(ctx context.Context) error {
 			acked = fmt.Sprintf("%d running", r.AckReplicas)
 		case r.AckSeq > 0:
 			acked = fmt.Sprintf("#%d: %d running", r.AckSeq, r.AckReplicas)
+		case r.Mode == "advisory": // asks nothing of anyone
+			acked = "advice"
 		}
 		table = append(table, []string{r.Pool, "#" + strconv.FormatUint(r.Seq, 10),
 			fmt.Sprintf("%d → %d", r.Current, r.Target), strconv.FormatFloat(r.Need, 'f', 2, 64), r.Reason, r.Mode,

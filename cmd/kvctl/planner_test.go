@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,16 @@ func TestPlannerStatusAndAckOnARealNode(t *testing.T) {
 	}
 	if err := virtual.NewCluster(c).Ack(ctx, planner.Decode, 1, 3); err != nil {
 		t.Fatalf("an ack of the current decision again: %v", err)
+	}
+
+	// An advisory planner's published advice waits for no ack.
+	advice := []planner.Decision{{Pool: planner.Prefill, Current: 1, Target: 2, Need: 1.5, Reason: "load", Mode: planner.ModeAdvisory}}
+	if err := virtual.Publish(ctx, virtual.NewCluster(c), advice); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = run(t, "--addr", addr, "planner", "status")
+	if code != exitOK || !regexp.MustCompile(`prefill +#1 +1 → 2 .*advisory .* advice`).MatchString(out) {
+		t.Fatalf("status table with advice:\n%s", out)
 	}
 }
 

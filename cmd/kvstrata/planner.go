@@ -22,10 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/engine/model/sim"
 	"github.com/kvstrata/kvstrata/internal/lifecycle"
 	"github.com/kvstrata/kvstrata/planner"
 	"github.com/kvstrata/kvstrata/planner/connector/kube"
+	"github.com/kvstrata/kvstrata/planner/connector/virtual"
 	"github.com/kvstrata/kvstrata/planner/perf"
 	"github.com/kvstrata/kvstrata/planner/scrape"
 )
@@ -39,6 +41,8 @@ var _ lifecycle.Part = (*plannerPart)(nil)
 type connectorFlags struct {
 	pools                                  map[planner.Pool]planner.Limits
 	kubeTargets, kubeNamespace, kubeconfig string
+	// cache is the cache node at --cache, dialled; nil without --cache.
+	cache *client.Client
 }
 
 // plannerConnectors make the connectors --connector names. A connector
@@ -57,11 +61,21 @@ var plannerConnectors = map[string]func(f connectorFlags) (planner.Connector, er
 		}
 		return kube.NewFromKubeconfig(f.kubeconfig, f.kubeNamespace, ts)
 	},
+	"virtual": func(f connectorFlags) (planner.Connector, error) {
+		if f.cache == nil {
+			return nil, errors.New("needs --cache ADDR, the cache node whose replicated state holds the decisions")
+		}
+		initial := make(map[planner.Pool]int, len(f.pools))
+		for p, l := range f.pools {
+			initial[p] = l.Min
+		}
+		return virtual.New(virtual.NewCluster(f.cache), virtual.Config{Initial: initial}), nil
+	},
 }
 
 func newPlannerCommand(stderr io.Writer) *cobra.Command {
 	var cfg planner.Config
-	var frontendURL, promURL, promSelector, profile, pools, manual, connector, listen string
+	var frontendURL, promURL, promSelector, profile, pools, manual, connector, listen, cache string
 	var cf connectorFlags
 	var lim sim.WorkerLimits
 	var t flagTable
@@ -96,13 +110,31 @@ Connectors: none (nothing to scale: advisory only; each pool's current
 size is read as its minimum); kube (each pool's Deployment or StatefulSet,
 --kube-targets, scaled through the scale subresource: the planner's
 service account needs get/update on deployments/scale or
-statefulsets/scale).
+statefulsets/scale); virtual (each change is written into the replicated
+state of the cache cluster at --cache, for an outside system to carry out
+and acknowledge: 'kvctl planner status' lists the decisions, 'kvctl
+planner ack POOL SEQ REPLICAS' acknowledges one; a pool's next change
+waits for the ack, or 10 min; before its first ack a pool counts as its
+minimum).
+
+With --cache, every step's decisions are also published there, one record
+per pool (kvctl planner status, the node's GET /v1/planner/decisions),
+written by "planner/CONNECTOR": advisory ones with mode advisory, which
+ask nothing of anyone; active ones that another connector carries out.
+With --mode active --connector virtual the connector's records (written by
+"planner") are the published ones.
 
 --pools is aggregated:MIN-MAX, or prefill:MIN-MAX,decode:MIN-MAX.`,
 		Example: `  # Advise on an aggregated pool of 1 to 8 workers behind a frontend
   kvstrata planner --frontend http://127.0.0.1:8080 --profile profile.json \
     --slo-ttft 2s --slo-itl 50ms --pools aggregated:1-8
-  curl -s 127.0.0.1:8090/v1/planner/status`,
+  curl -s 127.0.0.1:8090/v1/planner/status
+
+  # Let an outside system scale: decisions in the cache cluster's state
+  kvstrata planner --frontend http://127.0.0.1:8080 --mode active \
+    --connector virtual --cache 127.0.0.1:7070 --pools aggregated:1-8
+  kvctl --addr 127.0.0.1:7070 planner status
+  kvctl --addr 127.0.0.1:7070 planner ack aggregated 1 2`,
 		Args: noArgs("planner"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			probs := append(t.apply(), proc.apply()...)
@@ -136,6 +168,9 @@ statefulsets/scale).
 			if connector == "none" && cfg.Mode == planner.ModeActive {
 				probs = append(probs, "--mode active: --connector none scales nothing; give a connector, or --mode advisory")
 			}
+			if connector == "virtual" && cache == "" {
+				probs = append(probs, "--connector virtual needs --cache ADDR, the gRPC address of a cache node whose replicated state holds the decisions")
+			}
 			prof := sim.DefaultProfile()
 			if profile != "" {
 				if prof, err = sim.ReadProfile(profile); err != nil {
@@ -162,6 +197,12 @@ statefulsets/scale).
 			cfg.Registry = prometheus.NewRegistry()
 			log := proc.logger(stderr)
 			var p *planner.Planner
+			if len(probs) == 0 && cache != "" {
+				if cf.cache, err = dialPlannerCache(cmd.Context(), cache); err != nil {
+					return err
+				}
+				defer cf.cache.Close()
+			}
 			if len(probs) == 0 {
 				cf.pools = cfg.Pools
 				conn, err := newConn(cf)
@@ -176,6 +217,15 @@ statefulsets/scale).
 			}
 			part := &plannerPart{p: p, src: src, reg: cfg.Registry, interval: cfg.Interval, listen: listen, log: log,
 				failed: make(chan error, 1)}
+			// An active virtual connector writes its own records, with the
+			// ack handshake; publishing too would overtake them. Published
+			// records name the connector that carries them out, so that an
+			// outside system tells them from the virtual connector's.
+			if cf.cache != nil && !(connector == "virtual" && cfg.Mode == planner.ModeActive) {
+				pub := virtual.NewCluster(cf.cache)
+				pub.Planner = "planner/" + connector
+				part.publish = pub
+			}
 			r, err := lifecycle.New(lifecycle.Config{ShutdownTimeout: proc.shutdown, Logger: log}, part)
 			if err != nil {
 				return err
@@ -207,13 +257,29 @@ statefulsets/scale).
 	t.int("down-stable", planner.DefaultDownStable, "windows in a row a smaller size must suffice before a scale-down", &cfg.DownStable)
 	t.int("max-down-step", 0, "most workers one scale-down removes (0: half the pool, rounded up)", &cfg.MaxDownStep)
 	t.int("idle-windows", planner.DefaultIdleWindows, "windows without a request after which every pool goes to its minimum", &cfg.IdleWindows)
-	t.str("connector", "none", "what carries out decisions: none (advisory only) or kube (Kubernetes workloads' scale subresource)", &connector)
+	t.str("connector", "none", "what carries out decisions: none (advisory only), kube (Kubernetes workloads' scale subresource) or virtual (records in the cache cluster at --cache, for an outside system to carry out and ack)", &connector)
+	t.str("cache", "", `gRPC address of a kvstrata cache node (host:port): the virtual connector's records, and where every decision is published for kvctl planner status ("": none)`, &cache)
 	t.str("kube-targets", "", "kube: the workload of each pool, POOL=KIND/NAME,... e.g. aggregated=Deployment/kvstrata-worker", &cf.kubeTargets)
 	t.str("kube-namespace", "default", "kube: the workloads' namespace", &cf.kubeNamespace)
 	t.str("kubeconfig", "", `kube: the kubeconfig file ("": the pod's service account, in-cluster)`, &cf.kubeconfig)
 	t.str("listen", DefaultPlannerListen, "HTTP address of GET /v1/planner/status (JSON), /metrics and /readyz", &listen)
 	proc.add(fs)
 	return cmd
+}
+
+// plannerCacheDialTimeout bounds the wait for --cache's node at start.
+const plannerCacheDialTimeout = 10 * time.Second
+
+// dialPlannerCache connects to the cache node at addr: one that does not
+// answer within plannerCacheDialTimeout is an error that names it.
+func dialPlannerCache(ctx context.Context, addr string) (*client.Client, error) {
+	dctx, cancel := context.WithTimeout(ctx, plannerCacheDialTimeout)
+	defer cancel()
+	c, err := client.Dial(dctx, addr, client.Options{NoDataPlane: true})
+	if err != nil {
+		return nil, fmt.Errorf("--cache %s: the cache node does not answer (is kvstrata serve running there?): %w", addr, err)
+	}
+	return c, nil
 }
 
 // metricsURL is the /metrics URL of a frontend given by its base URL or
@@ -308,6 +374,8 @@ type plannerPart struct {
 	failed   chan error
 	// status is GET /v1/planner/status's answer; nil is the planner's Status.
 	status func(context.Context) any
+	// publish, if set, gets every step's decisions (virtual.Publish).
+	publish virtual.Store
 
 	srv    *http.Server
 	ln     net.Listener
@@ -376,8 +444,14 @@ func (pp *plannerPart) run(ctx context.Context) {
 				pp.log.Warn("planner: scrape failed; holding every pool", "err", err)
 				obs.OK = false
 			}
-			if _, err := pp.p.Step(ctx, obs); err != nil && ctx.Err() == nil {
+			ds, err := pp.p.Step(ctx, obs)
+			if err != nil && ctx.Err() == nil {
 				pp.log.Warn("planner: step", "err", err)
+			}
+			if pp.publish != nil {
+				if err := virtual.Publish(ctx, pp.publish, ds); err != nil && ctx.Err() == nil {
+					pp.log.Warn("planner: publishing the decisions", "err", err)
+				}
 			}
 		}
 	}

@@ -130,7 +130,7 @@ func TestPlannerAdvisesUnderLoadAndGoesToTheMinimumWhenIdle(t *testing.T) {
 func TestPlannerBadFlagsAreUsageErrors(t *testing.T) {
 	usageErrorSays(t, []string{"planner", "--frontend", "ftp://x", "--pools", "aggregated:3", "--manual", "respect", "--connector", "k8s"},
 		`--frontend "ftp://x": want http://host:port`, `"aggregated:3" is not POOL:MIN-MAX`, `--manual "respect": want respect:DURATION`,
-		`--connector "k8s": want one of kube, none`)
+		`--connector "k8s": want one of kube, none, virtual`)
 	usageErrorSays(t, []string{"planner", "--frontend", "http://127.0.0.1:1", "--mode", "active", "--pools", "aggregated:3-1", "--slo-ttft", "0s"},
 		"--connector none scales nothing", "limits 3-1", "TTFT target is 0s")
 	usageErrorSays(t, []string{"planner", "--prometheus", "http://127.0.0.1:1", "--frontend", "http://127.0.0.1:2"}, "--frontend or --prometheus: give exactly one")

@@ -40,8 +40,10 @@ type Record struct {
 	AckReplicas int
 }
 
-// Pending is whether the record's decision waits for its ack.
-func (r Record) Pending() bool { return r.AckSeq < r.Seq }
+// Pending is whether the record's decision waits for its ack. An advisory
+// decision (Publish's, Mode planner.ModeAdvisory) asks nothing of anyone:
+// it never waits.
+func (r Record) Pending() bool { return r.AckSeq < r.Seq && r.Mode != planner.ModeAdvisory }
 
 // Store keeps each pool's latest Record.
 type Store interface {
