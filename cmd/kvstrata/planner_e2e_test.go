@@ -137,6 +137,7 @@ func TestPlannerBadFlagsAreUsageErrors(t *testing.T) {
 	usageErrorSays(t, []string{"planner", "--frontend", "http://127.0.0.1:1", "--mode", "active", "--connector", "kube", "--kube-targets", "decode=Deployment/w"},
 		`--kube-targets "decode=Deployment/w": no workload for pool aggregated`)
 	usageErrorSays(t, []string{"planner", "--frontend", "http://127.0.0.1:1", "--predictor", "oracle"}, `unknown kind "oracle"`)
+	usageErrorSays(t, []string{"planner", "--frontend", "http://127.0.0.1:1", "--slo-ttft-quantile", "1.5"}, "TTFT quantile is 1.5")
 	usageErrorSays(t, []string{"planner", "--frontend", "http://127.0.0.1:1", "--profile", "/nonexistent/profile.json"}, `--profile "/nonexistent/profile.json"`)
 }
 
