@@ -51,7 +51,7 @@ func addUpPlannerFlags(t *flagTable, f *upPlannerFlags) {
 	t.duration("planner-interval", 30*time.Second, "planner: one observation window of the frontend's /metrics", &f.interval)
 	t.duration("planner-startup-delay", 60*time.Second, "planner: how long a new worker takes to serve; predictions look that far ahead", &f.startupDelay)
 	t.duration("planner-cooldown", 5*time.Minute, "planner: least time between a change of the pool and its next scale-down", &f.cooldown)
-	t.str("planner-predictor", "ewma", "planner: the request-rate predictor's spec, e.g. constant (the last window's rate) or ewma:0.3 (an average of the windows' rates)", &f.predictor)
+	t.str("planner-predictor", planner.DefaultPredictor, "planner: the request-rate predictor, as kvstrata planner's --predictor: constant, ma:N, ewma[:a], holt:a,b, kalman[:…], holt-winters:period=P[,…], arima[:p,d,q]", &f.predictor)
 	t.str("planner-listen", DefaultPlannerListen, "planner: HTTP address of GET /v1/planner/status", &f.listen)
 	t.duration("drain-timeout", local.DefaultDrainTimeout, "planner: longest drain of a worker scaled down (its requests finish, its KV reaches the cache); past it the rest is cut", &f.drainTimeout)
 	f.plannerFlagNames = []string{"slo-ttft", "slo-itl", "min-workers", "max-workers", "planner-mode", "planner-interval",
