@@ -27,12 +27,28 @@ type API struct {
 	Selector string
 	// Client does the requests; nil is http.DefaultClient.
 	Client *http.Client
+	// Lag is how far before now the window ends. A scrape's samples carry
+	// its start time but reach the server's queries only when it ends, so
+	// a window ending at now would be read by one query before the last
+	// scrape landed and by the next after: counts and their token sums
+	// would disagree. The default is DefaultLag; it must exceed the
+	// server's scrape duration.
+	Lag time.Duration
 }
 
-// Scrape reads the window that ends at now. No arrivals series in the
-// window is ErrNoData, a failed query an error wrapping ErrScrape; either
-// way the window is OK false. Other series absent or NaN are zeros.
+// DefaultLag is API.Lag's default.
+const DefaultLag = 5 * time.Second
+
+// Scrape reads the window that ends Lag before now, every query at that
+// one instant. No arrivals series in the window is ErrNoData, a failed
+// query an error wrapping ErrScrape; either way the window is OK false.
+// Other series absent or NaN are zeros.
 func (a *API) Scrape(ctx context.Context, now time.Time) (planner.Observation, error) {
+	lag := a.Lag
+	if lag == 0 {
+		lag = DefaultLag
+	}
+	now = now.Add(-lag)
 	o := planner.Observation{Start: now.Add(-a.Window), End: now}
 	inc := func(name string) (float64, bool, error) {
 		r, err := a.query(ctx, now, fmt.Sprintf("sum(increase(%s[%s]))", a.series(name), promDuration(a.Window)))
