@@ -3,12 +3,11 @@ package kvconn
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvstrata/kvstrata/api/nodetest"
+	"github.com/kvstrata/kvstrata/internal/hung"
 )
 
 // Once Flush returns, every block offloaded before it is in the cache: a
@@ -39,45 +38,13 @@ func TestFlushWaitsUntilEveryOffloadIsStored(t *testing.T) {
 	}
 }
 
-// hungListener accepts connections and never answers on them, as a cache
-// node whose process hangs (its kernel still accepts).
-func hungListener(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
-}
-
 // With the cache node hung, Flush returns when its context ends, with
 // the blocks still waiting counted as dropped and the context's error;
 // blocks dropped before it (over the queue bound) are not its count but
 // Dropped's.
 func TestFlushReturnsAtItsDeadlineWhenTheNodeHangs(t *testing.T) {
 	const bound = 6
-	c, _ := newConn(t, hungListener(t), func(cfg *Config) {
+	c, _ := newConn(t, hung.Listener(t), func(cfg *Config) {
 		cfg.OffloadQueueBytes = bound * blockSize
 		cfg.OffloadTimeout = 200 * time.Millisecond
 		cfg.CloseTimeout = 100 * time.Millisecond

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/api/nodetest"
+	"github.com/kvstrata/kvstrata/internal/hung"
 )
 
 // tokenPrompt is n token ids no other test's prompt starts with.
@@ -163,42 +163,10 @@ func TestDrainFinishesWhatItHasOffloadsItAndTurnsNewRequestsAway(t *testing.T) {
 	}
 }
 
-// hungCache accepts connections and never answers on them, as a cache
-// node whose process hangs.
-func hungCache(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
-}
-
 // With its cache node hung, a drain cannot offload: it returns at its
 // context's deadline, never later, saying how many blocks it drops.
 func TestDrainReturnsAtItsDeadlineWhenTheCacheHangs(t *testing.T) {
-	w := startWorker(t, Config{Cache: hungCache(t), Speedup: 100})
+	w := startWorker(t, Config{Cache: hung.Listener(t), Speedup: 100})
 	prompt := tokenPrompt(2, 100)
 	s := streamTokens(t, "http://"+w.Addr(), prompt, 40)
 	wait(t, "the request's end", s.done)
