@@ -191,9 +191,17 @@ func (c *testCluster) feed(from, to uint64) {
 	}
 	flush(c.t, b)
 	leader := c.leader().raft
-	if idx := b.CommittedIndex(); idx == 0 || idx > leader.LastIndex() || leader.AppliedIndex() < idx {
-		c.t.Fatalf("after a flush the batcher says it committed up to index %d; the leader's log ends at %d, applied %d",
-			idx, leader.LastIndex(), leader.AppliedIndex())
+	idx := b.CommittedIndex()
+	if idx == 0 || idx > leader.LastIndex() {
+		c.t.Fatalf("after a flush the batcher says it committed up to index %d; the leader's log ends at %d",
+			idx, leader.LastIndex())
+	}
+	// raft answers an Apply once its FSM applied the entry, and records
+	// the applied index on its own goroutine a moment later.
+	for deadline := time.Now().Add(10 * time.Second); leader.AppliedIndex() < idx; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("10 s after a flush committed up to index %d, the leader has applied only up to %d", idx, leader.AppliedIndex())
+		}
 	}
 	if err := b.Close(); err != nil {
 		c.t.Fatal(err)
