@@ -196,7 +196,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
 			MinReadRate: int64(cfg.Limits.MinRequestRate), Version: d.opts.Version,
 			Logger:    log.With("server", "resp"),
-			OnCommand: func(name string, start time.Time) { m.Observe("resp", name, start) }})
+			OnCommand: func(name, _ string, start time.Time) { m.Observe("resp", name, start) }})
 		if err != nil {
 			return err
 		}

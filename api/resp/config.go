@@ -76,9 +76,11 @@ type Config struct {
 	// OnCommand, if set, is called after each known command has run (its
 	// reply is buffered, maybe not yet written) with the command's name
 	// ("get", or "client|setname" style for subcommands as the table names
-	// them) and when it started: the hook for latency metrics. It runs on
-	// the connection's goroutine and must be quick.
-	OnCommand func(name string, start time.Time)
+	// them), how it ended ("ok", or the first word of its error reply in
+	// lower case: "err", "oom", "tryagain", …) and when it started: the
+	// hook for latency and error metrics. It runs on the connection's
+	// goroutine and must be quick.
+	OnCommand func(name, status string, start time.Time)
 	// Logger receives accept errors. The default is slog.Default().
 	Logger *slog.Logger
 }

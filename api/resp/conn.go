@@ -28,6 +28,9 @@ type conn struct {
 	active  atomic.Int64           // unix nanoseconds of the last command
 
 	quit bool // close after the replies are written (QUIT)
+	// status is how the command running now ended so far: "ok", or the
+	// first word of its error reply in lower case ("err", "oom", …).
+	status string
 
 	// evicted is set, under the netserve Server's lock, when a new
 	// connection takes this one's place; the connection ends at its next
@@ -265,6 +268,10 @@ func (c *conn) exec(args [][]byte) {
 	c.s.st.calls[cmd.id].Add(1)
 	start := time.Now()
 	c.active.Store(start.UnixNano())
+	c.status = "ok"
+	if f := c.s.cfg.OnCommand; f != nil {
+		defer func() { f(cmd.name, c.status, start) }()
+	}
 	if !cmd.arityOK(len(args)) {
 		c.arityError(cmd.name)
 		return
@@ -283,9 +290,13 @@ func (c *conn) exec(args [][]byte) {
 	}
 	c.lastCmd.Store(&cmd.name)
 	cmd.run(c, args)
-	if f := c.s.cfg.OnCommand; f != nil {
-		f(cmd.name, start)
-	}
+}
+
+// errorCode is the first word of an error reply in lower case, the
+// status OnCommand reports: "err", "oom", "tryagain", "wrongtype", ….
+func errorCode(msg string) string {
+	code, _, _ := strings.Cut(msg, " ")
+	return strings.ToLower(code)
 }
 
 // unknownCommand is Redis's reply to a command it does not know, quoting
@@ -304,6 +315,7 @@ func unknownCommand(args [][]byte) string {
 // error writes an error reply and counts it.
 func (c *conn) error(msg string) {
 	c.s.st.errorReplies.Add(1)
+	c.status = errorCode(msg)
 	c.w.error(msg)
 }
 

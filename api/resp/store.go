@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 )
 
 // Store is what a Server serves. Implementations must be safe for
@@ -52,6 +53,73 @@ type ConditionalSetter interface {
 	// SetIf stores value under key only if key's presence equals exists
 	// (false for NX, true for XX) and reports whether it stored.
 	SetIf(ctx context.Context, key string, value []byte, exists bool) (stored bool, err error)
+}
+
+// KeyStore is the rest of what the Redis commands need of a Store:
+// expiry, all-or-nothing batches, key enumeration. A Store that lacks it
+// serves only the commands Store covers.
+type KeyStore interface {
+	Store
+	// SetWith stores value under key as opts say and reports whether it
+	// stored (false only when opts.Cond did not hold). The check of the
+	// condition and the store are atomic with respect to every other write
+	// through the Store.
+	SetWith(ctx context.Context, key string, value []byte, opts SetOptions) (stored bool, err error)
+	// Apply makes every write of ws, or none: when it returns an error, no
+	// key has changed. No other write through the Store interleaves with
+	// them (MSET, EXEC). Later writes of the same key win.
+	Apply(ctx context.Context, ws []Write) error
+	// Stat describes key without reading its value; a missing (or expired)
+	// key is an error matching ErrNotFound.
+	Stat(ctx context.Context, key string) (KeyInfo, error)
+	// Expire sets key's deadline (the zero time removes it: PERSIST) and
+	// returns the deadline it had (zero if none). A missing key is an error
+	// matching ErrNotFound. A deadline not after now deletes the key.
+	Expire(ctx context.Context, key string, at time.Time) (old time.Time, err error)
+	// Scan returns some keys from cursor on (0 starts) and the cursor to go
+	// on from, 0 once every key has been returned. As Redis's SCAN: a key
+	// present from the first call to the last is returned at least once;
+	// count is a hint of how many keys to return.
+	Scan(ctx context.Context, cursor uint64, count int) (keys []string, next uint64, err error)
+	// Flush deletes every key and returns how many it deleted.
+	Flush(ctx context.Context) (int64, error)
+}
+
+// SetCond is the condition of a SetWith on the key's presence.
+type SetCond int
+
+// The conditions of SetWith.
+const (
+	SetAlways    SetCond = iota
+	SetIfAbsent          // NX
+	SetIfPresent         // XX
+)
+
+// SetOptions qualify a SetWith.
+type SetOptions struct {
+	Cond SetCond
+	// ExpireAt is when the key is to be gone: after it, reads miss. The
+	// zero time sets no deadline (and removes one the old value had).
+	ExpireAt time.Time
+	// KeepTTL keeps the deadline of the value replaced; ExpireAt is then
+	// zero.
+	KeepTTL bool
+}
+
+// Write is one change of an Apply: store Value under Key with deadline
+// ExpireAt (zero: none), or, with Delete, remove Key.
+type Write struct {
+	Key      string
+	Value    []byte
+	ExpireAt time.Time
+	Delete   bool
+}
+
+// KeyInfo describes a stored key (TTL, STRLEN, MEMORY USAGE, TYPE).
+type KeyInfo struct {
+	Size      int64     // the value's length in bytes
+	Footprint int64     // the bytes the store holds for it, key and headers included
+	ExpireAt  time.Time // its deadline; zero if none
 }
 
 // InfoField is one "name:value" line of an INFO reply.
