@@ -53,7 +53,8 @@ func TestRedisCLI(t *testing.T) {
 		{"DEL a nope", "1\n"},
 		{"UNLINK b", "1\n"},
 		{"DBSIZE", "1\n"},
-		{"SET k v EX 10", "ERR SET option 'EX' is not supported: keys do not expire here, the cache evicts them by policy\n\n"},
+		{"SET k v EX 10", "OK\n"},
+		{"TTL k", "10\n"},
 		{"CONFIG GET appendonly", "appendonly\nno\n"},
 	} {
 		if got := runTool(t, nil, "", cli, addr, strings.Fields(tc.args)...); got != tc.want {
@@ -72,7 +73,7 @@ func TestRedisCLI(t *testing.T) {
 2) (nil)
 OK
 "a value"
-(error) ERR unknown command 'INCR', with args beginning with: 'x' 
+(error) ERR unknown command 'INCR', with args beginning with: 'x' (kvstrata serves string values with GET, SET, MGET, MSET, DEL, EXPIRE and SCAN; counters and in-place string updates are not supported)
 (integer) 3
 `
 	if got := runTool(t, nil, in, cli, addr, "--no-raw"); got != want {
