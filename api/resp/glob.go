@@ -58,7 +58,7 @@ func compileGlob(pattern []byte) (*glob, error) {
 	if len(pattern) > maxPatternLen {
 		return nil, fmt.Errorf("pattern is %d bytes, over the limit of %d", len(pattern), maxPatternLen)
 	}
-	g := &glob{all: true}
+	g := &glob{}
 	p := pattern
 	for i := 0; i < len(p); i++ {
 		switch p[i] {
@@ -108,8 +108,8 @@ func compileGlob(pattern []byte) (*glob, error) {
 		default:
 			g.toks = append(g.toks, globTok{kind: globLit, b: p[i]})
 		}
-		g.all = false
 	}
+	g.all = len(g.toks) == 1 && g.toks[0].kind == globStar
 	return g, nil
 }
 

@@ -2,8 +2,12 @@ package resp_test
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvstrata/kvstrata/api/resp"
 	"github.com/kvstrata/kvstrata/api/resp/resptest"
@@ -164,4 +168,122 @@ type infoStore struct {
 
 func (s infoStore) Info(ctx context.Context) []resp.InfoField {
 	return append(s.MemStore.Info(ctx), s.extra...)
+}
+
+// Transactions and MSETs of several clients, on the same keys, never
+// interleave their writes: after each, the keys hold one writer's values.
+func TestConcurrentTransactionsDoNotInterleave(t *testing.T) {
+	_, addr := startServer(t, nil, nil)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dial(t, addr)
+			for i := range 200 {
+				v := fmt.Sprintf("%d-%d", w, i)
+				if w%2 == 0 {
+					c.send("MULTI")
+					c.send("SET", "a", v)
+					c.send("SET", "b", v)
+					c.send("SET", "c", v)
+					c.send("EXEC")
+					c.flush()
+					for range 4 {
+						c.read()
+					}
+					if got := c.read(); got != "[+OK +OK +OK]" {
+						t.Errorf("EXEC: %s", got)
+						return
+					}
+				} else if got := c.do("MSET", "a", v, "b", v, "c", v); got != "+OK" {
+					t.Errorf("MSET: %s", got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	c := dial(t, addr)
+	if got := c.do("MGET", "a", "b", "c"); !regexp.MustCompile(`^\["([0-9-]+)" "([0-9-]+)" "([0-9-]+)"\]$`).MatchString(got) || strings.Count(got, strings.Fields(strings.Trim(got, "[]"))[0]) != 3 {
+		t.Errorf("keys after the writers: %s, want one writer's values", got)
+	}
+}
+
+// recordingStore records the writes that reach a MemStore.
+type recordingStore struct {
+	*resptest.MemStore
+	mu     sync.Mutex
+	writes []string
+}
+
+func (s *recordingStore) record(what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes = append(s.writes, what)
+}
+
+func (s *recordingStore) recorded() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.writes...)
+}
+
+func (s *recordingStore) Set(ctx context.Context, key string, value []byte) error {
+	s.record("Set " + key)
+	return s.MemStore.Set(ctx, key, value)
+}
+
+func (s *recordingStore) SetWith(ctx context.Context, key string, value []byte, opts resp.SetOptions) (bool, error) {
+	s.record("SetWith " + key)
+	return s.MemStore.SetWith(ctx, key, value, opts)
+}
+
+func (s *recordingStore) Delete(ctx context.Context, key string) (bool, error) {
+	s.record("Delete " + key)
+	return s.MemStore.Delete(ctx, key)
+}
+
+func (s *recordingStore) Expire(ctx context.Context, key string, at time.Time) (time.Time, error) {
+	s.record("Expire " + key)
+	return s.MemStore.Expire(ctx, key, at)
+}
+
+func (s *recordingStore) Apply(ctx context.Context, ws []resp.Write) error {
+	var b strings.Builder
+	for _, w := range ws {
+		if w.Delete {
+			b.WriteString(" -" + w.Key)
+		} else {
+			fmt.Fprintf(&b, " %s=%s", w.Key, w.Value)
+		}
+	}
+	s.record("Apply" + b.String())
+	return s.MemStore.Apply(ctx, ws)
+}
+
+// EXEC reaches the store as one Apply of every write, in order, after
+// every command of the transaction ran: nothing is written before.
+func TestExecIsOneApply(t *testing.T) {
+	store := &recordingStore{MemStore: resptest.NewMemStore()}
+	_, addr := startServer(t, store, nil)
+	c := dial(t, addr)
+	run(t, c, []step{
+		{cmd("MSET x 0 y 0"), "+OK"},
+		{cmd("MULTI"), "+OK"},
+		{cmd("SET a 1"), "+QUEUED"},
+		{cmd("DEL x nope"), "+QUEUED"},
+		{cmd("MSET b 2 a 3"), "+QUEUED"},
+		{cmd("EXPIRE y 100"), "+QUEUED"},
+		{cmd("SETEX s 10 v"), "+QUEUED"},
+		{cmd("GET a"), "+QUEUED"},
+	})
+	if w := store.recorded(); len(w) != 1 {
+		t.Fatalf("writes before EXEC: %q", w)
+	}
+	run(t, c, []step{{cmd("EXEC"), `[+OK :1 +OK :1 +OK "3"]`}})
+	if want := []string{"Apply x=0 y=0", "Apply a=1 -x b=2 a=3 y=0 s=v"}; strings.Join(store.recorded(), "|") != strings.Join(want, "|") {
+		t.Errorf("writes: %q, want %q", store.recorded(), want)
+	}
+	run(t, c, []step{{cmd("TTL y"), ":100"}, {cmd("TTL s"), ":10"}, {cmd("MGET a b x"), `["3" "2" nil]`}})
 }
