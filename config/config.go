@@ -210,10 +210,16 @@ type Limits struct {
 	// (per second).
 	RequestTimeout time.Duration
 	MinRequestRate ByteSize
+	// MaxValueSize is the largest value a RESP client may store (SET); a
+	// value over MaxBlockSize is kept as several blocks. A longer one is
+	// read, dropped and answered with an error naming this limit. Default
+	// 512MiB (Redis's proto-max-bulk-len); at most 1GiB.
+	MaxValueSize ByteSize
 	// MaxPendingRESPBytes bounds the memory all RESP commands not yet
 	// received whole hold together; memory follows the bytes received, not
-	// the lengths announced. At least twice MaxBlockSize and 16MiB. Default
-	// 256MiB.
+	// the lengths announced. At least twice MaxValueSize (a value's buffer
+	// is held twice for a moment while it grows), twice MaxBlockSize and
+	// 16MiB. Default 1GiB.
 	MaxPendingRESPBytes ByteSize
 	// MaxPendingPutBytes bounds the DRAM the data plane holds reserved for
 	// blocks still arriving. Default 0: a quarter of dram.capacity.
@@ -240,7 +246,7 @@ func Default() Config {
 			MaxBlockSize: 4 << 20, MaxBatchBlocks: 1024,
 			MaxBatchBytes: 256 << 20, MaxConnections: 1024,
 			RequestTimeout: 10 * time.Second, MinRequestRate: 1 << 20,
-			MaxPendingRESPBytes: 256 << 20,
+			MaxValueSize: 512 << 20, MaxPendingRESPBytes: 1 << 30,
 		},
 		Transport:       "tcp",
 		LogLevel:        "info",
@@ -390,8 +396,11 @@ func (c *Config) Validate() error {
 	if l.MinRequestRate <= 0 {
 		bad("limits.min-request-rate %v must be > 0", l.MinRequestRate)
 	}
-	if minResp := max(2*l.MaxBlockSize, 16<<20); l.MaxPendingRESPBytes < minResp {
-		bad("limits.max-pending-resp-bytes %v is below %v (twice limits.max-block-size, and at least 16MiB)", l.MaxPendingRESPBytes, minResp)
+	if l.MaxValueSize <= 0 || l.MaxValueSize > 1<<30 {
+		bad("limits.max-value-size %v outside (0, 1GiB]", l.MaxValueSize)
+	}
+	if minResp := max(2*l.MaxValueSize, 2*l.MaxBlockSize, 16<<20); l.MaxPendingRESPBytes < minResp {
+		bad("limits.max-pending-resp-bytes %v is below %v (twice limits.max-value-size and limits.max-block-size, and at least 16MiB)", l.MaxPendingRESPBytes, minResp)
 	}
 	if l.MaxPendingPutBytes != 0 && l.MaxPendingPutBytes < l.MaxBlockSize {
 		bad("limits.max-pending-put-bytes %v is below limits.max-block-size %v", l.MaxPendingPutBytes, l.MaxBlockSize)

@@ -20,18 +20,25 @@ type Config struct {
 	// default is 10000, Redis's maxclients.
 	MaxClients int
 	// MaxBulkLen is the longest bulk string (one argument: a key or a SET
-	// value) a client may send, in bytes. A longer one is a protocol error
-	// that closes the connection, so keep it above the store's largest
-	// value: an oversized SET then reaches the store and gets its clear
-	// "value too large" reply instead. The default is 16 MiB (four times
-	// the largest usual KV block); at most 1 GiB. Redis: proto-max-bulk-len.
+	// value) a client may send, in bytes. A command with a longer one is
+	// read to its end and dropped, and answered "-ERR argument of … is over
+	// the … limit on one value"; the connection goes on with the next
+	// command. Keep it at or above the store's largest value, so that an
+	// oversized SET gets the store's own "value too large" reply. The
+	// default is 512 MiB, Redis's proto-max-bulk-len; at most 1 GiB.
 	MaxBulkLen int64
+	// MaxBulkLenSetting, if set, is how an operator sets MaxBulkLen (a
+	// setting's name, "limits.max-value-size"), named in the reply to a
+	// longer argument.
+	MaxBulkLenSetting string
 	// MaxArgs is the most arguments one command may have, its name
 	// included. The default is 1048576, Redis's limit.
 	MaxArgs int
 	// MaxCommandBytes bounds the bytes of all arguments of one command
 	// (MSET of many values, say), and with it the memory one connection
-	// holds. The default is 128 MiB; it must be at least MaxBulkLen.
+	// holds. A longer command is read to its end, dropped and answered
+	// with an error, as an argument over MaxBulkLen is. The default is 128
+	// MiB or MaxBulkLen if that is more; it must be at least MaxBulkLen.
 	MaxCommandBytes int64
 	// ReadBufferSize is each connection's read buffer in bytes. It is also
 	// the longest inline command (a plain text line, as typed over telnet).
@@ -68,7 +75,10 @@ type Config struct {
 	// holds its first 64 KiB outside this bound. One that needs more while
 	// the bound is reached stops reading until memory is handed back, for
 	// at most CommandTimeout, then is answered "-ERR ... busy" and closed.
-	// The default is 256 MiB; it must be at least MaxCommandBytes.
+	// While a long argument grows, its old and new buffers are both held,
+	// so one command may hold up to MaxCommandBytes plus MaxBulkLen. The
+	// default is that sum, or 256 MiB if that is more; it must be at least
+	// that sum.
 	MaxPendingBytes int64
 	// Version is reported by INFO as kvstrata_version. The default is the
 	// main module's version from the build info, else "dev".
@@ -88,7 +98,7 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultMaxClients      = 10000
-	DefaultMaxBulkLen      = 16 << 20
+	DefaultMaxBulkLen      = 512 << 20
 	DefaultMaxArgs         = 1 << 20
 	DefaultMaxCommandBytes = 128 << 20
 	DefaultReadBufferSize  = 64 << 10
@@ -117,7 +127,7 @@ func (c *Config) EnsureDefaults() {
 		c.MaxCommandBytes = max(DefaultMaxCommandBytes, c.MaxBulkLen)
 	}
 	if c.MaxPendingBytes == 0 {
-		c.MaxPendingBytes = max(DefaultMaxPendingBytes, c.MaxCommandBytes)
+		c.MaxPendingBytes = max(DefaultMaxPendingBytes, c.MaxCommandBytes+c.MaxBulkLen)
 	}
 	if c.CommandTimeout == 0 {
 		c.CommandTimeout = DefaultCommandTimeout
@@ -159,8 +169,8 @@ func (c *Config) Validate() error {
 	if c.MaxCommandBytes < c.MaxBulkLen || c.MaxCommandBytes <= 0 {
 		bad("max command bytes is %d, must be at least max bulk length (%d)", c.MaxCommandBytes, c.MaxBulkLen)
 	}
-	if c.MaxPendingBytes < c.MaxCommandBytes {
-		bad("max pending bytes is %d, must be at least max command bytes (%d)", c.MaxPendingBytes, c.MaxCommandBytes)
+	if c.MaxPendingBytes < c.MaxCommandBytes+c.MaxBulkLen {
+		bad("max pending bytes is %d, must be at least max command bytes plus max bulk length (%d)", c.MaxPendingBytes, c.MaxCommandBytes+c.MaxBulkLen)
 	}
 	if c.CommandTimeout < 0 {
 		bad("command timeout is %v, must not be negative", c.CommandTimeout)

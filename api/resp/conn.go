@@ -78,6 +78,11 @@ func (c *conn) Serve() {
 	defer c.finish()
 	for {
 		args, err := c.rd.next()
+		if ref := (*refusedError)(nil); errors.As(err, &ref) {
+			c.s.st.commandsProcessed.Add(1)
+			c.error(ref.msg)
+			continue
+		}
 		if err != nil {
 			c.readFailed(err)
 			return

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/kvstrata/kvstrata/internal/units"
 )
 
 // ProtocolError is input that is not RESP: the server replies
@@ -20,6 +22,13 @@ func (e *ProtocolError) Error() string { return "resp: protocol error: " + e.Msg
 func protoErr(format string, args ...any) error {
 	return &ProtocolError{Msg: fmt.Sprintf(format, args...)}
 }
+
+// refusedError is a well-formed command the reader read to its end but
+// did not keep, because an argument or the whole was over a limit: the
+// server replies "-<msg>" and goes on with the next command.
+type refusedError struct{ msg string }
+
+func (e *refusedError) Error() string { return "resp: command refused: " + e.msg }
 
 const (
 	// maxHeaderLine bounds a "*<count>" or "$<length>" line, CRLF included;
@@ -39,6 +48,9 @@ const (
 	// freeHold is the memory a command may hold before it takes from the
 	// server's budget (Config.MaxPendingBytes): short commands never do.
 	freeHold = 64 << 10
+	// maxPooledSlab is the largest slab kept for reuse; longer arguments
+	// get a slab of their exact size, handed back to the garbage collector.
+	maxPooledSlab = 16 << 20
 )
 
 // reader reads commands from one connection: RESP arrays of bulk strings
@@ -64,6 +76,8 @@ type reader struct {
 	maxBulk  int64
 	maxCmd   int64
 	smallArg int
+	// bulkSetting names MaxBulkLen in the reply to a longer argument.
+	bulkSetting string
 
 	// The current command: refs locate its arguments, in arena (copies of
 	// short ones) or in slabs (long ones); args is built from refs once
@@ -112,13 +126,16 @@ func newReader(src io.Reader, cfg *Config) *reader {
 		maxBulk:  cfg.MaxBulkLen,
 		maxCmd:   cfg.MaxCommandBytes,
 		smallArg: min(maxSmallArg, cfg.ReadBufferSize/2),
+
+		bulkSetting: cfg.MaxBulkLenSetting,
 	}
 }
 
 // next reads the next command, skipping empty ones, and returns its
 // arguments, which stay valid until the next call or release. At the end
 // of input between commands it returns io.EOF; inside one,
-// io.ErrUnexpectedEOF; on malformed input, a *ProtocolError.
+// io.ErrUnexpectedEOF; on malformed input, a *ProtocolError; after a
+// command over the limits, read whole and dropped, a *refusedError.
 func (r *reader) next() ([][]byte, error) {
 	r.release()
 	for len(r.refs) == 0 {
@@ -139,7 +156,12 @@ func (r *reader) next() ([][]byte, error) {
 		r.inCmd = true
 		var err error
 		if r.buf[r.r] == '*' {
-			err = r.multibulk()
+			var refused *refusedError
+			refused, err = r.multibulk()
+			if err == nil && refused != nil {
+				r.release()
+				return nil, refused
+			}
 		} else {
 			err = r.inline()
 		}
@@ -272,40 +294,89 @@ func (r *reader) line(limit int, crlf bool, tooBig string) ([]byte, error) {
 	}
 }
 
-// multibulk reads an array of bulk strings.
-func (r *reader) multibulk() error {
+// multibulk reads an array of bulk strings. An argument over MaxBulkLen,
+// or one that takes the command over MaxCommandBytes, is read and
+// dropped, with every argument after it, and the command is refused: the
+// client hears why and the connection stays in step.
+func (r *reader) multibulk() (*refusedError, error) {
 	line, err := r.line(maxHeaderLine, true, "too big mbulk count string")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	n, ok := parseInt(line[1:])
 	if !ok || n > int64(r.maxArgs) {
-		return protoErr("invalid multibulk length")
+		return nil, protoErr("invalid multibulk length")
 	}
 	var total int64
+	var refused *refusedError
 	for range n { // n ≤ 0: an empty command, which is skipped
 		line, err := r.line(maxHeaderLine, true, "too big bulk count string")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(line) == 0 || line[0] != '$' {
 			got := byte('\r')
 			if len(line) > 0 {
 				got = line[0]
 			}
-			return protoErr("expected '$', got %s", strconv.QuoteRuneToASCII(rune(got)))
+			return nil, protoErr("expected '$', got %s", strconv.QuoteRuneToASCII(rune(got)))
 		}
 		l, ok := parseInt(line[1:])
-		if !ok || l < 0 || l > r.maxBulk {
-			return protoErr("invalid bulk length")
+		if !ok || l < 0 {
+			return nil, protoErr("invalid bulk length")
 		}
-		if total += l; total > r.maxCmd {
-			return protoErr("command is over the %d-byte limit", r.maxCmd)
+		total += l
+		switch {
+		case refused != nil:
+		case l > r.maxBulk:
+			refused = &refusedError{fmt.Sprintf("ERR argument of %d bytes is over the %s limit on one value%s",
+				l, units.FormatBytes(r.maxBulk), r.settingNote())}
+		case total > r.maxCmd:
+			refused = &refusedError{fmt.Sprintf("ERR command of more than %d bytes is over the %s limit on one command",
+				total, units.FormatBytes(r.maxCmd))}
+		}
+		if refused != nil {
+			if err := r.skip(l); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if err := r.bulk(int(l)); err != nil {
+			return nil, err
+		}
+	}
+	return refused, nil
+}
+
+func (r *reader) settingNote() string {
+	if r.bulkSetting == "" {
+		return ""
+	}
+	return " (" + r.bulkSetting + ")"
+}
+
+// skip reads and drops the n bytes of a bulk string and the CRLF after
+// them, holding no memory for them.
+func (r *reader) skip(n int64) error {
+	for n > 0 {
+		if r.r == r.w {
+			if err := r.fill(); err != nil {
+				return err
+			}
+		}
+		k := min(n, int64(r.w-r.r))
+		r.r += int(k)
+		n -= k
+	}
+	for r.w-r.r < 2 {
+		if err := r.fill(); err != nil {
 			return err
 		}
 	}
+	if err := r.crlfAt(r.r); err != nil {
+		return err
+	}
+	r.r += 2
 	return nil
 }
 
@@ -385,8 +456,19 @@ func (r *reader) growSlab(old *[]byte, k, n int) (*[]byte, error) {
 		copy(*s, (*old)[:k])
 		r.held -= int64(len(*old))
 		putSlab(old)
+		r.giveBack()
 	}
 	return s, nil
+}
+
+// giveBack returns to the server's budget what the command was charged
+// beyond what it holds now (a slab it outgrew), so that an argument of n
+// bytes is charged at most about 2n while it grows, and n once it has.
+func (r *reader) giveBack() {
+	if extra := r.charged - max(0, r.held-freeHold); extra > 0 && r.unhold != nil {
+		r.unhold(extra)
+		r.charged -= extra
+	}
 }
 
 func (r *reader) count(n int) {
@@ -552,8 +634,13 @@ func unescape(c byte) byte {
 // that a connection streaming 1 MiB SETs reuses the same few buffers.
 var slabPools [31]sync.Pool // class k holds *[]byte of length 1<<k
 
-// getSlab returns a slab of at least n > 0 bytes, at most 2n.
+// getSlab returns a slab of at least n > 0 bytes, at most 2n; of exactly
+// n past maxPooledSlab.
 func getSlab(n int) *[]byte {
+	if n > maxPooledSlab {
+		s := make([]byte, n)
+		return &s
+	}
 	k := bits.Len(uint(n - 1))
 	if s, ok := slabPools[k].Get().(*[]byte); ok {
 		return s
@@ -563,5 +650,8 @@ func getSlab(n int) *[]byte {
 }
 
 func putSlab(s *[]byte) {
+	if len(*s) > maxPooledSlab {
+		return
+	}
 	slabPools[bits.Len(uint(len(*s)-1))].Put(s)
 }

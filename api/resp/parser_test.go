@@ -27,6 +27,10 @@ func readAll(t testing.TB, src io.Reader, cfg *Config) ([][]string, error) {
 	var cmds [][]string
 	for {
 		args, err := r.next()
+		if ref := (*refusedError)(nil); errors.As(err, &ref) {
+			cmds = append(cmds, []string{"refused: " + ref.msg})
+			continue
+		}
 		if err != nil {
 			return cmds, err
 		}
@@ -132,7 +136,6 @@ func TestReaderRejectsMalformedInput(t *testing.T) {
 		name, in, want string // want: the ProtocolError's message
 	}{
 		{"negative bulk length", "*1\r\n$-1\r\n", "invalid bulk length"},
-		{"bulk over MaxBulkLen", "*1\r\n$8193\r\n", "invalid bulk length"},
 		{"bulk length not a number", "*1\r\n$abc\r\n", "invalid bulk length"},
 		{"bulk length with a plus sign", "*1\r\n$+1\r\na\r\n", "invalid bulk length"},
 		{"more arguments than MaxArgs", "*17\r\n", "invalid multibulk length"},
@@ -146,7 +149,6 @@ func TestReaderRejectsMalformedInput(t *testing.T) {
 		{"header ended by LF only", "*1\n$4\r\nPING\r\n", `expected '\r\n' at the end of "*1"`},
 		{"argument count line too long", "*" + strings.Repeat("1", 100), "too big mbulk count string"},
 		{"bulk length line too long", "*1\r\n$" + strings.Repeat("1", 100), "too big bulk count string"},
-		{"command over MaxCommandBytes", "*2\r\n$8000\r\n" + strings.Repeat("a", 8000) + "\r\n$8000\r\n", "command is over the 12000-byte limit"},
 		{"inline line longer than the read buffer", strings.Repeat("a", 5000), "too big inline request"},
 		{"inline with more words than MaxArgs", strings.Repeat("a ", 17) + "\r\n", "invalid multibulk length"},
 		{"unbalanced double quote", `SET "a` + "\r\n", "unbalanced quotes in request"},
@@ -161,6 +163,43 @@ func TestReaderRejectsMalformedInput(t *testing.T) {
 				t.Fatalf("got %v, want protocol error %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A command with an argument over MaxBulkLen, or over MaxCommandBytes in
+// all, is read to its end and dropped: the reader says why and reads the
+// next command, holding no memory for what it dropped.
+func TestReaderRefusesOversizedCommandsAndStaysInStep(t *testing.T) {
+	cfg := parserConfig()
+	big := strings.Repeat("v", 9000)
+	in := "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$9000\r\n" + big + "\r\n" +
+		"*1\r\n$4\r\nPING\r\n" +
+		"*3\r\n$4\r\nMSET\r\n$8000\r\n" + big[:8000] + "\r\n$8000\r\n" + big[:8000] + "\r\n" +
+		"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+	want := [][]string{
+		{"refused: ERR argument of 9000 bytes is over the 8.0 KiB limit on one value"},
+		{"PING"},
+		{"refused: ERR command of more than 16004 bytes is over the 11.7 KiB limit on one command"},
+		{"GET", "k"},
+	}
+	for name, src := range map[string]io.Reader{"whole": strings.NewReader(in), "one byte at a time": iotest.OneByteReader(strings.NewReader(in))} {
+		got, err := readAll(t, src, cfg)
+		if err != io.EOF || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: read %q, %v; want %q, EOF", name, got, err, want)
+		}
+	}
+	cfg.MaxBulkLenSetting = "limits.max-value-size"
+	r := newReader(strings.NewReader(in), cfg)
+	var ref *refusedError
+	if _, err := r.next(); !errors.As(err, &ref) || !strings.HasSuffix(ref.msg, "(limits.max-value-size)") {
+		t.Fatalf("next: %v, want a refusal naming the setting", err)
+	}
+	if r.footprint() > 2*int64(cfg.ReadBufferSize) {
+		t.Fatalf("reader holds %d bytes after dropping a 9000-byte argument", r.footprint())
+	}
+	// A refused argument must still end in CRLF: anything else is not RESP.
+	if _, err := readAll(t, strings.NewReader("*1\r\n$9000\r\n"+big+"xx"), cfg); !errors.As(err, new(*ProtocolError)) {
+		t.Fatalf("dropped argument not ended by CRLF: %v, want a protocol error", err)
 	}
 }
 

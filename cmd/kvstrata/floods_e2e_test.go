@@ -175,7 +175,7 @@ func TestFloodsOfStalledRequestsStarveNoClient(t *testing.T) {
 // the node stops reading them there, and its resident memory stays near it.
 func TestUnfinishedMSETsHoldBoundedMemory(t *testing.T) {
 	const pending = 128 << 20
-	p := startNode(t, t.TempDir(), "--limits-max-pending-resp-bytes", "128MiB")
+	p := startNode(t, t.TempDir(), "--limits-max-pending-resp-bytes", "128MiB", "--limits-max-value-size", "32MiB")
 	before := rssBytes(t, p.cmd.Process.Pid)
 	value := make([]byte, 16<<20)
 	for range 12 {

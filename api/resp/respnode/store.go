@@ -1,18 +1,33 @@
 // Package respnode serves a cache node's blocks to Redis clients: it is
-// the resp.Store of an api/node.Node. Values go through the same tiers,
-// limits and checksums as every other block; key k is block
-// {index.RESPNamespace, xxhash64(k)}, stored with k in front of its value.
+// the resp.KeyStore of an api/node.Node. Values go through the same tiers,
+// limits and checksums as every other block. Key k is block
+// {index.RESPNamespace, xxhash64(k)}, which holds a record (format.go): k,
+// its deadline, and either the value or, for a value over
+// limits.max-block-size, a manifest of the chunk blocks holding it, in a
+// namespace of their own, so that only records count as keys.
+//
+// A chunked value is written chunks first, each under a name of this
+// write's own, then its record: the record is the commit point, so a
+// failure leaves the old value readable and a reader sees the old value
+// or the new, whole. A chunk that eviction dropped makes the value a miss
+// (and the record and its other chunks are then deleted); chunks no record
+// names — left by a crash mid-write — are blocks like any other, evicted
+// in their turn.
+//
+// An expired key reads as missing everywhere and is deleted when a read
+// meets it; until then it is evicted as any cold block is. There is no
+// sweep: memory of an expired key is reclaimed lazily.
 //
 // A Store is safe for concurrent use.
 package respnode
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/resp"
@@ -21,64 +36,163 @@ import (
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-// respHeader is the length prefix of the key stored in front of each value:
-// a read checks the key, so two keys whose hashes collide read as missing,
-// never as each other's value.
-const respHeader = 4
+// stripes is the number of write locks; keys share them by hash.
+const stripes = 64
 
-// Store serves a node's blocks to Redis clients (resp.Store). Give a node
-// one Store: its locks make SET … NX and SET … XX atomic among the writes
-// that go through it.
+// Store serves a node's blocks to Redis clients (resp.KeyStore). Give a
+// node one Store: its locks make SET … NX/XX, MSET and EXEC atomic among
+// the writes that go through it.
 type Store struct {
 	n *node.Node
 	h *tiers.Hierarchy
 
-	// locks serialise the writes of one key (by its hash).
-	locks [64]sync.Mutex
+	// locks serialise the writes of one key (by its hash); a write of
+	// several keys takes theirs in increasing order.
+	locks [stripes]sync.Mutex
+	now   func() time.Time
 }
 
 var (
 	_ resp.Store             = (*Store)(nil)
 	_ resp.ConditionalSetter = (*Store)(nil)
+	_ resp.KeyStore          = (*Store)(nil)
 )
 
-// New returns n as a resp.Store.
-func New(n *node.Node) *Store { return &Store{n: n, h: n.Hierarchy()} }
+// New returns n as a resp.KeyStore.
+func New(n *node.Node) *Store { return &Store{n: n, h: n.Hierarchy(), now: time.Now} }
 
-// View returns the value in place (no copy from DRAM).
-func (s *Store) View(_ context.Context, key string) ([]byte, func(), error) {
-	v, _, err := s.n.View(index.RESPKey(key))
-	if err != nil {
-		return nil, nil, respError(err)
-	}
-	b := v.Bytes()
-	if len(b) < respHeader {
-		v.Release()
-		return nil, nil, fmt.Errorf("key %q: %w", key, resp.ErrNotFound)
-	}
-	kl := int(binary.LittleEndian.Uint32(b))
-	if kl != len(key) || len(b) < respHeader+kl || string(b[respHeader:respHeader+kl]) != key {
-		v.Release()
-		return nil, nil, fmt.Errorf("key %q: %w", key, resp.ErrNotFound)
-	}
-	return b[respHeader+kl:], func() { _ = v.Release() }, nil
-}
+func stripe(k index.Key) int { return int(uint64(k.Hash) % stripes) }
 
 // lock holds the write lock of key's block.
 func (s *Store) lock(k index.Key) func() {
-	mu := &s.locks[uint64(k.Hash)%uint64(len(s.locks))]
+	mu := &s.locks[stripe(k)]
 	mu.Lock()
 	return mu.Unlock
 }
 
-// Set stores value, copying it once, straight into the fastest tier.
-func (s *Store) Set(_ context.Context, key string, value []byte) error {
-	if err := s.checkSize(key, value); err != nil {
-		return err
-	}
+// expired reports whether a deadline has passed.
+func (s *Store) expired(deadline int64) bool {
+	return deadline != 0 && s.now().UnixNano() >= deadline
+}
+
+// View returns an inline value in place (no copy from DRAM), and a
+// chunked one read into one buffer, chunk by chunk, each checked against
+// its checksum.
+func (s *Store) View(_ context.Context, key string) ([]byte, func(), error) {
 	k := index.RESPKey(key)
+	for range 3 {
+		v, rec, err := s.viewRecord(k, key, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rec.kind == kindInline {
+			return rec.value, func() { _ = v.Release() }, nil
+		}
+		deadline, m := rec.deadline, rec.manifest
+		_ = v.Release()
+		value, err := s.readChunks(k, m)
+		if err == nil {
+			return value, func() {}, nil
+		}
+		if !errors.Is(err, errChunkLost) {
+			return nil, nil, err
+		}
+		// A chunk is gone: the value was replaced meanwhile (read the new
+		// one), or eviction took the chunk (the value is lost: drop it).
+		if !s.dropIf(k, key, func(r *record) bool {
+			return r.kind == kindManifest && r.manifest.gen == m.gen && r.deadline == deadline
+		}) {
+			continue
+		}
+		return nil, nil, fmt.Errorf("key %q: part of its value was evicted: %w", key, resp.ErrNotFound)
+	}
+	return nil, nil, fmt.Errorf("key %q: replaced during three reads in a row: %w", key, resp.ErrNotFound)
+}
+
+// viewRecord returns key's record, pinned by the View it returns, or an
+// error matching resp.ErrNotFound for a missing, foreign, malformed or
+// expired one (which it deletes; locked says the caller holds key's lock).
+func (s *Store) viewRecord(k index.Key, key string, locked bool) (tiers.View, record, error) {
+	v, _, err := s.n.View(k)
+	if err != nil {
+		return nil, record{}, respError(err)
+	}
+	rec, err := decode(v.Bytes())
+	switch {
+	case err != nil || string(rec.key) != key:
+		_ = v.Release()
+		return nil, record{}, fmt.Errorf("key %q: %w", key, resp.ErrNotFound)
+	case s.expired(rec.deadline):
+		deadline := rec.deadline
+		_ = v.Release()
+		if locked {
+			s.remove(k, &rec)
+		} else {
+			s.dropIf(k, key, func(r *record) bool { return r.deadline == deadline })
+		}
+		return nil, record{}, fmt.Errorf("key %q: expired: %w", key, resp.ErrNotFound)
+	}
+	return v, rec, nil
+}
+
+// current returns key's live record, for a writer that holds its lock;
+// ok is false when there is none. The record's key is nil, and its value
+// too unless withValue asks for a copy.
+func (s *Store) current(k index.Key, key string, withValue bool) (rec record, ok bool, err error) {
+	v, rec, err := s.viewRecord(k, key, true)
+	if errors.Is(err, resp.ErrNotFound) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, err
+	}
+	defer v.Release()
+	rec.key = nil
+	if withValue {
+		rec.value = append([]byte(nil), rec.value...)
+	} else {
+		rec.value = nil
+	}
+	return rec, true, nil
+}
+
+// dropIf deletes key's record and chunks if the record still stands and
+// stale says so, under key's lock, and reports whether it did (or found
+// the record gone).
+func (s *Store) dropIf(k index.Key, key string, stale func(*record) bool) bool {
 	defer s.lock(k)()
-	return s.set(k, key, value)
+	v, _, err := s.n.View(k)
+	if err != nil {
+		return true
+	}
+	rec, err := decode(v.Bytes())
+	ours := err == nil && string(rec.key) == key
+	if ours && stale(&rec) {
+		_ = v.Release()
+		s.remove(k, &rec)
+		return true
+	}
+	_ = v.Release()
+	return !ours
+}
+
+// remove deletes key's block and, for a chunked value, its chunks; the
+// caller holds key's lock.
+func (s *Store) remove(k index.Key, rec *record) error {
+	err := s.h.Delete(k)
+	if rec != nil && rec.kind == kindManifest {
+		s.dropChunks(k, rec.manifest.gen, len(rec.manifest.sums))
+	}
+	if errors.Is(err, tiers.ErrNotFound) {
+		return nil
+	}
+	return respError(err)
+}
+
+// Set stores value, copying it once, straight into the fastest tier.
+func (s *Store) Set(ctx context.Context, key string, value []byte) error {
+	_, err := s.SetWith(ctx, key, value, resp.SetOptions{})
+	return err
 }
 
 // SetIf stores value only if key's presence equals exists (SET … NX: false,
@@ -87,71 +201,57 @@ func (s *Store) Set(_ context.Context, key string, value []byte) error {
 // An eviction may still remove the key between them; for XX that is the
 // same as the eviction coming just after the SET.
 func (s *Store) SetIf(ctx context.Context, key string, value []byte, exists bool) (bool, error) {
-	if err := s.checkSize(key, value); err != nil {
-		return false, err
+	cond := resp.SetIfAbsent
+	if exists {
+		cond = resp.SetIfPresent
 	}
-	k := index.RESPKey(key)
-	defer s.lock(k)()
-	if has, err := s.Exists(ctx, key); err != nil || has != exists {
-		return false, err
-	}
-	return true, s.set(k, key, value)
+	return s.SetWith(ctx, key, value, resp.SetOptions{Cond: cond})
 }
 
-func (s *Store) checkSize(key string, value []byte) error {
-	size := respHeader + len(key) + len(value)
-	if int64(size) > s.n.Config().MaxBlockSize {
-		return resp.Mark(&node.LimitError{Msg: fmt.Sprintf("value of %s with its key is over the %s limit (limits.max-block-size)",
-			units.FormatBytes(int64(size)), units.FormatBytes(s.n.Config().MaxBlockSize))}, resp.ErrTooLarge)
+// checkKey refuses a key whose record, with the manifest of the largest
+// value, could not fit one block.
+func (s *Store) checkKey(key string, value int64) error {
+	limit := s.n.Config().MaxBlockSize
+	need := int64(inlineLen(key, 0))
+	if int64(inlineLen(key, int(min(value, limit)))) > limit {
+		need = manifestLen(key, chunks(value, limit))
+	}
+	if need > limit {
+		return resp.Mark(&node.LimitError{Msg: fmt.Sprintf("key of %s with the record of a %s value is over the %s block limit (limits.max-block-size)",
+			units.FormatBytes(int64(len(key))), units.FormatBytes(value), units.FormatBytes(limit))}, resp.ErrTooLarge)
 	}
 	return nil
 }
 
-// set stores key's value as block k, of a size checkSize accepted.
-func (s *Store) set(k index.Key, key string, value []byte) error {
-	var hdr [respHeader]byte
-	binary.LittleEndian.PutUint32(hdr[:], uint32(len(key)))
-	d := index.NewDigest()
-	_, _ = d.Write(hdr[:])
-	_, _ = d.WriteString(key)
-	_, _ = d.Write(value)
-	m := index.Header{Key: k, Sum: d.Sum64()}
-	m.Size = uint32(respHeader + len(key) + len(value))
-	r, err := s.n.Reserve(m)
-	if err != nil {
-		return respError(err)
-	}
-	b := r.Bytes()
-	copy(b, hdr[:])
-	copy(b[respHeader:], key)
-	copy(b[respHeader+len(key):], value)
-	return respError(r.Commit())
-}
-
-// Exists reports whether some tier holds key's block. It trusts the 64-bit
-// hash (a collision, about 1 in 10^19 per pair of keys, would read as
-// present); GET checks the stored key.
+// Exists reports whether key holds a live value. It reads the record (a
+// chunked value's manifest only); it does not check that every chunk is
+// still there, which a GET does.
 func (s *Store) Exists(_ context.Context, key string) (bool, error) {
-	_, _, err := s.h.Find(index.RESPKey(key))
-	if errors.Is(err, tiers.ErrNotFound) {
+	v, _, err := s.viewRecord(index.RESPKey(key), key, false)
+	if errors.Is(err, resp.ErrNotFound) {
 		return false, nil
 	}
-	return err == nil, respError(err)
+	if err != nil {
+		return false, err
+	}
+	_ = v.Release()
+	return true, nil
 }
 
-// Delete removes key from every tier.
+// Delete removes key, and the chunks of its value, from every tier.
 func (s *Store) Delete(_ context.Context, key string) (bool, error) {
 	k := index.RESPKey(key)
 	defer s.lock(k)()
-	err := s.h.Delete(k)
-	if errors.Is(err, tiers.ErrNotFound) {
-		return false, nil
+	rec, ok, err := s.current(k, key, false)
+	if err != nil || !ok {
+		return false, err
 	}
-	return err == nil, respError(err)
+	return true, s.remove(k, &rec)
 }
 
-// Len counts the keys stored through the Redis protocol. It walks the
-// node's block table, so it costs time in the number of blocks.
+// Len counts the keys stored through the Redis protocol, expired ones
+// that no read has met yet included. It walks the node's block table, so
+// it costs time in the number of blocks.
 func (s *Store) Len(context.Context) (int64, error) {
 	return int64(len(s.h.Blocks(func(b tiers.BlockInfo) bool { return b.Key.NS == index.RESPNamespace }))), nil
 }

@@ -1,0 +1,107 @@
+package respnode
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/units"
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+// chunkNamespace holds the chunks of values over one block. Its blocks
+// are not keys: DBSIZE and SCAN count only index.RESPNamespace.
+var chunkNamespace = index.NamespaceID(xxhash.Sum64String("kvstrata-resp-chunks-v1"))
+
+// errChunkLost is a chunk a manifest names that no tier holds, or holds
+// with other bytes: the value reads as a miss, never short or wrong.
+var errChunkLost = errors.New("respnode: chunk lost")
+
+// chunkKey names chunk i of the write gen of the value at k. Each write
+// of a chunked value draws a fresh gen, so its chunks never overwrite
+// those of the value it replaces, which stays readable until its record
+// is replaced.
+func chunkKey(k index.Key, gen uint64, i int) index.Key {
+	var b [20]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(k.Hash))
+	binary.LittleEndian.PutUint64(b[8:], gen)
+	binary.LittleEndian.PutUint32(b[16:], uint32(i))
+	return index.Key{NS: chunkNamespace, Hash: index.Hash(xxhash.Sum64(b[:]))}
+}
+
+// writeChunks stores value as chunks of chunkSize under a fresh
+// generation and returns their manifest. Each chunk is committed as it is
+// written (a tier smaller than the value demotes the first ones while the
+// last are written); none is reachable until a record names them. On
+// failure it deletes the chunks it wrote.
+func (s *Store) writeChunks(k index.Key, value []byte, chunkSize int64) (manifest, error) {
+	m := manifest{size: int64(len(value)), gen: rand.Uint64(), chunkSize: chunkSize}
+	m.sums = make([]uint64, 0, chunks(m.size, chunkSize))
+	for off := int64(0); off < m.size; off += chunkSize {
+		part := value[off:min(off+chunkSize, m.size)]
+		i := len(m.sums)
+		h := index.Header{Key: chunkKey(k, m.gen, i), Sum: index.Checksum(part)}
+		h.Size = uint32(len(part))
+		if err := s.putBlock(h, func(b []byte) { copy(b, part) }); err != nil {
+			s.dropChunks(k, m.gen, i)
+			return manifest{}, err
+		}
+		m.sums = append(m.sums, h.Sum)
+	}
+	// Writing the last chunks may have evicted the first ones from a node
+	// with no tier below to demote them to: the value does not fit.
+	for i := range m.sums {
+		if _, _, err := s.h.Stat(chunkKey(k, m.gen, i)); err != nil {
+			s.dropChunks(k, m.gen, len(m.sums))
+			return manifest{}, resp.Mark(fmt.Errorf("value of %s does not fit in the node's tiers: its first parts were evicted while the last were written",
+				units.FormatBytes(m.size)), resp.ErrFull)
+		}
+	}
+	return m, nil
+}
+
+// putBlock reserves room for block h in the fastest tier, fills it and
+// commits it.
+func (s *Store) putBlock(h index.Header, fill func([]byte)) error {
+	r, err := s.n.Reserve(h)
+	if err != nil {
+		return respError(err)
+	}
+	fill(r.Bytes())
+	return respError(r.Commit())
+}
+
+// readChunks reads the value m describes into one buffer, checking each
+// chunk's length and checksum; a chunk missing or different is
+// errChunkLost.
+func (s *Store) readChunks(k index.Key, m manifest) ([]byte, error) {
+	out := make([]byte, 0, m.size)
+	for i, sum := range m.sums {
+		want := min(m.chunkSize, m.size-int64(len(out)))
+		start := len(out)
+		var err error
+		out, _, _, err = s.n.Get(chunkKey(k, m.gen, i), out)
+		switch {
+		case errors.Is(err, tiers.ErrNotFound):
+			return nil, fmt.Errorf("chunk %d of %d: %w", i, len(m.sums), errChunkLost)
+		case err != nil:
+			return nil, respError(err)
+		case int64(len(out)-start) != want || index.Checksum(out[start:]) != sum:
+			return nil, fmt.Errorf("chunk %d of %d: %d bytes, want %d with checksum %016x: %w", i, len(m.sums), len(out)-start, want, sum, errChunkLost)
+		}
+	}
+	return out, nil
+}
+
+// dropChunks deletes the first n chunks of generation gen of k's value,
+// those still held.
+func (s *Store) dropChunks(k index.Key, gen uint64, n int) {
+	for i := range n {
+		_ = s.h.Delete(chunkKey(k, gen, i))
+	}
+}
