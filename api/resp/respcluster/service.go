@@ -126,7 +126,7 @@ func (p *GRPCPeers) client(node index.NodeID) (pb.KeyspaceClient, error) {
 }
 
 // Get reads node's value of key.
-func (p *GRPCPeers) Get(ctx context.Context, node index.NodeID, key string) ([]byte, error) {
+func (p *GRPCPeers) Get(ctx context.Context, node index.NodeID, key string, progress func()) ([]byte, error) {
 	c, err := p.client(node)
 	if err != nil {
 		return nil, err
@@ -139,6 +139,7 @@ func (p *GRPCPeers) Get(ctx context.Context, node index.NodeID, key string) ([]b
 	if err != nil {
 		return nil, peerError(node, err)
 	}
+	progress()
 	if first.GetSize() > 1<<40 {
 		return nil, fmt.Errorf("node %d: value of %d bytes", node, first.GetSize())
 	}
@@ -152,6 +153,7 @@ func (p *GRPCPeers) Get(ctx context.Context, node index.NodeID, key string) ([]b
 			}
 			return nil, peerError(node, err)
 		}
+		progress()
 		v = append(v, msg.GetData()...)
 	}
 	if uint64(len(v)) != first.GetSize() {

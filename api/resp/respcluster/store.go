@@ -58,16 +58,21 @@ type Directory interface {
 // resp.ErrNotFound when the node holds no value; any other error means
 // the node did not answer.
 type Peers interface {
-	Get(ctx context.Context, node index.NodeID, key string) ([]byte, error)
+	// Get reads node's value of key, calling progress each time some of
+	// its bytes arrive (the Store gives up on a holder that makes none
+	// for Config.PeerTimeout).
+	Get(ctx context.Context, node index.NodeID, key string, progress func()) ([]byte, error)
 	Stat(ctx context.Context, node index.NodeID, key string) (resp.KeyInfo, error)
 	Delete(ctx context.Context, node index.NodeID, key string) (bool, error)
 }
 
 // Config configures a Store. A nil *Config means the defaults.
 type Config struct {
-	// PeerTimeout bounds each request to one other node, so that a dead
-	// or hung holder delays an answer by at most this much before the
-	// next holder is asked. The default is DefaultPeerTimeout.
+	// PeerTimeout bounds each request to one other node — a value's
+	// transfer, how long it may go without bytes arriving — so that a
+	// dead or hung holder delays an answer by at most this much before
+	// the next holder is asked, while a large value may take longer in
+	// all. The default is DefaultPeerTimeout.
 	PeerTimeout time.Duration
 	// Logger receives failed requests to other nodes. The default is
 	// slog.Default().
@@ -164,9 +169,7 @@ func (s *Store) remoteGet(ctx context.Context, key string) ([]byte, error) {
 	var failed error
 	for _, h := range s.dir.Holders(index.RESPKey(key)) {
 		s.remoteGets.Add(1)
-		pctx, cancel := context.WithTimeout(ctx, s.cfg.PeerTimeout)
-		v, err := s.peers.Get(pctx, h.Node, key)
-		cancel()
+		v, err := s.peerGet(ctx, h.Node, key)
 		switch {
 		case err == nil:
 			s.remoteHits.Add(1)
@@ -183,6 +186,21 @@ func (s *Store) remoteGet(ctx context.Context, key string) ([]byte, error) {
 		return nil, failed
 	}
 	return nil, fmt.Errorf("key %q: %w", key, resp.ErrNotFound)
+}
+
+// peerGet reads node's value of key, giving up when the node goes
+// PeerTimeout without sending bytes.
+func (s *Store) peerGet(ctx context.Context, node index.NodeID, key string) ([]byte, error) {
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stalled := fmt.Errorf("no bytes for %v: %w", s.cfg.PeerTimeout, context.DeadlineExceeded)
+	t := time.AfterFunc(s.cfg.PeerTimeout, func() { cancel(stalled) })
+	defer t.Stop()
+	v, err := s.peers.Get(pctx, node, key, func() { t.Reset(s.cfg.PeerTimeout) })
+	if err != nil && context.Cause(pctx) == stalled {
+		err = fmt.Errorf("node %d: %w", node, stalled)
+	}
+	return v, err
 }
 
 // remoteStat is remoteGet for Stat.
