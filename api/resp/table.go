@@ -148,6 +148,7 @@ func newCommandTable() *commandTable {
 				{name: "client|setname", arity: 3, run: (*conn).clientSetName, doc: doc{summary: "Sets the connection name.", since: "2.6.9", group: "connection", complexity: "O(1)", args: []arg{argString("connection-name")}}},
 			}},
 	}
+	list = append(list, clusterCommands()...)
 	t := &commandTable{list: list, byName: map[string]*command{}}
 	for i, cmd := range list {
 		cmd.id = i

@@ -134,6 +134,10 @@ func TestKeyspaceIsOneAcrossTheCluster(t *testing.T) {
 		}
 	}
 
+	// A cluster-mode client given node 1 or node 2 sees one node owning
+	// every slot and finds the other's keys through it.
+	clusterModeClient(t, n1, n2)
+
 	// A hung holder (SIGSTOP): the others answer within the command
 	// timeout — TRYAGAIN or a miss — and the value again once it resumes.
 	mustCLI(t, n1, "SET", "prompt:2", "held by node 1")
@@ -167,5 +171,55 @@ func TestKeyspaceIsOneAcrossTheCluster(t *testing.T) {
 	// The keys the survivors hold are still served across them.
 	if got := mustCLI(t, n3, "GET", "prompt:big"); got != string(big) {
 		t.Fatalf("GET prompt:big (node 2's) through node 3 after node 1 died: %d bytes", len(got))
+	}
+}
+
+// redisPyCluster is the script clusterModeClient runs: redis-py's
+// RedisCluster on each of two nodes, writing through one and reading,
+// replacing and deleting through the other.
+const redisPyCluster = `
+import sys, time
+from redis.cluster import RedisCluster
+a = RedisCluster(host=sys.argv[1], port=int(sys.argv[2]))
+b = RedisCluster(host=sys.argv[3], port=int(sys.argv[4]))
+assert len(a.get_nodes()) == 1 and len(b.get_nodes()) == 1, (a.get_nodes(), b.get_nodes())
+def until(f, what):
+    for _ in range(400):
+        if f():
+            return
+        time.sleep(0.025)
+    sys.exit("after 10 s: " + what)
+a.set("cluster:1", b"\x00kv\xff")
+until(lambda: b.get("cluster:1") == b"\x00kv\xff", "node 2 finds node 1's key")
+assert b.exists("cluster:1") == 1
+b.set("cluster:1", b"replaced")
+until(lambda: a.get("cluster:1") == b"replaced", "node 1 finds node 2's value")
+assert a.delete("cluster:1") == 1
+assert b.get("cluster:1") is None and a.get("cluster:1") is None
+print("ok")
+`
+
+// clusterModeClient runs redisPyCluster against p and q, if a python3 with
+// redis-py (Debian python3-redis) is installed.
+func clusterModeClient(t *testing.T, p, q *proc) {
+	t.Helper()
+	var py string
+	for _, c := range []string{"python3", "/usr/bin/python3"} {
+		if exec.Command(c, "-c", "import redis.cluster").Run() == nil {
+			py = c
+			break
+		}
+	}
+	if py == "" {
+		t.Log("no python3 with redis-py (Debian python3-redis): the cluster-mode client is not tried")
+		return
+	}
+	ph, pp, _ := net.SplitHostPort(p.resp)
+	qh, qp, _ := net.SplitHostPort(q.resp)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, py, "-c", redisPyCluster, ph, pp, qh, qp).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("redis-py RedisCluster: %v\n%s", err, out)
 	}
 }
