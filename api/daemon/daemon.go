@@ -194,11 +194,13 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	if cfg.Listen.RESP != "" {
 		maxBulk, pending := max(int64(cfg.Limits.MaxBlockSize)*2, resp.DefaultMaxBulkLen), int64(cfg.Limits.MaxPendingRESPBytes)
 		local := respnode.New(n)
-		store, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"))
+		store, peers, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"))
 		if err != nil {
 			return err
 		}
 		d.keys = local
+		d.stops = append(d.stops, func(context.Context) { peers.close() }) // after RESP's
+		undo = append(undo, peers.close)
 		rs, err := resp.NewServer(store, &resp.Config{MaxClients: cfg.Limits.MaxConnections,
 			MaxBulkLen: maxBulk, MaxCommandBytes: max(maxBulk, min(resp.DefaultMaxCommandBytes, pending)),
 			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
