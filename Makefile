@@ -57,11 +57,11 @@ lint: ## go vet and gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-proto: ## regenerate api/v1 from cache.proto with the pinned generators (needs protoc)
+proto: ## regenerate api/v1 from cache.proto and keyspace.proto with the pinned generators (needs protoc)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative \
-	  --go-grpc_out=. --go-grpc_opt=paths=source_relative api/v1/cache.proto
+	  --go-grpc_out=. --go-grpc_opt=paths=source_relative api/v1/cache.proto api/v1/keyspace.proto
 
 clean: ## remove build outputs
 	rm -rf $(BIN) $(TOOLS)

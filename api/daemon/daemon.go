@@ -40,6 +40,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/metrics"
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/api/resp/respcluster"
 	"github.com/kvstrata/kvstrata/api/resp/respnode"
 	"github.com/kvstrata/kvstrata/api/server"
 	pb "github.com/kvstrata/kvstrata/api/v1"
@@ -80,6 +81,7 @@ type Node struct {
 	hsrv       *http.Server
 	addrs      server.Addrs
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
+	keys       resp.Store              // the node's own RESP keys, served to the other nodes
 	healthDone chan struct{}
 }
 
@@ -194,7 +196,15 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		// grows: MaxCommandBytes+MaxBulkLen ≤ pending (config checks
 		// pending ≥ 2 × max-value-size).
 		maxBulk, pending := int64(cfg.Limits.MaxValueSize), int64(cfg.Limits.MaxPendingRESPBytes)
-		rs, err := resp.NewServer(respnode.New(n), &resp.Config{MaxClients: cfg.Limits.MaxConnections,
+		local := respnode.New(n)
+		store, peers, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"))
+		if err != nil {
+			return err
+		}
+		d.keys = local
+		d.stops = append(d.stops, func(context.Context) { peers.close() }) // after RESP's
+		undo = append(undo, peers.close)
+		rs, err := resp.NewServer(store, &resp.Config{MaxClients: cfg.Limits.MaxConnections,
 			MaxBulkLen: maxBulk, MaxBulkLenSetting: "limits.max-value-size",
 			MaxCommandBytes: max(maxBulk, min(resp.DefaultMaxCommandBytes, pending-maxBulk)),
 			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
@@ -248,6 +258,9 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	server.Register(g, n, server.Options{Addrs: addrs, Version: d.opts.Version,
 		Freshness: func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) }})
 	cl.Register(g)
+	if d.keys != nil { // the other nodes' RESP servers read this node's keys
+		respcluster.Register(g, d.keys)
+	}
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until ready
 	healthpb.RegisterHealthServer(g, hs)
