@@ -1,8 +1,11 @@
-// Package metrics exports a cache node to Prometheus. Tier state is read
-// from the node when Prometheus scrapes; request latencies and data-plane
-// bytes are observed by thin wrappers around the front ends (a gRPC
-// interceptor, a data-plane handler, a RESP command hook), so no front end
-// knows Prometheus exists. Every method is safe on a nil *Metrics.
+// Package metrics exports a cache node to Prometheus. Tier and cluster
+// state are read from the node when Prometheus scrapes; request latencies,
+// failures and data-plane bytes are observed by thin wrappers around the
+// front ends (a gRPC interceptor, a data-plane observer, a RESP command
+// hook), so no front end knows Prometheus exists. Every label value comes
+// from a bounded set (operations the front ends define, statuses, the
+// reasons listed in status.go), so no client can make series. Every
+// method is safe on a nil *Metrics, and safe for concurrent use.
 package metrics
 
 import (

@@ -386,3 +386,67 @@ func getJSON(t *testing.T, u string, v any) {
 		t.Fatal(err)
 	}
 }
+
+// TestClusterMetricsAgreeAndCountADownMember: in a three-node cluster
+// every node names the same leader and term, exactly one says it leads,
+// the members read three up; once a follower is killed, the others count
+// it down.
+func TestClusterMetricsAgreeAndCountADownMember(t *testing.T) {
+	nodes := startCluster(t, loopback(3))
+	leader := leaderOf(t, nodes...)
+	leaders := 0.0
+	for i, p := range nodes {
+		v := gauges(t, p)
+		leaders += v["kvstrata_raft_is_leader"]
+		if v["kvstrata_raft_leader_id"] != float64(leader) || v["kvstrata_raft_term"] < 1 || v["kvstrata_raft_commit_index"] < 1 ||
+			v["kvstrata_raft_applied_index"] < 1 {
+			t.Errorf("node %d: leader %v term %v commit %v applied %v, want leader %d and indices past 0", i+1,
+				v["kvstrata_raft_leader_id"], v["kvstrata_raft_term"], v["kvstrata_raft_commit_index"], v["kvstrata_raft_applied_index"], leader)
+		}
+		if v[`kvstrata_cluster_members{liveness="up"}`] != 3 || v[`kvstrata_cluster_members{liveness="down"}`] != 0 {
+			t.Errorf("node %d counts %v members up and %v down, want 3 and 0", i+1,
+				v[`kvstrata_cluster_members{liveness="up"}`], v[`kvstrata_cluster_members{liveness="down"}`])
+		}
+	}
+	if leaders != 1 {
+		t.Errorf("%v nodes say they lead, want 1", leaders)
+	}
+	victim := nodes[0]
+	if leader == 1 {
+		victim = nodes[1]
+	}
+	victim.kill()
+	for _, p := range nodes {
+		if p == victim {
+			continue
+		}
+		eventually(t, 30*time.Second, "a survivor counts the killed follower down", func() bool {
+			v := gauges(t, p)
+			return v[`kvstrata_cluster_members{liveness="down"}`] == 1 && v[`kvstrata_cluster_members{liveness="up"}`] == 2 &&
+				v["kvstrata_raft_leader_id"] == float64(leader)
+		})
+	}
+}
+
+// gauges scrapes the node's /metrics: each series' value by its name and
+// labels as /metrics writes them.
+func gauges(t *testing.T, p *proc) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	v := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if line := sc.Text(); line != "" && line[0] != '#' {
+			i := strings.LastIndexByte(line, ' ')
+			var f float64
+			if _, err := fmt.Sscan(line[i+1:], &f); err == nil {
+				v[line[:i]] = f
+			}
+		}
+	}
+	return v
+}
