@@ -32,14 +32,9 @@ type Metrics struct {
 // 5 of each power of ten from 1µs to 10s (22 buckets). A data-plane get
 // of a block in DRAM takes a few µs, a Redis GET of a missing key less,
 // an object-store read tens of ms: each falls in a bucket of its own.
-var LatencyBuckets = latencyBuckets()
-
-func latencyBuckets() []float64 {
-	var b []float64
-	for decade := 1e-6; decade < 10; decade *= 10 {
-		b = append(b, decade, 2.5*decade, 5*decade)
-	}
-	return append(b, 10)
+var LatencyBuckets = []float64{
+	1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
+	0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 }
 
 // StatsFunc returns a hierarchy's counters at scrape time.
