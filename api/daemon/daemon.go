@@ -154,6 +154,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	}
 	undo = append(undo, func() { n.Close() })
 	m := metrics.New(h.Stats, map[string]string{"version": d.opts.Version, "node_id": fmt.Sprint(cfg.NodeID), "transport": cfg.Transport})
+	m.WatchCluster(clusterMetrics(cl))
 
 	// The listeners, so that every address is known before the services
 	// that report them are made.
@@ -166,10 +167,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 
 	// Data plane.
 	if cfg.Listen.Data != "" {
-		l, err := d.opts.Transport.Listen(cfg.Listen.Data, dataplane.NewHandler(n, func(dir string, bytes int, start time.Time) {
-			m.DataBytes(dir, bytes)
-			m.Observe("data", map[string]string{"in": "put", "out": "get"}[dir], start)
-		}))
+		l, err := d.opts.Transport.Listen(cfg.Listen.Data, dataplane.NewHandler(n, m.ObserveData))
 		if err != nil {
 			return fmt.Errorf("listen data %s: %w", cfg.Listen.Data, err)
 		}
@@ -210,7 +208,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
 			MinReadRate: int64(cfg.Limits.MinRequestRate), Version: d.opts.Version,
 			Logger:    log.With("server", "resp"),
-			OnCommand: func(name, _ string, start time.Time) { m.Observe("resp", name, start) }})
+			OnCommand: m.ObserveRESP})
 		if err != nil {
 			return err
 		}
