@@ -114,8 +114,9 @@ func (d *Node) Ready() error {
 	return d.cl.Ready()
 }
 
-// Addrs are where the node's servers listen, once Start has returned nil:
-// what a part beside it in the process dials.
+// Addrs are the addresses the node's servers are dialled at (advertised;
+// the listen addresses unless advertise.* says otherwise), once Start has
+// returned nil: what a part beside it in the process dials.
 func (d *Node) Addrs() server.Addrs { return d.addrs }
 
 // Start opens and starts everything, in the order the package comment
@@ -163,7 +164,12 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("listen grpc %s: %w", cfg.Listen.GRPC, err)
 	}
 	undo = append(undo, func() { glis.Close() })
-	addrs := server.Addrs{GRPC: glis.Addr().String(), Transport: cfg.Transport}
+	// Every address the node reports is the one others dial (advertise.*),
+	// never a wildcard it listens on.
+	addrs := server.Addrs{Transport: cfg.Transport}
+	if addrs.GRPC, err = cfg.AdvertisedAddr("listen.grpc", glis.Addr().String()); err != nil {
+		return err
+	}
 
 	// Data plane.
 	if cfg.Listen.Data != "" {
@@ -171,7 +177,10 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("listen data %s: %w", cfg.Listen.Data, err)
 		}
-		addrs.Data = l.Addr()
+		undo = append(undo, func() { l.Close() })
+		if addrs.Data, err = cfg.AdvertisedAddr("listen.data", l.Addr()); err != nil {
+			return err
+		}
 		if ds, ok := l.(interface{ Describe() string }); ok {
 			addrs.TransportDetail = ds.Describe
 			log.Info("data plane", "transport", cfg.Transport, "detail", ds.Describe())
@@ -185,7 +194,6 @@ func (d *Node) Start(ctx context.Context) (err error) {
 			}
 			l.Close()
 		})
-		undo = append(undo, func() { l.Close() })
 	}
 
 	// Redis protocol.
@@ -216,12 +224,15 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("listen resp %s: %w", cfg.Listen.RESP, err)
 		}
+		if addrs.RESP, err = cfg.AdvertisedAddr("listen.resp", rl.Addr().String()); err != nil {
+			rl.Close()
+			return err
+		}
 		go func() {
 			if err := rs.Serve(rl); err != nil && !errors.Is(err, resp.ErrServerClosed) {
 				d.failed <- fmt.Errorf("resp: %w", err)
 			}
 		}()
-		addrs.RESP = rl.Addr().String()
 		m.WatchRESP(func() (map[string]uint64, int) { st := rs.Stats(); return st.Commands, st.ConnectedClients })
 		d.stops = append(d.stops, func(ctx context.Context) {
 			if err := rs.Shutdown(ctx); err != nil { // commands in flight finish
@@ -237,6 +248,10 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("listen http %s: %w", cfg.Listen.HTTP, err)
 		}
+		if addrs.HTTP, err = cfg.AdvertisedAddr("listen.http", hl.Addr().String()); err != nil {
+			hl.Close()
+			return err
+		}
 		mux := http.NewServeMux()
 		mux.Handle(membership.PlannerDecisionsPath, membership.PlannerHandler(cl))
 		mux.Handle("/", m.Handler(cfg.Pprof, d.checks(cl, h)...))
@@ -246,7 +261,6 @@ func (d *Node) Start(ctx context.Context) (err error) {
 				d.failed <- fmt.Errorf("http: %w", err)
 			}
 		}()
-		addrs.HTTP = hl.Addr().String()
 		undo = append(undo, func() { d.hsrv.Close() })
 	}
 
