@@ -13,11 +13,13 @@ BENCHTIME ?= 1s
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# -buildvcs=auto records the commit (kvstrata version) from a git clone
+# even where GOFLAGS turns it off, and builds without it elsewhere.
 build: ## build kvstrata and kvctl into ./bin
-	$(GO) build -o $(BIN)/ ./cmd/kvstrata ./cmd/kvctl
+	$(GO) build -buildvcs=auto -o $(BIN)/ ./cmd/kvstrata ./cmd/kvctl
 
 build-ucx: ## build with the UCX data plane (needs libucx-dev)
-	$(GO) build -tags ucx -o $(BIN)/ ./cmd/kvstrata ./cmd/kvctl
+	$(GO) build -buildvcs=auto -tags ucx -o $(BIN)/ ./cmd/kvstrata ./cmd/kvctl
 
 run: ## run a single-node cache with the defaults (./data, 127.0.0.1 ports)
 	$(GO) run ./cmd/kvstrata serve

@@ -274,9 +274,10 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		respcluster.Register(g, d.keys)
 	}
 	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until ready
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
+	healthNames := healthServices(g)
+	setHealth(hs, healthNames, false) // until ready
 	go func() { d.failed <- fmt.Errorf("grpc: %w", g.Serve(glis)) }()
 	undo = append(undo, g.Stop)
 
@@ -293,8 +294,9 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	cancelSync()
 	d.cl, d.h, d.n, d.g, d.hs, d.addrs = cl, h, n, g, hs, addrs
 	d.ready.Store(true)
+	setHealth(hs, healthNames, d.Ready() == nil) // right from the moment Start returns
 	d.healthDone = make(chan struct{})
-	go followHealth(hs, func() bool { return d.Ready() == nil }, d.healthDone)
+	go followHealth(hs, healthNames, func() bool { return d.Ready() == nil }, d.healthDone)
 	hst := h.Stats()
 	log.Info("kvstrata serving", "version", d.opts.Version, "node", cfg.NodeID, "grpc", addrs.GRPC, "data", addrs.Data,
 		"transport", cfg.Transport, "resp", addrs.RESP, "http", addrs.HTTP, "raft", cfg.Cluster.RaftAddr,
