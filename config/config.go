@@ -221,14 +221,20 @@ type Limits struct {
 	MaxValueSize ByteSize
 	// MaxPendingRESPBytes bounds the memory all RESP commands not yet
 	// received whole hold together; memory follows the bytes received, not
-	// the lengths announced. At least twice MaxValueSize (a value's buffer
-	// is held twice for a moment while it grows), twice MaxBlockSize and
-	// 16MiB. Default 1GiB.
+	// the lengths announced. At least twice MaxValueSize plus
+	// RESPCommandSlack (a value's buffer is held twice for a moment while
+	// it grows, beside the command's name and key), twice MaxBlockSize and
+	// 16MiB. Default 1.5GiB.
 	MaxPendingRESPBytes ByteSize
 	// MaxPendingPutBytes bounds the DRAM the data plane holds reserved for
 	// blocks still arriving. Default 0: a quarter of dram.capacity.
 	MaxPendingPutBytes ByteSize
 }
+
+// RESPCommandSlack is the room a RESP command has, beside one value of
+// limits.max-value-size, for its name and key (SET key value): a command
+// may carry MaxValueSize plus this many bytes.
+const RESPCommandSlack = 1 << 20
 
 // Default returns the built-in defaults.
 func Default() Config {
@@ -250,7 +256,7 @@ func Default() Config {
 			MaxBlockSize: 4 << 20, MaxBatchBlocks: 1024,
 			MaxBatchBytes: 256 << 20, MaxConnections: 1024,
 			RequestTimeout: 10 * time.Second, MinRequestRate: 1 << 20,
-			MaxValueSize: 512 << 20, MaxPendingRESPBytes: 1 << 30,
+			MaxValueSize: 512 << 20, MaxPendingRESPBytes: 1536 << 20,
 		},
 		Transport:       "tcp",
 		LogLevel:        "info",
@@ -404,8 +410,8 @@ func (c *Config) Validate() error {
 	if l.MaxValueSize <= 0 || l.MaxValueSize > 1<<30 {
 		bad("limits.max-value-size %v outside (0, 1GiB]", l.MaxValueSize)
 	}
-	if minResp := max(2*l.MaxValueSize, 2*l.MaxBlockSize, 16<<20); l.MaxPendingRESPBytes < minResp {
-		bad("limits.max-pending-resp-bytes %v is below %v (twice limits.max-value-size and limits.max-block-size, and at least 16MiB)", l.MaxPendingRESPBytes, minResp)
+	if minResp := max(2*l.MaxValueSize+RESPCommandSlack, 2*l.MaxBlockSize, 16<<20); l.MaxPendingRESPBytes < minResp {
+		bad("limits.max-pending-resp-bytes %v is below %v (twice limits.max-value-size plus 1MiB, twice limits.max-block-size, and at least 16MiB)", l.MaxPendingRESPBytes, minResp)
 	}
 	if l.MaxPendingPutBytes != 0 && l.MaxPendingPutBytes < l.MaxBlockSize {
 		bad("limits.max-pending-put-bytes %v is below limits.max-block-size %v", l.MaxPendingPutBytes, l.MaxBlockSize)

@@ -104,7 +104,7 @@ func (c *Config) Settings() []*Setting {
 		durationSetting("limits.request-timeout", "a RESP command or data-plane request must arrive within this, plus 1s per limits.min-request-rate bytes of it", &c.Limits.RequestTimeout),
 		sizeSetting("limits.min-request-rate", "slowest pace, per second, of a RESP command or data-plane request past limits.request-timeout", &c.Limits.MinRequestRate),
 		sizeSetting("limits.max-value-size", "largest value a RESP client may SET; values over limits.max-block-size are kept as several blocks", &c.Limits.MaxValueSize),
-		sizeSetting("limits.max-pending-resp-bytes", "most memory all RESP commands still arriving hold together (at least twice limits.max-value-size)", &c.Limits.MaxPendingRESPBytes),
+		sizeSetting("limits.max-pending-resp-bytes", "most memory all RESP commands still arriving hold together (at least twice limits.max-value-size, plus 1MiB)", &c.Limits.MaxPendingRESPBytes),
 		sizeSetting("limits.max-pending-put-bytes", "most DRAM held reserved for data-plane blocks still arriving (0: a quarter of dram.capacity)", &c.Limits.MaxPendingPutBytes),
 		strSetting("transport", "data-plane transport: tcp or ucx", &c.Transport),
 		strSetting("ucx.tls", "UCX transports to use, as UCX_TLS takes them (empty: UCX's choice)", &c.UCX.TLS),

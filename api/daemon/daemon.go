@@ -198,9 +198,9 @@ func (d *Node) Start(ctx context.Context) (err error) {
 
 	// Redis protocol.
 	if cfg.Listen.RESP != "" {
-		// One command holds at most its bytes plus one value's while it
-		// grows: MaxCommandBytes+MaxBulkLen ≤ pending (config checks
-		// pending ≥ 2 × max-value-size).
+		// A command carries one value and its key (the slack); it holds at
+		// most its bytes plus one value's while that grows, so
+		// MaxCommandBytes+MaxBulkLen ≤ pending, as config checks.
 		maxBulk, pending := int64(cfg.Limits.MaxValueSize), int64(cfg.Limits.MaxPendingRESPBytes)
 		local := respnode.New(n)
 		store, peers, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"))
@@ -212,7 +212,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		undo = append(undo, peers.close)
 		rs, err := resp.NewServer(store, &resp.Config{MaxClients: cfg.Limits.MaxConnections,
 			MaxBulkLen: maxBulk, MaxBulkLenSetting: "limits.max-value-size",
-			MaxCommandBytes: max(maxBulk, min(resp.DefaultMaxCommandBytes, pending-maxBulk)),
+			MaxCommandBytes: max(maxBulk+config.RESPCommandSlack, min(resp.DefaultMaxCommandBytes, pending-maxBulk)),
 			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
 			MinReadRate: int64(cfg.Limits.MinRequestRate), Version: d.opts.Version,
 			Logger:    log.With("server", "resp"),
