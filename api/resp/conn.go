@@ -81,6 +81,7 @@ func (c *conn) Serve() {
 		if ref := (*refusedError)(nil); errors.As(err, &ref) {
 			c.s.st.commandsProcessed.Add(1)
 			c.error(ref.msg)
+			c.multi.abort()
 			continue
 		}
 		if err != nil {

@@ -287,3 +287,16 @@ func TestExecIsOneApply(t *testing.T) {
 	}
 	run(t, c, []step{{cmd("TTL y"), ":100"}, {cmd("TTL s"), ":10"}, {cmd("MGET a b x"), `["3" "2" nil]`}})
 }
+
+// A command the reader refuses, an argument over the bulk limit, discards
+// the transaction as any refused command does.
+func TestMultiAbortsOnArgumentOverTheLimit(t *testing.T) {
+	_, addr := startServer(t, nil, &resp.Config{MaxBulkLen: 1 << 10})
+	run(t, dial(t, addr), []step{
+		{cmd("MULTI"), "+OK"},
+		{cmd("SET a 1"), "+QUEUED"},
+		{[]string{"SET", "big", strings.Repeat("x", 2<<10)}, "/^-ERR argument of 2048 bytes is over the 1.0 KiB limit/"},
+		{cmd("EXEC"), execAbort},
+		{cmd("EXISTS a big"), ":0"},
+	})
+}
