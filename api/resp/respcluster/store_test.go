@@ -28,7 +28,7 @@ import (
 // key, the nodes whose store holds it (or what a test pins).
 type cluster struct {
 	t      testing.TB
-	locals map[index.NodeID]*resptest.MemStore
+	locals map[index.NodeID]resp.Store // each node's own keys
 	stores map[index.NodeID]resp.Store // the cluster-wide stores
 	peers  *respcluster.GRPCPeers
 
@@ -44,7 +44,13 @@ type cluster struct {
 func newCluster(t *testing.T, n int) *cluster { return newClusterTimeout(t, n, 20*time.Second) }
 
 func newClusterTimeout(t testing.TB, n int, peerTimeout time.Duration) *cluster {
-	c := &cluster{t: t, locals: map[index.NodeID]*resptest.MemStore{}, stores: map[index.NodeID]resp.Store{},
+	return newClusterOf(t, n, peerTimeout, func() resp.Store { return resptest.NewMemStore() })
+}
+
+// newClusterOf starts n nodes whose own keys are in a store newStore
+// returns.
+func newClusterOf(t testing.TB, n int, peerTimeout time.Duration, newStore func() resp.Store) *cluster {
+	c := &cluster{t: t, locals: map[index.NodeID]resp.Store{}, stores: map[index.NodeID]resp.Store{},
 		addrs: map[index.NodeID]string{}, conns: map[index.NodeID]*grpc.ClientConn{},
 		keys: map[index.Key]string{}, pinned: map[index.Key][]respcluster.Holder{}}
 	c.peers = respcluster.NewGRPCPeers(c.conn)
@@ -57,7 +63,7 @@ func newClusterTimeout(t testing.TB, n int, peerTimeout time.Duration) *cluster 
 	})
 	for i := 1; i <= n; i++ {
 		id := index.NodeID(i)
-		local := resptest.NewMemStore()
+		local := newStore()
 		g := grpc.NewServer()
 		respcluster.Register(g, local)
 		c.serve(id, g)
