@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -77,7 +76,7 @@ type Node struct {
 	h          *tiers.Hierarchy
 	n          *node.Node
 	g          *grpc.Server
-	hs         *health.Server
+	hs         *healthServer
 	hsrv       *http.Server
 	addrs      server.Addrs
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
@@ -273,11 +272,11 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	if d.keys != nil { // the other nodes' RESP servers read this node's keys
 		respcluster.Register(g, d.keys)
 	}
-	hs := health.NewServer()
+	hs := newHealthServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
 	healthNames := healthServices(g)
-	setHealth(hs, healthNames, false) // until ready
+	setHealth(hs.Server, healthNames, false) // until ready
 	go func() { d.failed <- fmt.Errorf("grpc: %w", g.Serve(glis)) }()
 	undo = append(undo, g.Stop)
 
@@ -294,9 +293,9 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	cancelSync()
 	d.cl, d.h, d.n, d.g, d.hs, d.addrs = cl, h, n, g, hs, addrs
 	d.ready.Store(true)
-	setHealth(hs, healthNames, d.Ready() == nil) // right from the moment Start returns
+	setHealth(hs.Server, healthNames, d.Ready() == nil) // right from the moment Start returns
 	d.healthDone = make(chan struct{})
-	go followHealth(hs, healthNames, func() bool { return d.Ready() == nil }, d.healthDone)
+	go followHealth(hs.Server, healthNames, func() bool { return d.Ready() == nil }, d.healthDone)
 	hst := h.Stats()
 	log.Info("kvstrata serving", "version", d.opts.Version, "node", cfg.NodeID, "grpc", addrs.GRPC, "data", addrs.Data,
 		"transport", cfg.Transport, "resp", addrs.RESP, "http", addrs.HTTP, "raft", cfg.Cluster.RaftAddr,

@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -92,4 +94,67 @@ func setHealth(hs *health.Server, names []string, serving bool) {
 	for _, name := range names {
 		hs.SetServingStatus(name, st)
 	}
+}
+
+// healthServer is grpc's health server, except that its Watch streams end
+// once Shutdown has turned every service NOT_SERVING, each after saying
+// so. A graceful stop of the gRPC server waits for open streams, and a
+// watcher — gRPC's client-side health checking keeps one open to each
+// server — would otherwise hold the node's stop until the shutdown
+// deadline cut it.
+type healthServer struct {
+	*health.Server
+	stopped chan struct{} // closed by Shutdown
+	once    sync.Once
+}
+
+func newHealthServer() *healthServer {
+	return &healthServer{Server: health.NewServer(), stopped: make(chan struct{})}
+}
+
+// Shutdown sets every service NOT_SERVING for good and ends the watches.
+func (h *healthServer) Shutdown() {
+	h.Server.Shutdown()
+	h.once.Do(func() { close(h.stopped) })
+}
+
+// Watch is the health server's Watch until Shutdown; then it sends the
+// service's last status, unless the watcher has it already, and returns.
+func (h *healthServer) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	ws := &watchStream{Health_WatchServer: stream, ctx: ctx}
+	inner := make(chan error, 1)
+	go func() { inner <- h.Server.Watch(req, ws) }()
+	select {
+	case err := <-inner:
+		return err
+	case <-h.stopped:
+	}
+	cancel()
+	<-inner // no Send of its own from now on
+	last := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
+	if resp, err := h.Server.Check(stream.Context(), req); err == nil {
+		last = resp.Status
+	}
+	if ws.sent != nil && *ws.sent == last {
+		return nil
+	}
+	return stream.Send(&healthpb.HealthCheckResponse{Status: last})
+}
+
+// watchStream is a Watch stream whose context ends with the node's stop,
+// and which remembers the last status sent.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx  context.Context
+	sent *healthpb.HealthCheckResponse_ServingStatus
+}
+
+func (w *watchStream) Context() context.Context { return w.ctx }
+
+func (w *watchStream) Send(r *healthpb.HealthCheckResponse) error {
+	st := r.Status
+	w.sent = &st
+	return w.Health_WatchServer.Send(r)
 }
