@@ -176,8 +176,8 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("listen data %s: %w", cfg.Listen.Data, err)
 		}
-		undo = append(undo, func() { l.Close() })
 		if addrs.Data, err = cfg.AdvertisedAddr("listen.data", l.Addr()); err != nil {
+			l.Close()
 			return err
 		}
 		if ds, ok := l.(interface{ Describe() string }); ok {
@@ -193,6 +193,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 			}
 			l.Close()
 		})
+		undo = append(undo, func() { l.Close() })
 	}
 
 	// Redis protocol.
