@@ -3,6 +3,8 @@ package tiers_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,5 +115,46 @@ func TestReadOfABlockBeingDroppedWaitsForTheDrop(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("get of a dropped block did not answer within 10s of the drop")
+	}
+}
+
+// The same race with the real mover: readers keep fetching blocks that
+// every one of them holds in the SSD, while each SSD hit is promoted into a
+// DRAM of four blocks and so drops another block's DRAM copy. No read may
+// miss.
+func TestReadsNeverMissBlocksTheSSDHoldsWhileDRAMChurns(t *testing.T) {
+	h, err := tiers.New(tiers.Config{Levels: []tiers.LevelConfig{
+		{Kind: index.TierDRAM, Tier: newDRAM(t, 4)},
+		{Kind: index.TierSSD, Tier: newDRAM(t, 64)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	const blocks = 32
+	for i := range blocks {
+		put(t, h, i)
+		if err := h.Demote(index.TierDRAM, key(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var misses []string
+	for r := range 4 {
+		wg.Go(func() {
+			for n := range 5000 {
+				i := (n*7 + r*13) % blocks
+				if _, _, _, err := h.Get(key(i), nil); err != nil {
+					mu.Lock()
+					misses = append(misses, fmt.Sprintf("block %d: %v", i, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(misses) > 0 {
+		t.Fatalf("%d of 20000 reads of blocks held in the SSD missed, first: %s", len(misses), misses[0])
 	}
 }
