@@ -325,7 +325,7 @@ func (c *Agent) proposeEvents(ctx context.Context, data []byte) error {
 		}
 		c.registered.Store(true)
 	}
-	return c.propose(ctx, data)
+	return c.proposeIn(ctx, data, true)
 }
 
 // propose commits an entry: through raft on the leader, else forwarded to
@@ -335,12 +335,25 @@ func (c *Agent) proposeEvents(ctx context.Context, data []byte) error {
 // while no leader is known it waits for one, up to ctx's deadline. An
 // entry may thus be committed twice; every entry the cluster proposes
 // this way may (events, member records, capacities).
-func (c *Agent) propose(ctx context.Context, data []byte) error {
+func (c *Agent) propose(ctx context.Context, data []byte) error { return c.proposeIn(ctx, data, false) }
+
+// proposeIn is propose; pipelined says that the caller (the batcher) may
+// have proposed later entries behind this one. On the leader the batcher
+// hands several batches to raft at once, and when the leader is deposed
+// they all fail together: were each then sent to the next leader on its
+// own, they would race there, and a later batch could be committed before
+// an earlier one, leaving, say, a block removed in the later batch listed
+// by the earlier one for good. So a pipelined entry that fails on the
+// leader returns the failure to the batcher, which waits for the others
+// and proposes again from the first failed batch on, in order.
+func (c *Agent) proposeIn(ctx context.Context, data []byte, pipelined bool) error {
 	for {
 		changed := c.rep.LeaderChanged()
 		var err error
 		if c.rep.IsLeader() {
-			err = c.rep.Propose(ctx, data)
+			if err = c.rep.Propose(ctx, data); err != nil && pipelined {
+				return err
+			}
 		} else {
 			err = c.forward(ctx, changed, data)
 		}
