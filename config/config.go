@@ -41,6 +41,9 @@ type Config struct {
 	Transport string
 	// UCX tunes the ucx transport.
 	UCX UCX
+	// Advertise is what the node tells others to dial, where that is not
+	// where it listens.
+	Advertise Advertise
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string
 	// LogFormat is text (default) or json.
@@ -159,8 +162,9 @@ type S3 struct {
 type Cluster struct {
 	// Name names the node for people. Default: its host name and node id.
 	Name string
-	// RaftAddr is where the node's raft transport listens and what its
-	// peers dial. Default 127.0.0.1:7072.
+	// RaftAddr is where the node's raft transport listens, and what its
+	// peers dial unless advertise.raft or advertise.host says otherwise.
+	// Default 127.0.0.1:7072.
 	RaftAddr string
 	// Bootstrap lists the voters of a new cluster, "1=host:7072,2=…", this
 	// node among them; used only by a node without cluster state.
@@ -217,14 +221,20 @@ type Limits struct {
 	MaxValueSize ByteSize
 	// MaxPendingRESPBytes bounds the memory all RESP commands not yet
 	// received whole hold together; memory follows the bytes received, not
-	// the lengths announced. At least twice MaxValueSize (a value's buffer
-	// is held twice for a moment while it grows), twice MaxBlockSize and
-	// 16MiB. Default 1GiB.
+	// the lengths announced. At least twice MaxValueSize plus
+	// RESPCommandSlack (a value's buffer is held twice for a moment while
+	// it grows, beside the command's name and key), twice MaxBlockSize and
+	// 16MiB. Default 1.5GiB.
 	MaxPendingRESPBytes ByteSize
 	// MaxPendingPutBytes bounds the DRAM the data plane holds reserved for
 	// blocks still arriving. Default 0: a quarter of dram.capacity.
 	MaxPendingPutBytes ByteSize
 }
+
+// RESPCommandSlack is the room a RESP command has, beside one value of
+// limits.max-value-size, for its name and key (SET key value): a command
+// may carry MaxValueSize plus this many bytes.
+const RESPCommandSlack = 1 << 20
 
 // Default returns the built-in defaults.
 func Default() Config {
@@ -246,7 +256,7 @@ func Default() Config {
 			MaxBlockSize: 4 << 20, MaxBatchBlocks: 1024,
 			MaxBatchBytes: 256 << 20, MaxConnections: 1024,
 			RequestTimeout: 10 * time.Second, MinRequestRate: 1 << 20,
-			MaxValueSize: 512 << 20, MaxPendingRESPBytes: 1 << 30,
+			MaxValueSize: 512 << 20, MaxPendingRESPBytes: 1536 << 20,
 		},
 		Transport:       "tcp",
 		LogLevel:        "info",
@@ -351,6 +361,7 @@ func (c *Config) Validate() error {
 	if err := checkAddr(c.Cluster.RaftAddr, false); err != nil {
 		bad("cluster.raft-addr %q %v (its peers dial it)", c.Cluster.RaftAddr, err)
 	}
+	c.checkAdvertise(bad)
 	if c.Cluster.Bootstrap != "" && c.Cluster.Join != "" {
 		bad("cluster.bootstrap and cluster.join exclude each other: a new node either starts a cluster or joins one")
 	}
@@ -399,8 +410,8 @@ func (c *Config) Validate() error {
 	if l.MaxValueSize <= 0 || l.MaxValueSize > 1<<30 {
 		bad("limits.max-value-size %v outside (0, 1GiB]", l.MaxValueSize)
 	}
-	if minResp := max(2*l.MaxValueSize, 2*l.MaxBlockSize, 16<<20); l.MaxPendingRESPBytes < minResp {
-		bad("limits.max-pending-resp-bytes %v is below %v (twice limits.max-value-size and limits.max-block-size, and at least 16MiB)", l.MaxPendingRESPBytes, minResp)
+	if minResp := max(2*l.MaxValueSize+RESPCommandSlack, 2*l.MaxBlockSize, 16<<20); l.MaxPendingRESPBytes < minResp {
+		bad("limits.max-pending-resp-bytes %v is below %v (twice limits.max-value-size plus 1MiB, twice limits.max-block-size, and at least 16MiB)", l.MaxPendingRESPBytes, minResp)
 	}
 	if l.MaxPendingPutBytes != 0 && l.MaxPendingPutBytes < l.MaxBlockSize {
 		bad("limits.max-pending-put-bytes %v is below limits.max-block-size %v", l.MaxPendingPutBytes, l.MaxBlockSize)

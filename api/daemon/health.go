@@ -3,8 +3,10 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -42,27 +44,52 @@ func (d *Node) checks(cl *membership.Agent, h *tiers.Hierarchy) []metrics.Check 
 // readiness.
 const healthEvery = 100 * time.Millisecond
 
-// followHealth sets the gRPC health service's overall status to SERVING
-// while ready says so and NOT_SERVING otherwise — the node's readiness
-// (/readyz): started, and its replica of the directory current — until
-// done is closed.
-func followHealth(hs *health.Server, ready func() bool, done <-chan struct{}) {
+// healthServices are the names the gRPC health service answers for on g:
+// "" (the server as a whole) and every service registered on it — Cache,
+// Cluster, reflection — as grpc-health-probe -service and Kubernetes' gRPC
+// probes ask by name. The health service itself is left out: it answers
+// whatever the node's state.
+func healthServices(g *grpc.Server) []string {
+	names := []string{""}
+	for name := range g.GetServiceInfo() {
+		if name != healthpb.Health_ServiceDesc.ServiceName {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// followHealth sets the gRPC health status of every one of names to
+// SERVING while ready says so and NOT_SERVING otherwise — the node's
+// readiness (/readyz): started, and its replica of the directory current —
+// until done is closed. Every service follows the node: none of them
+// answers right while the node is not ready.
+func followHealth(hs *health.Server, names []string, ready func() bool, done <-chan struct{}) {
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
 	serving := false
 	for first := true; ; first = false {
 		if r := ready(); first || r != serving {
 			serving = r
-			st := healthpb.HealthCheckResponse_NOT_SERVING
-			if r {
-				st = healthpb.HealthCheckResponse_SERVING
-			}
-			hs.SetServingStatus("", st)
+			setHealth(hs, names, r)
 		}
 		select {
 		case <-t.C:
 		case <-done:
 			return
 		}
+	}
+}
+
+// setHealth sets the status of every one of names to SERVING or
+// NOT_SERVING.
+func setHealth(hs *health.Server, names []string, serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range names {
+		hs.SetServingStatus(name, st)
 	}
 }

@@ -48,9 +48,12 @@ type Config struct {
 	Name string
 	// Dir holds raft's log and snapshots. Required.
 	Dir string
-	// RaftAddr is where the raft transport listens, and what peers dial.
-	// Required.
+	// RaftAddr is where the raft transport listens. Required.
 	RaftAddr string
+	// RaftAdvertise is the raft address peers dial and the member record
+	// names, where it is not RaftAddr (a wildcard listen address, NAT).
+	// Default RaftAddr.
+	RaftAdvertise string
 	// Bootstrap starts a new cluster of these voters when the replica has
 	// no state. With neither Bootstrap nor Join, a node without state
 	// bootstraps a cluster of itself.
@@ -90,6 +93,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.RaftAdvertise == "" {
+		c.RaftAdvertise = c.RaftAddr
 	}
 }
 
@@ -155,10 +161,10 @@ func Open(cfg Config) (*Agent, error) {
 	}
 	boot := cfg.Bootstrap
 	if len(boot) == 0 && cfg.Join == "" {
-		boot = []raftstore.Peer{{ID: cfg.ID, RaftAddr: cfg.RaftAddr}}
+		boot = []raftstore.Peer{{ID: cfg.ID, RaftAddr: cfg.RaftAdvertise}}
 	}
 	rep, err := raftstore.OpenReplica(raftstore.ReplicaConfig{ID: cfg.ID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr,
-		Bootstrap: boot, SkipEntries: cfg.SkipEntries, Logger: cfg.Logger})
+		Advertise: cfg.RaftAdvertise, Bootstrap: boot, SkipEntries: cfg.SkipEntries, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +262,7 @@ func (c *Agent) BatcherStats() raftstore.BatcherStats { return c.batcher.Stats()
 // heartbeats, telling the leader the node's tier usage as usage reports
 // it (nil: none).
 func (c *Agent) Start(self raftstore.Member, usage func() []raftstore.TierUsage) error {
-	self.ID, self.RaftAddr = c.cfg.ID, c.cfg.RaftAddr
+	self.ID, self.RaftAddr = c.cfg.ID, c.cfg.RaftAdvertise
 	if self.Name == "" {
 		self.Name = c.cfg.Name
 	}

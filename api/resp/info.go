@@ -46,13 +46,14 @@ func (s *Server) infoText(c *conn, args [][]byte) string {
 	}
 
 	sections := []*infoSection{
-		{name: "server"}, {name: "clients"}, {name: "memory"}, {name: "stats"}, {name: "keyspace"}, {name: "commandstats"},
+		{name: "server"}, {name: "clients"}, {name: "memory"}, {name: "stats"}, {name: "cluster"}, {name: "keyspace"}, {name: "commandstats"},
 	}
 	byName := map[string]*infoSection{}
 	for _, sec := range sections {
 		byName[sec.name] = sec
 	}
 	s.serverInfo(c, byName)
+	byName["cluster"].lines = append(byName["cluster"].lines, clusterInfoLines...)
 	for _, f := range s.store.Info(s.ctx) {
 		name := strings.ToLower(f.Section)
 		sec := byName[name]

@@ -158,6 +158,7 @@ func newCommandTable() *commandTable {
 			}},
 	}
 	list = append(list, keyspaceCommands()...)
+	list = append(list, clusterCommands()...)
 	t := &commandTable{list: list, byName: map[string]*command{}}
 	for i, cmd := range list {
 		cmd.id = i

@@ -471,7 +471,7 @@ func TestMetricsPassPromtoolAndHealthEndpointsAnswer(t *testing.T) {
 	}
 	for _, want := range []string{`kvstrata_tier_used_bytes{tier="dram"} 16384`, `kvstrata_tier_hits_total{tier="dram"} 4`,
 		`kvstrata_data_plane_bytes_total{direction="in"} 16384`, `kvstrata_request_duration_seconds_bucket{api="data",op="get"`,
-		`kvstrata_request_duration_seconds_count{api="grpc",op="info"}`} {
+		`kvstrata_request_duration_seconds_count{api="grpc",op="info",status="ok"}`} {
 		if !bytes.Contains(body, []byte(want)) {
 			t.Errorf("/metrics lacks %s", want)
 		}
