@@ -168,9 +168,8 @@ func (o *overlay) stat(key string) (KeyInfo, error) {
 }
 
 func (o *overlay) setWith(key string, value []byte, opts SetOptions) (bool, error) {
-	var at time.Time
-	switch {
-	case opts.Cond != SetAlways || opts.KeepTTL:
+	at := opts.ExpireAt
+	if opts.Cond != SetAlways || opts.KeepTTL {
 		info, err := o.stat(key)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return false, err
@@ -182,9 +181,6 @@ func (o *overlay) setWith(key string, value []byte, opts SetOptions) (bool, erro
 		if opts.KeepTTL {
 			at = info.ExpireAt
 		}
-	}
-	if !opts.KeepTTL {
-		at = opts.ExpireAt
 	}
 	o.record(Write{Key: key, Value: value, ExpireAt: at})
 	return true, nil

@@ -28,12 +28,13 @@ func TestMultiExec(t *testing.T) {
 		{cmd("SET k w XX"), "+QUEUED"},
 		{cmd("SET n x NX"), "+QUEUED"},
 		{cmd("EXPIRE k 100"), "+QUEUED"},
+		{cmd("SET k w KEEPTTL"), "+QUEUED"},
 		{cmd("TTL k"), "+QUEUED"},
 		{cmd("MGET k n old"), "+QUEUED"},
 	})
 	run(t, other, []step{{cmd("EXISTS k old"), ":1"}}) // nothing applied yet
 	run(t, c, []step{
-		{cmd("EXEC"), `[+OK "v" :1 :1 +OK +OK :1 :100 ["w" "x" nil]]`},
+		{cmd("EXEC"), `[+OK "v" :1 :1 +OK +OK :1 +OK :100 ["w" "x" nil]]`},
 	})
 	run(t, other, []step{{cmd("MGET k n old"), `["w" "x" nil]`}, {cmd("TTL k"), ":100"}})
 }
