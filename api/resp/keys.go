@@ -12,6 +12,10 @@ import (
 // atomic.
 
 func (c *conn) get(args [][]byte) {
+	if st, ok := c.s.store.(Streamer); ok {
+		c.getStreamed(st, string(args[1]))
+		return
+	}
 	v, release, err := c.s.store.View(c.s.ctx, string(args[1]))
 	if err != nil {
 		if release != nil {
