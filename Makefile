@@ -13,11 +13,13 @@ BENCHTIME ?= 1s
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# -buildvcs=auto records the commit (kvstrata version) from a git clone
+# even where GOFLAGS turns it off, and builds without it elsewhere.
 build: ## build kvstrata and kvctl into ./bin
-	$(GO) build -o $(BIN)/ ./cmd/kvstrata ./cmd/kvctl
+	$(GO) build -buildvcs=auto -o $(BIN)/ ./cmd/kvstrata ./cmd/kvctl
 
 build-ucx: ## build with the UCX data plane (needs libucx-dev)
-	$(GO) build -tags ucx -o $(BIN)/ ./cmd/kvstrata ./cmd/kvctl
+	$(GO) build -buildvcs=auto -tags ucx -o $(BIN)/ ./cmd/kvstrata ./cmd/kvctl
 
 run: ## run a single-node cache with the defaults (./data, 127.0.0.1 ports)
 	$(GO) run ./cmd/kvstrata serve
@@ -57,11 +59,11 @@ lint: ## go vet and gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-proto: ## regenerate api/v1 from cache.proto with the pinned generators (needs protoc)
+proto: ## regenerate api/v1 from cache.proto and keyspace.proto with the pinned generators (needs protoc)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative \
-	  --go-grpc_out=. --go-grpc_opt=paths=source_relative api/v1/cache.proto
+	  --go-grpc_out=. --go-grpc_opt=paths=source_relative api/v1/cache.proto api/v1/keyspace.proto
 
 clean: ## remove build outputs
 	rm -rf $(BIN) $(TOOLS)

@@ -41,6 +41,9 @@ type Config struct {
 	Transport string
 	// UCX tunes the ucx transport.
 	UCX UCX
+	// Advertise is what the node tells others to dial, where that is not
+	// where it listens.
+	Advertise Advertise
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string
 	// LogFormat is text (default) or json.
@@ -159,8 +162,9 @@ type S3 struct {
 type Cluster struct {
 	// Name names the node for people. Default: its host name and node id.
 	Name string
-	// RaftAddr is where the node's raft transport listens and what its
-	// peers dial. Default 127.0.0.1:7072.
+	// RaftAddr is where the node's raft transport listens, and what its
+	// peers dial unless advertise.raft or advertise.host says otherwise.
+	// Default 127.0.0.1:7072.
 	RaftAddr string
 	// Bootstrap lists the voters of a new cluster, "1=host:7072,2=…", this
 	// node among them; used only by a node without cluster state.
@@ -357,6 +361,7 @@ func (c *Config) Validate() error {
 	if err := checkAddr(c.Cluster.RaftAddr, false); err != nil {
 		bad("cluster.raft-addr %q %v (its peers dial it)", c.Cluster.RaftAddr, err)
 	}
+	c.checkAdvertise(bad)
 	if c.Cluster.Bootstrap != "" && c.Cluster.Join != "" {
 		bad("cluster.bootstrap and cluster.join exclude each other: a new node either starts a cluster or joins one")
 	}

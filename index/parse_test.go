@@ -15,13 +15,40 @@ func TestParseKey(t *testing.T) {
 	}
 	for in, want := range map[string]string{
 		"00000000000000ab":                  "is not NS/HASH",
-		"ab/0123456789abcdef":               `namespace "ab" is not 16 hex digits (or redis`,
+		"ab/0123456789abcdef":               `namespace "ab" is not 16 hex digits (or 0x and up to 16, or redis`,
 		"00000000000000ab/0123456789abcdeg": `hash "0123456789abcdeg" is not 16 hex digits`,
 		"00000000000000ab/+123456789abcdef": `hash "+123456789abcdef" is not 16 hex digits`,
 	} {
 		if _, err := ParseKey(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseKey(%q) = %v, want an error with %q", in, err, want)
 		}
+	}
+}
+
+// A hash or namespace written with 0x, as Go, C and Python print numbers,
+// reads as the same 16 hex digits; anything else that is not 16 hex digits
+// is refused, decimal included.
+func TestParseHashTakes0xHex(t *testing.T) {
+	for in, want := range map[string]Hash{
+		"0123456789abcdef":   0x0123456789abcdef,
+		"0123456789ABCDEF":   0x0123456789abcdef,
+		"0x0123456789abcdef": 0x0123456789abcdef,
+		"0X123456789ABCDEF":  0x0123456789abcdef,
+		"0xab":               0xab,
+		"0xffffffffffffffff": 1<<64 - 1,
+	} {
+		if got, err := ParseHash(in); err != nil || got != want {
+			t.Errorf("ParseHash(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0x", "ab", "0xg", "0x+ab", "0x-1", "0x_ab", "0x00000000000000000", "0xfffffffffffffffff",
+		"00000000000000000", "1311768467463790320", "0o17", " 0123456789abcdef"} {
+		if got, err := ParseHash(in); err == nil || !strings.Contains(err.Error(), "is not 16 hex digits (or 0x and up to 16)") {
+			t.Errorf("ParseHash(%q) = %v, %v; want an error", in, got, err)
+		}
+	}
+	if k, err := ParseKey("0xab/0x1"); err != nil || k != (Key{NS: 0xab, Hash: 1}) {
+		t.Errorf("ParseKey(0xab/0x1) = %v, %v", k, err)
 	}
 }
 

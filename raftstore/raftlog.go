@@ -14,6 +14,12 @@ import (
 // that has never known a leader: every new or restarted cluster starts
 // with one, so it is news, not a fault, and logs at info. Raft's info and
 // debug lines (every state change) are dropped.
+//
+// Raft's own key-value pairs go in a group, "raft", so that none of its
+// keys can repeat a key of the line: raft names some "time" (as slog names
+// the line's time) and may name others as the caller's With did
+// ("component"), and a JSON line with a key twice is one that many log
+// pipelines read wrong or refuse.
 type raftLogger struct {
 	hclog.Logger // a null logger: whatever raftLogger does not override
 	l            *slog.Logger
@@ -54,7 +60,11 @@ func argValue(args []any, key string) string {
 func (r raftLogger) Log(level hclog.Level, msg string, args ...any) {
 	all := append(slices.Clip(r.args), args...)
 	if lv, ok := raftLevel(level, msg, all); ok {
-		r.l.Log(context.Background(), lv, "raft: "+msg, all...)
+		if len(all) == 0 {
+			r.l.Log(context.Background(), lv, "raft: "+msg)
+			return
+		}
+		r.l.Log(context.Background(), lv, "raft: "+msg, slog.Group("raft", all...))
 	}
 }
 

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +32,11 @@ type Peer struct {
 type ReplicaConfig struct {
 	ID       index.NodeID // > 0; required
 	Dir      string       // the log store and snapshots; created if missing; required
-	RaftAddr string       // where the raft transport listens, and what peers dial; required
+	RaftAddr string       // where the raft transport listens; required
+	// Advertise is the host:port peers dial, where it is not RaftAddr (a
+	// wildcard listen address, NAT). It must resolve, at start, to an
+	// address that is not a wildcard. Default RaftAddr.
+	Advertise string
 	// Bootstrap, when the replica has no state yet, starts a cluster with
 	// these voters (this node among them). A replica with state ignores
 	// it; one without state and without Bootstrap waits to be added.
@@ -145,10 +150,17 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 		store.Close()
 		return nil, fmt.Errorf("raftstore: snapshots: %w", err)
 	}
-	addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+	// Raft tells peers the advertised address as an IP address (it leads
+	// to the leader's); the cluster's configuration keeps it as given.
+	advertise := cmp.Or(cfg.Advertise, cfg.RaftAddr)
+	addr, err := net.ResolveTCPAddr("tcp", advertise)
 	if err != nil {
 		store.Close()
-		return nil, fmt.Errorf("raftstore: raft address %s: %w", cfg.RaftAddr, err)
+		return nil, fmt.Errorf("raftstore: raft address %s: %w", advertise, err)
+	}
+	if addr.IP == nil || addr.IP.IsUnspecified() {
+		store.Close()
+		return nil, fmt.Errorf("raftstore: raft address %s names every address of the host, which peers cannot dial: give an Advertise address", advertise)
 	}
 	transport, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 8, 10*time.Second, rc.Logger)
 	if err != nil {

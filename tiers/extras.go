@@ -21,7 +21,7 @@ import (
 //	ObjectLocator                     ✓   Hierarchy.Locate (reads straight from the store)
 //	AvailabilityReporter              ✓   Hierarchy.Stats (LevelStats.Unavailable)
 //	DegradationReporter          ✓        Hierarchy.Stats (LevelStats.Degraded)
-//	DetailReporter                    ✓   Hierarchy.Stats (LevelStats.Detail)
+//	DetailReporter               ✓    ✓   Hierarchy.Stats (LevelStats.Detail)
 
 // View is a pinned, zero-copy window on one block's bytes inside a tier.
 type View interface {

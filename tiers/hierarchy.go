@@ -378,7 +378,15 @@ func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, index.Header, index.
 // again when a concurrent move took the copy away or the copy was corrupt.
 // fn may return the bytes it read when they may be shared read-only with a
 // promotion.
+//
+// A copy that its tier no longer has while the hierarchy still records it
+// is being dropped by the key's owner (a demotion deletes the faster copy
+// before it records that, outside the lock): the read goes on to the next
+// level that holds the key, and when every recorded copy has answered not
+// found it waits until the owner is done and looks again. Going back to
+// the same level instead could miss a block the node holds all along.
 func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, error)) (index.Header, index.TierKind, error) {
+	var leaving uint8 // levels whose recorded copy their tier did not have
 	for range 4 {
 		h.mu.Lock()
 		if h.closed {
@@ -386,6 +394,14 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, err
 			return index.Header{}, 0, ErrClosed
 		}
 		e := h.entries[key]
+		if e != nil && e.in != 0 && e.in&^leaving == 0 {
+			for e.busy && h.entries[key] == e && !h.closed {
+				h.idle.Wait() // its owner is dropping or moving every copy we tried
+			}
+			leaving = 0
+			h.mu.Unlock()
+			continue
+		}
 		if e == nil || e.in == 0 {
 			h.mu.Unlock()
 			found, down, err := h.discover(key)
@@ -401,7 +417,7 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, err
 			h.mu.Unlock()
 			return index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
 		}
-		i := bits.TrailingZeros8(e.in)
+		i := bits.TrailingZeros8(e.in &^ leaving)
 		l := h.levels[i]
 		l.Policy.Touch(key)
 		h.touchLocked(key, e)
@@ -424,6 +440,8 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, err
 			return index.Header{}, l.Kind, h.unreachable(i, key, err)
 		case !errors.Is(err, ErrNotFound):
 			return index.Header{}, 0, err
+		default:
+			leaving |= 1 << i
 		}
 	}
 	return index.Header{}, 0, fmt.Errorf("hierarchy: %v moved under four reads in a row: %w", key, ErrNotFound)

@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -40,6 +39,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/metrics"
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/api/resp/respcluster"
 	"github.com/kvstrata/kvstrata/api/resp/respnode"
 	"github.com/kvstrata/kvstrata/api/server"
 	pb "github.com/kvstrata/kvstrata/api/v1"
@@ -76,10 +76,11 @@ type Node struct {
 	h          *tiers.Hierarchy
 	n          *node.Node
 	g          *grpc.Server
-	hs         *health.Server
+	hs         *healthServer
 	hsrv       *http.Server
 	addrs      server.Addrs
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
+	keys       resp.Store              // the node's own RESP keys, served to the other nodes
 	healthDone chan struct{}
 }
 
@@ -112,8 +113,9 @@ func (d *Node) Ready() error {
 	return d.cl.Ready()
 }
 
-// Addrs are where the node's servers listen, once Start has returned nil:
-// what a part beside it in the process dials.
+// Addrs are the addresses the node's servers are dialled at (advertised;
+// the listen addresses unless advertise.* says otherwise), once Start has
+// returned nil: what a part beside it in the process dials.
 func (d *Node) Addrs() server.Addrs { return d.addrs }
 
 // Start opens and starts everything, in the order the package comment
@@ -152,6 +154,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	}
 	undo = append(undo, func() { n.Close() })
 	m := metrics.New(h.Stats, map[string]string{"version": d.opts.Version, "node_id": fmt.Sprint(cfg.NodeID), "transport": cfg.Transport})
+	m.WatchCluster(clusterMetrics(cl))
 
 	// The listeners, so that every address is known before the services
 	// that report them are made.
@@ -160,18 +163,23 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("listen grpc %s: %w", cfg.Listen.GRPC, err)
 	}
 	undo = append(undo, func() { glis.Close() })
-	addrs := server.Addrs{GRPC: glis.Addr().String(), Transport: cfg.Transport}
+	// Every address the node reports is the one others dial (advertise.*),
+	// never a wildcard it listens on.
+	addrs := server.Addrs{Transport: cfg.Transport}
+	if addrs.GRPC, err = cfg.AdvertisedAddr("listen.grpc", glis.Addr().String()); err != nil {
+		return err
+	}
 
 	// Data plane.
 	if cfg.Listen.Data != "" {
-		l, err := d.opts.Transport.Listen(cfg.Listen.Data, dataplane.NewHandler(n, func(dir string, bytes int, start time.Time) {
-			m.DataBytes(dir, bytes)
-			m.Observe("data", map[string]string{"in": "put", "out": "get"}[dir], start)
-		}))
+		l, err := d.opts.Transport.Listen(cfg.Listen.Data, dataplane.NewHandler(n, m.ObserveData))
 		if err != nil {
 			return fmt.Errorf("listen data %s: %w", cfg.Listen.Data, err)
 		}
-		addrs.Data = l.Addr()
+		if addrs.Data, err = cfg.AdvertisedAddr("listen.data", l.Addr()); err != nil {
+			l.Close()
+			return err
+		}
 		if ds, ok := l.(interface{ Describe() string }); ok {
 			addrs.TransportDetail = ds.Describe
 			log.Info("data plane", "transport", cfg.Transport, "detail", ds.Describe())
@@ -194,13 +202,21 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		// most its bytes plus one value's while that grows, so
 		// MaxCommandBytes+MaxBulkLen ≤ pending, as config checks.
 		maxBulk, pending := int64(cfg.Limits.MaxValueSize), int64(cfg.Limits.MaxPendingRESPBytes)
-		rs, err := resp.NewServer(respnode.New(n), &resp.Config{MaxClients: cfg.Limits.MaxConnections,
+		local := respnode.New(n)
+		store, peers, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"))
+		if err != nil {
+			return err
+		}
+		d.keys = local
+		d.stops = append(d.stops, func(context.Context) { peers.close() }) // after RESP's
+		undo = append(undo, peers.close)
+		rs, err := resp.NewServer(store, &resp.Config{MaxClients: cfg.Limits.MaxConnections,
 			MaxBulkLen: maxBulk, MaxBulkLenSetting: "limits.max-value-size",
 			MaxCommandBytes: max(maxBulk+config.RESPCommandSlack, min(resp.DefaultMaxCommandBytes, pending-maxBulk)),
 			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
 			MinReadRate: int64(cfg.Limits.MinRequestRate), Version: d.opts.Version,
 			Logger:    log.With("server", "resp"),
-			OnCommand: func(name, _ string, start time.Time) { m.Observe("resp", name, start) }})
+			OnCommand: m.ObserveRESP})
 		if err != nil {
 			return err
 		}
@@ -208,12 +224,15 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("listen resp %s: %w", cfg.Listen.RESP, err)
 		}
+		if addrs.RESP, err = cfg.AdvertisedAddr("listen.resp", rl.Addr().String()); err != nil {
+			rl.Close()
+			return err
+		}
 		go func() {
 			if err := rs.Serve(rl); err != nil && !errors.Is(err, resp.ErrServerClosed) {
 				d.failed <- fmt.Errorf("resp: %w", err)
 			}
 		}()
-		addrs.RESP = rl.Addr().String()
 		m.WatchRESP(func() (map[string]uint64, int) { st := rs.Stats(); return st.Commands, st.ConnectedClients })
 		d.stops = append(d.stops, func(ctx context.Context) {
 			if err := rs.Shutdown(ctx); err != nil { // commands in flight finish
@@ -229,6 +248,10 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("listen http %s: %w", cfg.Listen.HTTP, err)
 		}
+		if addrs.HTTP, err = cfg.AdvertisedAddr("listen.http", hl.Addr().String()); err != nil {
+			hl.Close()
+			return err
+		}
 		mux := http.NewServeMux()
 		mux.Handle(membership.PlannerDecisionsPath, membership.PlannerHandler(cl))
 		mux.Handle("/", m.Handler(cfg.Pprof, d.checks(cl, h)...))
@@ -238,7 +261,6 @@ func (d *Node) Start(ctx context.Context) (err error) {
 				d.failed <- fmt.Errorf("http: %w", err)
 			}
 		}()
-		addrs.HTTP = hl.Addr().String()
 		undo = append(undo, func() { d.hsrv.Close() })
 	}
 
@@ -248,10 +270,14 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	server.Register(g, n, server.Options{Addrs: addrs, Version: d.opts.Version,
 		Freshness: func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) }})
 	cl.Register(g)
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until ready
+	if d.keys != nil { // the other nodes' RESP servers read this node's keys
+		respcluster.Register(g, d.keys)
+	}
+	hs := newHealthServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
+	healthNames := healthServices(g)
+	setHealth(hs.Server, healthNames, false) // until ready
 	go func() { d.failed <- fmt.Errorf("grpc: %w", g.Serve(glis)) }()
 	undo = append(undo, g.Stop)
 
@@ -268,8 +294,9 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	cancelSync()
 	d.cl, d.h, d.n, d.g, d.hs, d.addrs = cl, h, n, g, hs, addrs
 	d.ready.Store(true)
+	setHealth(hs.Server, healthNames, d.Ready() == nil) // right from the moment Start returns
 	d.healthDone = make(chan struct{})
-	go followHealth(hs, func() bool { return d.Ready() == nil }, d.healthDone)
+	go followHealth(hs.Server, healthNames, func() bool { return d.Ready() == nil }, d.healthDone)
 	hst := h.Stats()
 	log.Info("kvstrata serving", "version", d.opts.Version, "node", cfg.NodeID, "grpc", addrs.GRPC, "data", addrs.Data,
 		"transport", cfg.Transport, "resp", addrs.RESP, "http", addrs.HTTP, "raft", cfg.Cluster.RaftAddr,

@@ -36,8 +36,12 @@ func openCluster(cfg config.Config, log *slog.Logger) (*membership.Agent, error)
 		host, _ := os.Hostname()
 		name = fmt.Sprintf("%s-%d", host, cfg.NodeID)
 	}
+	advertise, err := cfg.AdvertisedAddr("cluster.raft-addr", "")
+	if err != nil {
+		return nil, err
+	}
 	return membership.Open(membership.Config{ID: index.NodeID(cfg.NodeID), Name: name, Dir: filepath.Join(cfg.DataDir, "raft"),
-		RaftAddr: cfg.Cluster.RaftAddr, Bootstrap: peers, Join: cfg.Cluster.Join,
+		RaftAddr: cfg.Cluster.RaftAddr, RaftAdvertise: advertise, Bootstrap: peers, Join: cfg.Cluster.Join,
 		HeartbeatInterval: cfg.Cluster.HeartbeatInterval, LivenessTimeout: cfg.Cluster.LivenessTimeout,
 		SkipEntries: skip, Logger: log.With("component", "cluster")})
 }

@@ -17,10 +17,10 @@ import (
 	"github.com/kvstrata/kvstrata/transfer"
 )
 
-// Observer is told about each block the data plane moved: its
-// direction ("in" for puts, "out" for gets), its size and when the
-// transfer of it started.
-type Observer func(direction string, bytes int, start time.Time)
+// Observer is told about each block the data plane moved or could not:
+// its direction ("in" for puts, "out" for gets), its size, when the
+// transfer of it started, and how it ended — "ok", or Status of the error.
+type Observer func(direction string, bytes int, start time.Time, status string)
 
 // Handler is a node as the data plane's transfer.Handler.
 type Handler struct {
@@ -37,7 +37,7 @@ var (
 // of every block moved.
 func NewHandler(n *node.Node, observe Observer) *Handler {
 	if observe == nil {
-		observe = func(string, int, time.Time) {}
+		observe = func(string, int, time.Time, string) {}
 	}
 	return &Handler{n: n, observe: observe}
 }
@@ -46,12 +46,12 @@ func (d *Handler) Open(key index.Key) (index.Header, []byte, func(), error) {
 	start := time.Now()
 	v, _, err := d.n.View(key)
 	if err != nil {
-		return index.Header{}, nil, nil, dataError(err)
+		return index.Header{}, nil, nil, d.failed("out", 0, start, err)
 	}
 	m, b := v.Meta(), v.Bytes()
 	return m, b, func() {
 		_ = v.Release()
-		d.observe("out", len(b), start)
+		d.observe("out", len(b), start, "ok")
 	}, nil
 }
 
@@ -59,17 +59,18 @@ func (d *Handler) Reserve(h index.Header) ([]byte, func(bool) error, error) {
 	start := time.Now()
 	r, err := d.n.Reserve(h)
 	if err != nil {
-		return nil, nil, dataError(err)
+		return nil, nil, d.failed("in", int(h.Size), start, err)
 	}
 	return r.Bytes(), func(ok bool) error {
 		if !ok { // the transport found the bytes did not match the sum
 			r.Abort()
+			d.observe("in", int(h.Size), start, StatusCorrupt)
 			return nil
 		}
 		if err := r.Commit(); err != nil {
-			return dataError(err)
+			return d.failed("in", int(h.Size), start, err)
 		}
-		d.observe("in", int(h.Size), start)
+		d.observe("in", int(h.Size), start, "ok")
 		return nil
 	}, nil
 }
@@ -86,17 +87,56 @@ type prefetch struct {
 }
 
 func (p *prefetch) Open(key index.Key) (index.Header, []byte, func(), error) {
+	asked := time.Now()
 	m, b, release, start, err := p.ra.Next(key)
 	if err != nil {
-		return index.Header{}, nil, nil, dataError(err)
+		if start.IsZero() {
+			start = asked
+		}
+		return index.Header{}, nil, nil, p.d.failed("out", 0, start, err)
 	}
 	return m, b, func() {
 		release()
-		p.d.observe("out", len(b), start)
+		p.d.observe("out", len(b), start, "ok")
 	}, nil
 }
 
 func (p *prefetch) Close() { p.ra.Close() }
+
+// failed tells the observer of a block the data plane could not move, and
+// returns err tagged with the data plane's sentinels.
+func (d *Handler) failed(direction string, bytes int, start time.Time, err error) error {
+	err = dataError(err)
+	d.observe(direction, bytes, start, Status(err))
+	return err
+}
+
+// The statuses an Observer hears besides "ok".
+const (
+	StatusNotFound    = "not_found"   // a get of a block the node does not hold: a miss
+	StatusFull        = "full"        // no room for a put
+	StatusUnavailable = "unavailable" // held in a tier that cannot be reached now
+	StatusRefused     = "refused"     // over a limit, or invalid
+	StatusCorrupt     = "corrupt"     // a put whose bytes did not match their checksum
+	StatusError       = "error"       // anything else
+)
+
+// Status names how err, a data-plane error, ended a transfer.
+func Status(err error) string {
+	switch {
+	case errors.Is(err, transfer.ErrNotFound):
+		return StatusNotFound
+	case errors.Is(err, transfer.ErrFull):
+		return StatusFull
+	case errors.Is(err, transfer.ErrUnavailable):
+		return StatusUnavailable
+	case errors.Is(err, transfer.ErrRefused):
+		return StatusRefused
+	case errors.Is(err, transfer.ErrCorrupt):
+		return StatusCorrupt
+	}
+	return StatusError
+}
 
 // dataError tags the node's errors with the data plane's sentinels.
 func dataError(err error) error {

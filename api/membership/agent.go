@@ -48,9 +48,12 @@ type Config struct {
 	Name string
 	// Dir holds raft's log and snapshots. Required.
 	Dir string
-	// RaftAddr is where the raft transport listens, and what peers dial.
-	// Required.
+	// RaftAddr is where the raft transport listens. Required.
 	RaftAddr string
+	// RaftAdvertise is the raft address peers dial and the member record
+	// names, where it is not RaftAddr (a wildcard listen address, NAT).
+	// Default RaftAddr.
+	RaftAdvertise string
 	// Bootstrap starts a new cluster of these voters when the replica has
 	// no state. With neither Bootstrap nor Join, a node without state
 	// bootstraps a cluster of itself.
@@ -90,6 +93,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.RaftAdvertise == "" {
+		c.RaftAdvertise = c.RaftAddr
 	}
 }
 
@@ -155,10 +161,10 @@ func Open(cfg Config) (*Agent, error) {
 	}
 	boot := cfg.Bootstrap
 	if len(boot) == 0 && cfg.Join == "" {
-		boot = []raftstore.Peer{{ID: cfg.ID, RaftAddr: cfg.RaftAddr}}
+		boot = []raftstore.Peer{{ID: cfg.ID, RaftAddr: cfg.RaftAdvertise}}
 	}
 	rep, err := raftstore.OpenReplica(raftstore.ReplicaConfig{ID: cfg.ID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr,
-		Bootstrap: boot, SkipEntries: cfg.SkipEntries, Logger: cfg.Logger})
+		Advertise: cfg.RaftAdvertise, Bootstrap: boot, SkipEntries: cfg.SkipEntries, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +262,7 @@ func (c *Agent) BatcherStats() raftstore.BatcherStats { return c.batcher.Stats()
 // heartbeats, telling the leader the node's tier usage as usage reports
 // it (nil: none).
 func (c *Agent) Start(self raftstore.Member, usage func() []raftstore.TierUsage) error {
-	self.ID, self.RaftAddr = c.cfg.ID, c.cfg.RaftAddr
+	self.ID, self.RaftAddr = c.cfg.ID, c.cfg.RaftAdvertise
 	if self.Name == "" {
 		self.Name = c.cfg.Name
 	}
@@ -319,7 +325,7 @@ func (c *Agent) proposeEvents(ctx context.Context, data []byte) error {
 		}
 		c.registered.Store(true)
 	}
-	return c.propose(ctx, data)
+	return c.proposeIn(ctx, data, true)
 }
 
 // propose commits an entry: through raft on the leader, else forwarded to
@@ -329,12 +335,25 @@ func (c *Agent) proposeEvents(ctx context.Context, data []byte) error {
 // while no leader is known it waits for one, up to ctx's deadline. An
 // entry may thus be committed twice; every entry the cluster proposes
 // this way may (events, member records, capacities).
-func (c *Agent) propose(ctx context.Context, data []byte) error {
+func (c *Agent) propose(ctx context.Context, data []byte) error { return c.proposeIn(ctx, data, false) }
+
+// proposeIn is propose; pipelined says that the caller (the batcher) may
+// have proposed later entries behind this one. On the leader the batcher
+// hands several batches to raft at once, and when the leader is deposed
+// they all fail together: were each then sent to the next leader on its
+// own, they would race there, and a later batch could be committed before
+// an earlier one, leaving, say, a block removed in the later batch listed
+// by the earlier one for good. So a pipelined entry that fails on the
+// leader returns the failure to the batcher, which waits for the others
+// and proposes again from the first failed batch on, in order.
+func (c *Agent) proposeIn(ctx context.Context, data []byte, pipelined bool) error {
 	for {
 		changed := c.rep.LeaderChanged()
 		var err error
 		if c.rep.IsLeader() {
-			err = c.rep.Propose(ctx, data)
+			if err = c.rep.Propose(ctx, data); err != nil && pipelined {
+				return err
+			}
 		} else {
 			err = c.forward(ctx, changed, data)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 )
 
 // Check is one readiness check: nil when the part it checks is ready.
@@ -59,19 +60,25 @@ func (m *Metrics) Handler(pprof bool, checks ...Check) http.Handler {
 	return mux
 }
 
-// UnaryInterceptor times unary gRPC calls.
+// UnaryInterceptor times unary gRPC calls and counts those that fail, by
+// status code.
 func (m *Metrics) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		defer m.Observe("grpc", method(info.FullMethod), time.Now())
-		return handler(ctx, req)
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		m.ObserveStatus("grpc", method(info.FullMethod), grpcReason(status.Code(err)), start)
+		return resp, err
 	}
 }
 
-// StreamInterceptor times streaming gRPC calls.
+// StreamInterceptor times streaming gRPC calls and counts those that
+// fail, by status code.
 func (m *Metrics) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		defer m.Observe("grpc", method(info.FullMethod), time.Now())
-		return handler(srv, ss)
+		start := time.Now()
+		err := handler(srv, ss)
+		m.ObserveStatus("grpc", method(info.FullMethod), grpcReason(status.Code(err)), start)
+		return err
 	}
 }
 

@@ -1,8 +1,11 @@
-// Package metrics exports a cache node to Prometheus. Tier state is read
-// from the node when Prometheus scrapes; request latencies and data-plane
-// bytes are observed by thin wrappers around the front ends (a gRPC
-// interceptor, a data-plane handler, a RESP command hook), so no front end
-// knows Prometheus exists. Every method is safe on a nil *Metrics.
+// Package metrics exports a cache node to Prometheus. Tier and cluster
+// state are read from the node when Prometheus scrapes; request latencies,
+// failures and data-plane bytes are observed by thin wrappers around the
+// front ends (a gRPC interceptor, a data-plane observer, a RESP command
+// hook), so no front end knows Prometheus exists. Every label value comes
+// from a bounded set (operations the front ends define, statuses, the
+// reasons listed in status.go), so no client can make series. Every
+// method is safe on a nil *Metrics, and safe for concurrent use.
 package metrics
 
 import (
@@ -21,7 +24,17 @@ const namespace = "kvstrata"
 type Metrics struct {
 	Registry  *prometheus.Registry
 	latency   *prometheus.HistogramVec
+	errors    *prometheus.CounterVec
 	dataBytes *prometheus.CounterVec
+}
+
+// LatencyBuckets are request_duration_seconds's bucket bounds: 1, 2.5 and
+// 5 of each power of ten from 1µs to 10s (22 buckets). A data-plane get
+// of a block in DRAM takes a few µs, a Redis GET of a missing key less,
+// an object-store read tens of ms: each falls in a bucket of its own.
+var LatencyBuckets = []float64{
+	1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
+	0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 }
 
 // StatsFunc returns a hierarchy's counters at scrape time.
@@ -33,9 +46,15 @@ func New(stats StatsFunc, info map[string]string) *Metrics {
 		Registry: prometheus.NewRegistry(),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "request_duration_seconds",
-			Help:    "Time to serve a request, by front end (grpc, data, resp) and operation.",
-			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 18), // 25µs … 3.3s
-		}, []string{"api", "op"}),
+			Help: "Time to serve a request, by front end (grpc, data, resp), operation and status " +
+				"(ok; miss: the block or key is not there; error: see request_errors_total).",
+			Buckets: LatencyBuckets,
+		}, []string{"api", "op", "status"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "request_errors_total",
+			Help: "Requests that failed, by front end (grpc, data, resp), operation and reason " +
+				"(gRPC: the status code; RESP: the error reply's code; data plane: full, unavailable, refused, corrupt, error).",
+		}, []string{"api", "op", "reason"}),
 		dataBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "data_plane_bytes_total",
 			Help: "Block bytes moved by the data plane, by direction (in: puts, out: gets).",
@@ -44,7 +63,7 @@ func New(stats StatsFunc, info map[string]string) *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.latency, m.dataBytes,
+		m.latency, m.errors, m.dataBytes,
 		&tierCollector{stats: stats},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "build_info", Help: "Build and node information; always 1.",
@@ -54,13 +73,9 @@ func New(stats StatsFunc, info map[string]string) *Metrics {
 	return m
 }
 
-// Observe records the latency of one request that started at start.
-func (m *Metrics) Observe(api, op string, start time.Time) {
-	if m == nil {
-		return
-	}
-	m.latency.WithLabelValues(api, op).Observe(time.Since(start).Seconds())
-}
+// Observe records the latency of one request that started at start and
+// was served.
+func (m *Metrics) Observe(api, op string, start time.Time) { m.ObserveStatus(api, op, "ok", start) }
 
 // DataBytes counts block bytes moved by the data plane.
 func (m *Metrics) DataBytes(direction string, n int) {

@@ -31,6 +31,8 @@ type conn struct {
 	// status is how the command running now ended so far: "ok", or the
 	// first word of its error reply in lower case ("err", "oom", …).
 	status string
+	// multi is the transaction MULTI opened, if any (multi.go).
+	multi multiState
 
 	// evicted is set, under the netserve Server's lock, when a new
 	// connection takes this one's place; the connection ends at its next
@@ -79,6 +81,7 @@ func (c *conn) Serve() {
 		if ref := (*refusedError)(nil); errors.As(err, &ref) {
 			c.s.st.commandsProcessed.Add(1)
 			c.error(ref.msg)
+			c.multi.abort()
 			continue
 		}
 		if err != nil {
@@ -268,6 +271,7 @@ func (c *conn) exec(args [][]byte) {
 	if cmd == nil {
 		c.s.st.unknown.Add(1)
 		c.error(unknownCommand(args))
+		c.multi.abort()
 		return
 	}
 	c.s.st.calls[cmd.id].Add(1)
@@ -279,21 +283,27 @@ func (c *conn) exec(args [][]byte) {
 	}
 	if !cmd.arityOK(len(args)) {
 		c.arityError(cmd.name)
+		c.multi.abort()
 		return
 	}
 	if len(cmd.subs) > 0 && len(args) > 1 {
 		sub := cmd.sub(args[1])
 		if sub == nil {
 			c.error(fmt.Sprintf("ERR unknown subcommand '%s'. Try %s HELP.", args[1][:min(len(args[1]), 128)], strings.ToUpper(cmd.name)))
+			c.multi.abort()
 			return
 		}
 		if !sub.arityOK(len(args)) {
 			c.arityError(sub.name)
+			c.multi.abort()
 			return
 		}
 		cmd = sub
 	}
 	c.lastCmd.Store(&cmd.name)
+	if c.multi.active && c.queue(cmd, args) {
+		return
+	}
 	cmd.run(c, args)
 }
 
@@ -314,7 +324,7 @@ func unknownCommand(args [][]byte) string {
 		}
 		fmt.Fprintf(&b, "'%s' ", a[:min(len(a), 128-b.Len())])
 	}
-	return fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", args[0][:min(len(args[0]), 128)], b.String())
+	return fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", args[0][:min(len(args[0]), 128)], b.String()) + notServed(args[0])
 }
 
 // error writes an error reply and counts it.
@@ -330,6 +340,15 @@ func (c *conn) arityError(name string) {
 
 // storeError writes the reply for an error the Store returned.
 func (c *conn) storeError(err error) {
+	var lacks *lacksError
+	if errors.As(err, &lacks) {
+		name := "the command"
+		if n := c.lastCmd.Load(); n != nil {
+			name = strings.ToUpper(strings.ReplaceAll(*n, "|", " "))
+		}
+		c.error("ERR " + name + " " + lacks.Error())
+		return
+	}
 	c.error(storeErrorReply(err))
 }
 

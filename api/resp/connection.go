@@ -127,6 +127,7 @@ func (c *conn) reset(args [][]byte) {
 	c.name.Store(nil)
 	c.libName.Store(nil)
 	c.libVer.Store(nil)
+	c.multi = multiState{}
 	c.w.simple("RESET")
 }
 

@@ -46,13 +46,14 @@ func (s *Server) infoText(c *conn, args [][]byte) string {
 	}
 
 	sections := []*infoSection{
-		{name: "server"}, {name: "clients"}, {name: "memory"}, {name: "stats"}, {name: "keyspace"}, {name: "commandstats"},
+		{name: "server"}, {name: "clients"}, {name: "memory"}, {name: "stats"}, {name: "cluster"}, {name: "keyspace"}, {name: "commandstats"},
 	}
 	byName := map[string]*infoSection{}
 	for _, sec := range sections {
 		byName[sec.name] = sec
 	}
 	s.serverInfo(c, byName)
+	byName["cluster"].lines = append(byName["cluster"].lines, clusterInfoLines...)
 	for _, f := range s.store.Info(s.ctx) {
 		name := strings.ToLower(f.Section)
 		sec := byName[name]
@@ -61,7 +62,7 @@ func (s *Server) infoText(c *conn, args [][]byte) string {
 			byName[name] = sec
 			sections = append(sections, sec)
 		}
-		sec.lines = append(sec.lines, f.Name+":"+f.Value)
+		sec.set(f.Name, f.Value)
 	}
 
 	var b strings.Builder
@@ -79,6 +80,43 @@ func (s *Server) infoText(c *conn, args [][]byte) string {
 		}
 	}
 	return b.String()
+}
+
+// set puts the line name:value in sec: in place of the line of that name
+// if there is one (a Store's field replaces the server's), else at the
+// end. A byte count replaced replaces its "_human" twin as well.
+func (sec *infoSection) set(name, value string) {
+	i := sec.find(name)
+	if i < 0 {
+		sec.lines = append(sec.lines, name+":"+value)
+		return
+	}
+	sec.lines[i] = name + ":" + value
+	if h := sec.find(name + "_human"); h >= 0 {
+		if n, err := strconv.ParseUint(value, 10, 64); err == nil {
+			sec.lines[h] = name + "_human:" + humanBytes(n)
+		}
+	}
+}
+
+// find returns the index of sec's line named name, or -1.
+func (sec *infoSection) find(name string) int {
+	for i, l := range sec.lines {
+		if len(l) > len(name) && l[len(name)] == ':' && l[:len(name)] == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// infoValue is the value of the Store's INFO field section.name, or "".
+func (s *Server) infoValue(section, name string) string {
+	for _, f := range s.store.Info(s.ctx) {
+		if strings.EqualFold(f.Section, section) && f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
 }
 
 // serverInfo fills the server's own sections.

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"bytes"
+	"cmp"
 	"path"
 	"strconv"
 	"strings"
@@ -175,8 +176,9 @@ func (w *writer) argEntries(as []arg) {
 
 // configGet answers CONFIG GET pattern [pattern …] with the few parameters
 // clients ask for: redis-benchmark reads "save" and "appendonly" when it
-// starts. The values describe this server; it has no CONFIG SET, as the
-// node configures it.
+// starts; maxmemory is the Store's, from its INFO memory field of that
+// name (0 if it has none). The values describe this server; it has no
+// CONFIG SET, as the node configures it.
 func (c *conn) configGet(args [][]byte) {
 	params := c.s.configParams()
 	var out []string
@@ -202,5 +204,6 @@ func (s *Server) configParams() [][2]string {
 		{"timeout", strconv.FormatInt(int64(s.cfg.IdleTimeout.Seconds()), 10)},
 		{"proto-max-bulk-len", strconv.FormatInt(s.cfg.MaxBulkLen, 10)},
 		{"client-query-buffer-limit", strconv.FormatInt(s.cfg.MaxCommandBytes, 10)},
+		{"maxmemory", cmp.Or(s.infoValue("memory", "maxmemory"), "0")},
 	}
 }

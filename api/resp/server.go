@@ -26,6 +26,9 @@ type Server struct {
 	start time.Time
 	runID string
 
+	ks     KeyStore // store's optional powers, or nil
+	direct direct   // the key commands' way to the store outside EXEC
+
 	ctx    context.Context // cancelled by Close; passed to the Store
 	cancel context.CancelFunc
 
@@ -116,6 +119,8 @@ func NewServer(store Store, cfg *Config) (*Server, error) {
 		},
 	})
 	s.cond, _ = store.(ConditionalSetter)
+	s.ks, _ = store.(KeyStore)
+	s.direct = direct{s}
 	s.st.calls = make([]atomic.Uint64, len(s.cmds.list))
 	return s, nil
 }

@@ -1,11 +1,13 @@
 // Package resp serves a Store over the Redis protocol (RESP2), so that
 // existing Redis clients — redis-cli, redis-benchmark, LMCache's redis://
 // and resp:// connectors, redis-py — read and write a kvstrata node with no
-// new code. It speaks the subset of Redis those clients use: GET, SET (with
-// NX and XX), MGET, MSET, EXISTS, DEL/UNLINK, and the connection and
-// introspection commands clients send on their own (PING, INFO, COMMAND,
-// CLIENT, CONFIG GET, HELLO, …). Keys never expire: the cache evicts by
-// policy, so SET's expiry options are refused.
+// new code. It speaks the string commands of Redis those clients use: GET,
+// SET (NX, XX, EX, PX, EXAT, PXAT, KEEPTTL), MGET, MSET, EXISTS,
+// DEL/UNLINK, MULTI/EXEC, SCAN, KEYS, EXPIRE, TTL, …, and the connection
+// and introspection commands clients send on their own (PING, INFO,
+// COMMAND, CLIENT, CONFIG GET, HELLO, …). A deadline is a promise that the
+// key is gone by then; the cache may evict it sooner. Most of the key
+// commands beyond GET and SET need a Store that is a KeyStore.
 //
 // The package is independent of the rest of the node: it talks to it only
 // through the Store interface it owns. Store errors become error replies a

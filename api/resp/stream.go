@@ -36,6 +36,9 @@ type StreamValue struct {
 func (c *conn) getStreamed(st Streamer, key string) {
 	v, err := st.ViewStream(c.s.ctx, key)
 	if err != nil {
+		if v.Release != nil {
+			v.Release()
+		}
 		c.getFailed(err)
 		return
 	}

@@ -18,6 +18,13 @@ type command struct {
 	firstKey, lastKey, step int
 	doc                     doc
 	subs                    []*command
+
+	// queue says the command may be queued by MULTI for EXEC; control,
+	// that it runs at once inside MULTI (EXEC, DISCARD, …). check, if set,
+	// finds at queue time the errors the command would reply at EXEC
+	// (syntax, numbers): its error reply, or "".
+	queue, control bool
+	check          func(args [][]byte) string
 }
 
 // doc is the part of a command's COMMAND DOCS entry clients use.
@@ -87,27 +94,29 @@ func (t *commandTable) lookup(word []byte) *command {
 func newCommandTable() *commandTable {
 	keys := multiple(argKey("key"))
 	list := []*command{
-		{name: "get", arity: 2, run: (*conn).get, flags: []string{"readonly", "fast"}, acl: []string{"@read", "@string", "@fast"}, firstKey: 1, lastKey: 1, step: 1,
+		{name: "get", queue: true, arity: 2, run: (*conn).get, flags: []string{"readonly", "fast"}, acl: []string{"@read", "@string", "@fast"}, firstKey: 1, lastKey: 1, step: 1,
 			doc: doc{summary: "Returns the string value of a key.", since: "1.0.0", group: "string", complexity: "O(1)", args: []arg{argKey("key")}}},
-		{name: "set", arity: -3, run: (*conn).set, flags: []string{"write", "denyoom"}, acl: []string{"@write", "@string", "@slow"}, firstKey: 1, lastKey: 1, step: 1,
-			doc: doc{summary: "Sets the string value of a key. Keys never expire: the cache evicts by policy, so EX, PX, EXAT, PXAT, KEEPTTL and GET are refused.", since: "1.0.0", group: "string", complexity: "O(1)",
-				args: []arg{argKey("key"), argString("value"), optional(oneOf("condition", argToken("NX"), argToken("XX")))}}},
-		{name: "mget", arity: -2, run: (*conn).mget, flags: []string{"readonly", "fast"}, acl: []string{"@read", "@string", "@fast"}, firstKey: 1, lastKey: -1, step: 1,
+		{name: "set", queue: true, check: checkSet, arity: -3, run: (*conn).set, flags: []string{"write", "denyoom"}, acl: []string{"@write", "@string", "@slow"}, firstKey: 1, lastKey: 1, step: 1,
+			doc: doc{summary: "Sets the string value of a key, optionally with a deadline: the key is gone by then (the cache may evict it sooner). GET is refused.", since: "1.0.0", group: "string", complexity: "O(1)",
+				args: []arg{argKey("key"), argString("value"), optional(oneOf("condition", argToken("NX"), argToken("XX"))),
+					optional(oneOf("expiration", arg{name: "seconds", typ: "integer", token: "EX"}, arg{name: "milliseconds", typ: "integer", token: "PX"},
+						arg{name: "unix-time-seconds", typ: "unix-time", token: "EXAT"}, arg{name: "unix-time-milliseconds", typ: "unix-time", token: "PXAT"}, argToken("KEEPTTL")))}}},
+		{name: "mget", queue: true, arity: -2, run: (*conn).mget, flags: []string{"readonly", "fast"}, acl: []string{"@read", "@string", "@fast"}, firstKey: 1, lastKey: -1, step: 1,
 			doc: doc{summary: "Returns the string values of one or more keys.", since: "1.0.0", group: "string", complexity: "O(N) where N is the number of keys to retrieve.", args: []arg{keys}}},
-		{name: "mset", arity: -3, run: (*conn).mset, flags: []string{"write", "denyoom"}, acl: []string{"@write", "@string", "@slow"}, firstKey: 1, lastKey: -1, step: 2,
-			doc: doc{summary: "Sets the string values of one or more keys, one after the other (not atomically).", since: "1.0.1", group: "string", complexity: "O(N) where N is the number of keys to set.",
+		{name: "mset", queue: true, check: checkMSet, arity: -3, run: (*conn).mset, flags: []string{"write", "denyoom"}, acl: []string{"@write", "@string", "@slow"}, firstKey: 1, lastKey: -1, step: 2,
+			doc: doc{summary: "Atomically creates or modifies the string values of one or more keys: all of them, or none.", since: "1.0.1", group: "string", complexity: "O(N) where N is the number of keys to set.",
 				args: []arg{multiple(block("data", argKey("key"), argString("value")))}}},
-		{name: "exists", arity: -2, run: (*conn).exists, flags: []string{"readonly", "fast"}, acl: []string{"@keyspace", "@read", "@fast"}, firstKey: 1, lastKey: -1, step: 1,
+		{name: "exists", queue: true, arity: -2, run: (*conn).exists, flags: []string{"readonly", "fast"}, acl: []string{"@keyspace", "@read", "@fast"}, firstKey: 1, lastKey: -1, step: 1,
 			doc: doc{summary: "Determines whether one or more keys exist.", since: "1.0.0", group: "generic", complexity: "O(N) where N is the number of keys to check.", args: []arg{keys}}},
-		{name: "del", arity: -2, run: (*conn).del, flags: []string{"write"}, acl: []string{"@keyspace", "@write", "@slow"}, firstKey: 1, lastKey: -1, step: 1,
+		{name: "del", queue: true, arity: -2, run: (*conn).del, flags: []string{"write"}, acl: []string{"@keyspace", "@write", "@slow"}, firstKey: 1, lastKey: -1, step: 1,
 			doc: doc{summary: "Deletes one or more keys.", since: "1.0.0", group: "generic", complexity: "O(N) where N is the number of keys that will be removed.", args: []arg{keys}}},
-		{name: "unlink", arity: -2, run: (*conn).del, flags: []string{"write", "fast"}, acl: []string{"@keyspace", "@write", "@fast"}, firstKey: 1, lastKey: -1, step: 1,
+		{name: "unlink", queue: true, arity: -2, run: (*conn).del, flags: []string{"write", "fast"}, acl: []string{"@keyspace", "@write", "@fast"}, firstKey: 1, lastKey: -1, step: 1,
 			doc: doc{summary: "Deletes one or more keys (the same as DEL).", since: "4.0.0", group: "generic", complexity: "O(N) where N is the number of keys that will be removed.", args: []arg{keys}}},
 		{name: "dbsize", arity: 1, run: (*conn).dbsize, flags: []string{"readonly", "fast"}, acl: []string{"@keyspace", "@read", "@fast"},
 			doc: doc{summary: "Returns the number of keys in the database.", since: "1.0.0", group: "server", complexity: "O(1)"}},
-		{name: "ping", arity: -1, run: (*conn).ping, flags: []string{"fast"}, acl: []string{"@fast", "@connection"},
+		{name: "ping", queue: true, arity: -1, run: (*conn).ping, flags: []string{"fast"}, acl: []string{"@fast", "@connection"},
 			doc: doc{summary: "Returns the server's liveliness response.", since: "1.0.0", group: "connection", complexity: "O(1)", args: []arg{optional(argString("message"))}}},
-		{name: "echo", arity: 2, run: (*conn).echo, flags: []string{"fast"}, acl: []string{"@fast", "@connection"},
+		{name: "echo", queue: true, arity: 2, run: (*conn).echo, flags: []string{"fast"}, acl: []string{"@fast", "@connection"},
 			doc: doc{summary: "Returns the given string.", since: "1.0.0", group: "connection", complexity: "O(1)", args: []arg{argString("message")}}},
 		{name: "select", arity: 2, run: (*conn).selectDB, flags: []string{"loading", "stale", "fast"}, acl: []string{"@fast", "@connection"},
 			doc: doc{summary: "Changes the selected database; only database 0 exists.", since: "1.0.0", group: "connection", complexity: "O(1)", args: []arg{argInt("index")}}},
@@ -117,9 +126,9 @@ func newCommandTable() *commandTable {
 		{name: "auth", arity: -2, run: (*conn).auth, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, acl: []string{"@fast", "@connection"},
 			doc: doc{summary: "Authenticates the connection; the server has no password, as a Redis without requirepass.", since: "1.0.0", group: "connection", complexity: "O(N) where N is the number of passwords defined for the user",
 				args: []arg{optional(argString("username")), argString("password")}}},
-		{name: "quit", arity: -1, run: (*conn).quitCmd, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, acl: []string{"@fast", "@connection"},
+		{name: "quit", control: true, arity: -1, run: (*conn).quitCmd, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, acl: []string{"@fast", "@connection"},
 			doc: doc{summary: "Closes the connection.", since: "1.0.0", group: "connection", complexity: "O(1)"}},
-		{name: "reset", arity: 1, run: (*conn).reset, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, acl: []string{"@fast", "@connection"},
+		{name: "reset", control: true, arity: 1, run: (*conn).reset, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, acl: []string{"@fast", "@connection"},
 			doc: doc{summary: "Resets the connection: its name and library.", since: "6.2.0", group: "connection", complexity: "O(1)"}},
 		{name: "info", arity: -1, run: (*conn).infoCmd, flags: []string{"loading", "stale"}, acl: []string{"@slow", "@dangerous"},
 			doc: doc{summary: "Returns information and statistics about the server.", since: "1.0.0", group: "server", complexity: "O(1)", args: []arg{optional(multiple(argString("section")))}}},
@@ -148,6 +157,8 @@ func newCommandTable() *commandTable {
 				{name: "client|setname", arity: 3, run: (*conn).clientSetName, doc: doc{summary: "Sets the connection name.", since: "2.6.9", group: "connection", complexity: "O(1)", args: []arg{argString("connection-name")}}},
 			}},
 	}
+	list = append(list, keyspaceCommands()...)
+	list = append(list, clusterCommands()...)
 	t := &commandTable{list: list, byName: map[string]*command{}}
 	for i, cmd := range list {
 		cmd.id = i

@@ -2,9 +2,11 @@ package resp_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os/exec"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +55,8 @@ func TestRedisCLI(t *testing.T) {
 		{"DEL a nope", "1\n"},
 		{"UNLINK b", "1\n"},
 		{"DBSIZE", "1\n"},
-		{"SET k v EX 10", "ERR SET option 'EX' is not supported: keys do not expire here, the cache evicts them by policy\n\n"},
+		{"SET k v EX 10", "OK\n"},
+		{"TTL k", "10\n"},
 		{"CONFIG GET appendonly", "appendonly\nno\n"},
 	} {
 		if got := runTool(t, nil, "", cli, addr, strings.Fields(tc.args)...); got != tc.want {
@@ -72,7 +75,7 @@ func TestRedisCLI(t *testing.T) {
 2) (nil)
 OK
 "a value"
-(error) ERR unknown command 'INCR', with args beginning with: 'x' 
+(error) ERR unknown command 'INCR', with args beginning with: 'x' (kvstrata serves string values with GET, SET, MGET, MSET, DEL, EXPIRE and SCAN; counters and in-place string updates are not supported)
 (integer) 3
 `
 	if got := runTool(t, nil, in, cli, addr, "--no-raw"); got != want {
@@ -135,4 +138,118 @@ func TestRedisBenchmark(t *testing.T) {
 		t.Errorf("stats after the benchmarks: %+v", st)
 	}
 	waitFor(t, "all views released", func() bool { return store.OpenViews() == 0 })
+}
+
+// The keyspace tools of redis-cli, and LMCache's operations guide (KEYS,
+// MEMORY USAGE, --scan --pattern … | xargs DEL), work as on Redis.
+func TestRedisCLIKeyspaceTools(t *testing.T) {
+	cli := lookTool(t, "redis-cli")
+	_, addr := startServer(t, nil, nil)
+	host, port, _ := net.SplitHostPort(addr)
+	c := dial(t, addr)
+	var all []string
+	for i := range 120 {
+		k := fmt.Sprintf("chunk:%03d", i)
+		if i%4 == 0 {
+			k = fmt.Sprintf("prompt:%03d", i)
+		}
+		all = append(all, k)
+		c.do("SET", k, strings.Repeat("v", i))
+	}
+	c.do("SET", "big", strings.Repeat("b", 100000))
+	all = append(all, "big")
+	sort.Strings(all)
+
+	lines := func(out string) []string {
+		ls := strings.Fields(out)
+		sort.Strings(ls)
+		return ls
+	}
+	if got := lines(runTool(t, nil, "", cli, addr, "--scan")); strings.Join(got, " ") != strings.Join(all, " ") {
+		t.Errorf("redis-cli --scan listed %d keys, want %d", len(got), len(all))
+	}
+	if got := lines(runTool(t, nil, "", cli, addr, "--scan", "--pattern", "prompt:*")); len(got) != 30 {
+		t.Errorf("redis-cli --scan --pattern prompt:* listed %d keys, want 30: %v", len(got), got)
+	}
+	if got := lines(runTool(t, nil, "", cli, addr, "KEYS", "*")); len(got) != len(all) {
+		t.Errorf("redis-cli KEYS * listed %d keys, want %d", len(got), len(all))
+	}
+	if got := runTool(t, nil, "", cli, addr, "MEMORY", "USAGE", "big"); got != fmt.Sprintf("%d\n", 3+100000+resptest.EntryOverhead) {
+		t.Errorf("redis-cli MEMORY USAGE big: %q", got)
+	}
+	if got := runTool(t, nil, "", cli, addr, "--bigkeys"); !strings.Contains(got, "Biggest string found '\"big\"' has 100000 bytes") || !strings.Contains(got, fmt.Sprintf("Sampled %d keys", len(all))) {
+		t.Errorf("redis-cli --bigkeys:\n%s", got)
+	}
+	if got := runTool(t, nil, "", cli, addr, "--memkeys"); !strings.Contains(got, fmt.Sprintf("Biggest string found '\"big\"' has %d bytes", 3+100000+resptest.EntryOverhead)) {
+		t.Errorf("redis-cli --memkeys:\n%s", got)
+	}
+
+	// The guide's way to drop keys by prefix.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	script := fmt.Sprintf("%[1]s -h %[2]s -p %[3]s --scan --pattern 'prompt:*' | xargs %[1]s -h %[2]s -p %[3]s DEL", cli, host, port)
+	out, err := exec.CommandContext(ctx, "sh", "-c", script).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "30" {
+		t.Fatalf("%s: %v, %q; want 30 keys deleted", script, err, out)
+	}
+	if got := runTool(t, nil, "", cli, addr, "DBSIZE"); got != fmt.Sprintf("%d\n", len(all)-30) {
+		t.Errorf("DBSIZE after the DEL: %q, want %d", got, len(all)-30)
+	}
+	if got := runTool(t, nil, "", cli, addr, "--scan", "--pattern", "prompt:*"); got != "" {
+		t.Errorf("prompt:* keys left: %q", got)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"SET t v EX 100", "OK\n"},
+		{"TTL t", "100\n"},
+		{"PERSIST t", "1\n"},
+		{"TYPE t", "string\n"},
+		{"STRLEN t", "1\n"},
+		{"CONFIG GET maxmemory", "maxmemory\n0\n"},
+		{"FLUSHALL", "OK\n"},
+		{"DBSIZE", "0\n"},
+	} {
+		if got := runTool(t, nil, "", cli, addr, strings.Fields(tc.args)...); got != tc.want {
+			t.Errorf("redis-cli %s: got %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
+// redis-benchmark exits at the first error reply it gets (outside cluster
+// mode), so plain redis-benchmark -q runs PING, SET and GET and stops at
+// INCR, the first command of a type not served, with the server's reason.
+// The string commands' tests all run.
+func TestRedisBenchmarkDefaultTests(t *testing.T) {
+	bench := lookTool(t, "redis-benchmark")
+	_, addr := startServer(t, nil, nil)
+	host, port, _ := net.SplitHostPort(addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bench, "-h", host, "-p", port, "-q", "-n", "2000").CombinedOutput()
+	final := benchLines(string(out))
+	if err == nil || !strings.Contains(final, "Error from server: ERR unknown command 'INCR', with args beginning with: 'counter:__rand_int__' (kvstrata serves string values") {
+		t.Errorf("plain redis-benchmark -q: %v\n%s", err, final)
+	}
+	for _, test := range []string{"PING_INLINE", "PING_MBULK", "SET", "GET"} {
+		if !regexp.MustCompile(`(?m)^` + test + `: [0-9.]+ requests per second`).MatchString(final) {
+			t.Errorf("plain redis-benchmark -q has no %s rate:\n%s", test, final)
+		}
+	}
+	final = benchLines(runTool(t, nil, "", bench, addr, "-q", "-n", "2000", "-t", "ping,set,get,mset"))
+	for _, test := range []string{"PING_INLINE", "PING_MBULK", "SET", "GET", `MSET \(10 keys\)`} {
+		if !regexp.MustCompile(`(?m)^` + test + `: [0-9.]+ requests per second`).MatchString(final) {
+			t.Errorf("redis-benchmark -q -t ping,set,get,mset has no %s rate:\n%s", test, final)
+		}
+	}
+	if strings.Contains(final, "rror") {
+		t.Errorf("redis-benchmark -t ping,set,get,mset reported errors:\n%s", final)
+	}
+}
+
+// benchLines drops redis-benchmark's progress lines (each ends in \r).
+func benchLines(out string) string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		lines = append(lines, l[strings.LastIndex(l, "\r")+1:])
+	}
+	return strings.Join(lines, "\n")
 }

@@ -37,8 +37,8 @@ func (a *app) newPutCommand() *cobra.Command {
 and prints KEY SIZE CHECKSUM for each (SIZE in bytes, CHECKSUM the xxhash64
 of the bytes, 16 hex digits, the one the node keeps with the block).
 
-KEY is NS/HASH, 16 hex digits each (NS may be redis). --parent names the
-block before a single KEY in its chain, so that eviction takes it first.
+KEY is NS/HASH, 16 hex digits each or 0x and up to 16 (NS may be redis).
+--parent names the block before a single KEY in its chain, so that eviction takes it first.
 A file must fit the node's block limit (kvctl stats shows it).`,
 		Example: `  # One block, the second of its chain
   kvctl put 9f86d081884c7d65/1111111111111111 block1.bin --parent 0123456789abcdef

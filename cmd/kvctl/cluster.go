@@ -87,7 +87,19 @@ type memberRow struct {
 	DataAddr  string       `json:"data_addr"`
 	RaftAddr  string       `json:"raft_addr"`
 	Transport string       `json:"transport"`
-	Tiers     []tierOutput `json:"tiers,omitempty"`
+	Tiers     []memberTier `json:"tiers,omitempty"`
+	// TiersAt is when the node last reported its tiers to the cluster.
+	TiersAt *time.Time `json:"tiers_at,omitempty"`
+}
+
+// memberTier is one tier of a member as the member reported it to the
+// cluster with its heartbeat: only what the member record holds. (kvctl
+// stats asks a node for the whole of its tiers: policy, hits, availability.)
+type memberTier struct {
+	Tier          string `json:"tier"`
+	CapacityBytes uint64 `json:"capacity_bytes"`
+	UsedBytes     uint64 `json:"used_bytes"`
+	Blocks        uint64 `json:"blocks"`
 }
 
 type membersOutput struct {
@@ -114,8 +126,12 @@ func (a *app) runMembers(ctx context.Context) error {
 			t := time.UnixMilli(m.SinceUnixMs).UTC()
 			row.Since = &t
 		}
+		if m.TiersUnixMs != 0 {
+			t := time.UnixMilli(m.TiersUnixMs).UTC()
+			row.TiersAt = &t
+		}
 		for _, t := range m.Tiers {
-			row.Tiers = append(row.Tiers, tierOutput{Tier: t.Tier, CapacityBytes: t.CapacityBytes, UsedBytes: t.UsedBytes, Blocks: t.Blocks})
+			row.Tiers = append(row.Tiers, memberTier{Tier: t.Tier, CapacityBytes: t.CapacityBytes, UsedBytes: t.UsedBytes, Blocks: t.Blocks})
 		}
 		out.Members = append(out.Members, row)
 	}

@@ -27,9 +27,11 @@ touch with it, or catching up after a restart) lookup says so with a
 "Stale:" line, as the answer may list blocks that are gone and miss new
 ones.
 
-Hashes are 16 hex digits, as kvctl prints them; --hashes-file reads one a
-line (blank lines and # comments skipped) after those on the command line.
-NS is the chain's namespace: 16 hex digits, or redis.`,
+Hashes are 16 hex digits, as kvctl prints them, or 0x and up to 16 (0xab);
+--hashes-file reads one a line (blank lines and # comments skipped) after
+those on the command line. NS is the chain's namespace, written the same
+way, or redis. (The gRPC JSON mapping, as grpcurl speaks it, writes these
+fixed64 numbers in decimal: printf '%u' 0xHASH turns one into the other.)`,
 		Example: `  # A three-block chain
   kvctl lookup --namespace 9f86d081884c7d65 0123456789abcdef 1111111111111111 2222222222222222
 

@@ -78,7 +78,7 @@ func TestLookupOfAnUnknownChainHoldsNothing(t *testing.T) {
 func TestLookupReportsBadHashesAndFiles(t *testing.T) {
 	addr, _ := startNode(t)
 	code, _, stderr := run(t, "--addr", addr, "lookup", "--namespace", nsA, "xyz", "12")
-	wantFailure(t, code, stderr, exitUsage, `lookup: hash "xyz" is not 16 hex digits; hash "12" is not 16 hex digits`)
+	wantFailure(t, code, stderr, exitUsage, `lookup: hash "xyz" is not 16 hex digits (or 0x and up to 16); hash "12" is not 16 hex digits (or 0x and up to 16)`)
 	code, _, stderr = run(t, "--addr", addr, "lookup", "--namespace", nsA, "--hashes-file", "/nonexistent/chain.txt")
 	wantFailure(t, code, stderr, exitFailure, "lookup: --hashes-file: open /nonexistent/chain.txt: no such file or directory")
 }

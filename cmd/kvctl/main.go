@@ -20,6 +20,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/kvstrata/kvstrata/api/client"
+	"github.com/kvstrata/kvstrata/internal/buildinfo"
 )
 
 // Exit statuses.
@@ -111,7 +112,9 @@ case nothing ran.`,
 		SilenceErrors:     true, // execute reports them
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		Version:           buildinfo.Read().String(),
 	}
+	root.SetVersionTemplate("kvctl {{.Version}}\n")
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
@@ -129,6 +132,7 @@ case nothing ran.`,
 	root.AddCommand(a.newTraceCommand())
 	root.AddCommand(a.newPredictCommand())
 	root.AddCommand(a.newPlannerCommand())
+	root.AddCommand(a.newVersionCommand(), a.newCompletionCommand())
 	return root
 }
 

@@ -129,7 +129,7 @@ func TestCommandsCheckTheirCommandLineBeforeConnecting(t *testing.T) {
 	}{
 		{[]string{"evict"}, "evict needs a selector"},
 		{[]string{"evict", "--key", "nope"}, `key "nope" is not NS/HASH`},
-		{[]string{"evict", "--namespace", "12"}, `namespace "12" is not 16 hex digits (or redis`},
+		{[]string{"evict", "--namespace", "12"}, `namespace "12" is not 16 hex digits (or 0x and up to 16, or redis`},
 		{[]string{"evict", "--tier", "tape", "--yes"}, `unknown tier "tape" (want dram, ssd or s3)`},
 		{[]string{"evict", "--bytes", "lots", "--yes"}, `--bytes: size "lots"`},
 		{[]string{"lookup", "0000000000000001"}, "--namespace is required"},

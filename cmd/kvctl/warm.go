@@ -24,8 +24,8 @@ SSD, or the object store shared by the cluster — reading many at once, so
 that the engine's request for that context finds it in memory. Blocks
 already there are left alone; blocks held nowhere are counted as missing.
 
-Hashes are 16 hex digits; --hashes-file reads one a line. A progress bar is
-drawn on stderr when it is a terminal. Exit status 1 when a block failed.`,
+Hashes are 16 hex digits, or 0x and up to 16; --hashes-file reads one a
+line. A progress bar is drawn on stderr when it is a terminal. Exit status 1 when a block failed.`,
 		Example: `  # Warm a long document's blocks into DRAM
   kvctl warm --namespace 9f86d081884c7d65 --hashes-file doc.txt
 

@@ -721,6 +721,11 @@ func (r *faultRun) checkSettled() {
 			}
 		}
 	}
+	type listing struct {
+		loc index.NodeID
+		key index.Key
+	}
+	var unserved []listing
 	for loc, byKey := range listedBy {
 		var ks []index.Key
 		for k := range byKey {
@@ -736,12 +741,31 @@ func (r *faultRun) checkSettled() {
 			}
 			now := time.Now()
 			for j, k := range batch {
+				if !res[j].Found {
+					unserved = append(unserved, listing{loc, k})
+				}
 				for _, via := range byKey[k] {
 					r.h.Add(history.Op{Kind: history.Fetch, Key: k, Node: loc, Via: via, Start: now, End: now, Settled: true,
 						Result: verdict(k, res[j])})
 				}
 			}
 		}
+	}
+	// What a second fetch of an unserved location finds tells a node that
+	// missed a block it holds (found now) from a directory that lists a
+	// block its node does not hold (still missing).
+	for _, u := range unserved {
+		ctx, cancel := context.WithTimeout(context.Background(), faultDeadline)
+		res, err := r.nodes[u.loc-1].api().Get(ctx, []index.Key{u.key})
+		cancel()
+		again := "still not found"
+		switch {
+		case err != nil:
+			again = err.Error()
+		case res[0].Found:
+			again = "found"
+		}
+		t.Logf("after settling, %v is listed at node %d, which did not serve it; fetched again: %s", u.key, u.loc, again)
 	}
 }
 

@@ -19,12 +19,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/internal/buildinfo"
 )
 
 // Exit statuses.
@@ -62,14 +62,11 @@ command line or configuration (nothing was started).`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCommand(stdout, stderr), newWorkerCommand(stderr), newUpCommand(stderr), newFrontendCommand(stderr), newProfileCommand(stdout, stderr), newPlannerCommand(stderr), &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(stdout, "kvstrata", version())
-		},
-	})
+	root.AddCommand(newServeCommand(stdout, stderr), newWorkerCommand(stderr), newUpCommand(stderr), newFrontendCommand(stderr), newProfileCommand(stdout, stderr), newPlannerCommand(stderr), newVersionCommand(stdout))
 	root.AddCommand(newConfigureCommand(stdout))
+	root.AddCommand(newCompletionCommand(stdout))
+	root.Version = buildinfo.Read().String()
+	root.SetVersionTemplate("kvstrata {{.Version}}\n")
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(stderr, "kvstrata: %v\n", err)
@@ -87,11 +84,3 @@ command line or configuration (nothing was started).`,
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
-
-// version is the main module's version from the build info.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}

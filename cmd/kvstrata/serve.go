@@ -42,7 +42,7 @@ Sizes take units: 4096, 64KiB, 4MiB, 8GiB (binary) or 10GB (decimal).`,
   kvstrata serve --dram-capacity 8GiB --ssd-dir /mnt/nvme/kvstrata --ssd-capacity 100GiB --dram-policy prefix
 
   # See what a config file and the environment add up to
-  KVSTRATA_LISTEN_RESP=0.0.0.0:6379 kvstrata serve --config kvstrata.toml --print-config`,
+  KVSTRATA_LISTEN_RESP=0.0.0.0:6379 kvstrata serve --config kvstrata.toml --advertise-host cache1.example.com --print-config`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usageError{fmt.Errorf("serve takes no arguments, got %q", args)}

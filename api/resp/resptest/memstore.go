@@ -5,8 +5,10 @@ package resptest
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvstrata/kvstrata/api/resp"
 	"github.com/kvstrata/kvstrata/internal/units"
@@ -15,6 +17,7 @@ import (
 var (
 	_ resp.Store             = (*MemStore)(nil)
 	_ resp.ConditionalSetter = (*MemStore)(nil)
+	_ resp.KeyStore          = (*MemStore)(nil)
 )
 
 // MemStore is a resp.Store in a map. Values are copied in on Set and
@@ -23,7 +26,12 @@ var (
 // rewriting one key does not churn the garbage collector); a view stays
 // valid after the key is replaced or deleted. MemStore counts the views
 // not yet released, so tests can check that the server releases every
-// one. Safe for concurrent use.
+// one.
+//
+// MemStore is a resp.KeyStore: keys may have deadlines, read by a clock a
+// test can set (SetClock); Apply checks every write before it makes any;
+// Scan walks keys in the order they were first stored. Safe for
+// concurrent use.
 type MemStore struct {
 	// MaxValue is the largest value Set accepts, in bytes; a larger one
 	// fails with an error matching resp.ErrTooLarge. 0 means no limit. Set
@@ -38,6 +46,8 @@ type MemStore struct {
 	m    map[string]*entry
 	used int64
 	fail error
+	now  func() time.Time // the clock deadlines are read by
+	seq  uint64           // the scan order of the next new key
 
 	views atomic.Int64
 }
@@ -47,7 +57,13 @@ type entry struct {
 	s     *MemStore
 	b     []byte
 	views int
+	at    time.Time // deadline; zero if none
+	seq   uint64    // scan order: kept while the key is present
 }
+
+// EntryOverhead is what MemStore counts in a key's Footprint beside its
+// key and value bytes.
+const EntryOverhead = 64
 
 // release ends one view of e.
 func (e *entry) release() {
@@ -58,7 +74,34 @@ func (e *entry) release() {
 }
 
 // NewMemStore returns an empty store without limits.
-func NewMemStore() *MemStore { return &MemStore{m: map[string]*entry{}} }
+func NewMemStore() *MemStore { return &MemStore{m: map[string]*entry{}, now: time.Now, seq: 1} }
+
+// SetClock makes the store read deadlines by now instead of time.Now, so
+// that a test can make keys expire without waiting.
+func (s *MemStore) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = now
+}
+
+// live returns key's entry, or nil if it is missing or past its deadline
+// (an expired entry is deleted on the way). The caller holds s.mu.
+func (s *MemStore) live(key string) *entry {
+	e := s.m[key]
+	if e == nil {
+		return nil
+	}
+	if !e.at.IsZero() && !e.at.After(s.now()) {
+		s.deleteLocked(key, e)
+		return nil
+	}
+	return e
+}
+
+func (s *MemStore) deleteLocked(key string, e *entry) {
+	delete(s.m, key)
+	s.used -= int64(len(e.b))
+}
 
 // FailWith makes every later call fail with err, until FailWith(nil).
 func (s *MemStore) FailWith(err error) {
@@ -77,8 +120,8 @@ func (s *MemStore) View(ctx context.Context, key string) ([]byte, func(), error)
 	if s.fail != nil {
 		return nil, nil, s.fail
 	}
-	e, ok := s.m[key]
-	if !ok {
+	e := s.live(key)
+	if e == nil {
 		return nil, nil, fmt.Errorf("resptest: get %q: %w", key, resp.ErrNotFound)
 	}
 	e.views++
@@ -86,11 +129,14 @@ func (s *MemStore) View(ctx context.Context, key string) ([]byte, func(), error)
 	return e.b, e.release, nil
 }
 
-// Set stores a copy of value under key.
+// Set stores a copy of value under key, without a deadline.
 func (s *MemStore) Set(ctx context.Context, key string, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.setLocked(key, value)
+	if s.fail != nil {
+		return s.fail
+	}
+	return s.setLocked(key, value, time.Time{})
 }
 
 // SetIf stores a copy of value if key's presence equals exists.
@@ -100,35 +146,208 @@ func (s *MemStore) SetIf(ctx context.Context, key string, value []byte, exists b
 	if s.fail != nil {
 		return false, s.fail
 	}
-	if _, ok := s.m[key]; ok != exists {
+	if (s.live(key) != nil) != exists {
 		return false, nil
 	}
-	return true, s.setLocked(key, value)
+	return true, s.setLocked(key, value, time.Time{})
 }
 
-func (s *MemStore) setLocked(key string, value []byte) error {
+// SetWith stores a copy of value as opts say.
+func (s *MemStore) SetWith(ctx context.Context, key string, value []byte, opts resp.SetOptions) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.fail != nil {
-		return s.fail
+		return false, s.fail
 	}
-	n := int64(len(value))
+	e := s.live(key)
+	if opts.Cond == resp.SetIfAbsent && e != nil || opts.Cond == resp.SetIfPresent && e == nil {
+		return false, nil
+	}
+	at := opts.ExpireAt
+	if opts.KeepTTL && e != nil {
+		at = e.at
+	}
+	return true, s.setLocked(key, value, at)
+}
+
+// check says whether a value of n bytes may replace one of old bytes.
+func (s *MemStore) check(n, old, used int64) error {
 	if s.MaxValue > 0 && n > s.MaxValue {
 		return resp.Mark(fmt.Errorf("resptest: value is %s, over the %s limit", units.FormatBytes(n), units.FormatBytes(s.MaxValue)), resp.ErrTooLarge)
 	}
+	if s.Capacity > 0 && used-old+n > s.Capacity {
+		return fmt.Errorf("resptest: %w: %s of %s used, %s more do not fit", resp.ErrFull, units.FormatBytes(used), units.FormatBytes(s.Capacity), units.FormatBytes(n))
+	}
+	return nil
+}
+
+// setLocked stores value under key with deadline at; a deadline already
+// past deletes key instead.
+func (s *MemStore) setLocked(key string, value []byte, at time.Time) error {
+	n := int64(len(value))
 	var old int64
-	e := s.m[key]
+	e := s.live(key)
 	if e != nil {
 		old = int64(len(e.b))
 	}
-	if s.Capacity > 0 && s.used-old+n > s.Capacity {
-		return fmt.Errorf("resptest: %w: %s of %s used, %s more do not fit", resp.ErrFull, units.FormatBytes(s.used), units.FormatBytes(s.Capacity), units.FormatBytes(n))
+	if err := s.check(n, old, s.used); err != nil {
+		return err
 	}
-	if e != nil && e.views == 0 && cap(e.b) >= len(value) {
+	if !at.IsZero() && !at.After(s.now()) {
+		if e != nil {
+			s.deleteLocked(key, e)
+		}
+		return nil
+	}
+	switch {
+	case e != nil && e.views == 0 && cap(e.b) >= len(value):
 		e.b = append(e.b[:0], value...) // nobody reads these bytes: reuse them
-	} else {
-		s.m[key] = &entry{s: s, b: append([]byte(nil), value...)}
+	case e != nil:
+		s.m[key] = &entry{s: s, b: append([]byte(nil), value...), seq: e.seq}
+	default:
+		s.m[key] = &entry{s: s, b: append([]byte(nil), value...), seq: s.seq}
+		s.seq++
 	}
+	s.m[key].at = at
 	s.used += n - old
 	return nil
+}
+
+// Apply makes every write of ws or, when one fails its checks, none.
+func (s *MemStore) Apply(ctx context.Context, ws []resp.Write) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return s.fail
+	}
+	size := map[string]int64{} // the value sizes as the writes so far leave them
+	used := s.used
+	for _, w := range ws {
+		old, ok := size[w.Key]
+		if !ok {
+			if e := s.live(w.Key); e != nil {
+				old = int64(len(e.b))
+			}
+		}
+		if w.Delete {
+			used -= old
+			size[w.Key] = 0
+			continue
+		}
+		n := int64(len(w.Value))
+		if err := s.check(n, old, used); err != nil {
+			return err
+		}
+		used += n - old
+		size[w.Key] = n
+	}
+	for _, w := range ws {
+		if w.Delete {
+			if e := s.live(w.Key); e != nil {
+				s.deleteLocked(w.Key, e)
+			}
+			continue
+		}
+		if err := s.setLocked(w.Key, w.Value, w.ExpireAt); err != nil {
+			panic("resptest: a write checked by Apply failed: " + err.Error())
+		}
+	}
+	return nil
+}
+
+// Stat describes key.
+func (s *MemStore) Stat(ctx context.Context, key string) (resp.KeyInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return resp.KeyInfo{}, s.fail
+	}
+	e := s.live(key)
+	if e == nil {
+		return resp.KeyInfo{}, fmt.Errorf("resptest: stat %q: %w", key, resp.ErrNotFound)
+	}
+	n := int64(len(e.b))
+	return resp.KeyInfo{Size: n, Footprint: int64(len(key)) + n + EntryOverhead, ExpireAt: e.at}, nil
+}
+
+// Expire sets key's deadline; one not after now deletes it.
+func (s *MemStore) Expire(ctx context.Context, key string, at time.Time) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return time.Time{}, s.fail
+	}
+	e := s.live(key)
+	if e == nil {
+		return time.Time{}, fmt.Errorf("resptest: expire %q: %w", key, resp.ErrNotFound)
+	}
+	old := e.at
+	e.at = at
+	if !at.IsZero() && !at.After(s.now()) {
+		s.deleteLocked(key, e)
+	}
+	return old, nil
+}
+
+// Scan returns up to count keys in the order they were first stored,
+// from cursor on; the cursor is the order of the next key to return, so
+// keys stored or deleted meanwhile do not make it skip any.
+func (s *MemStore) Scan(ctx context.Context, cursor uint64, count int) ([]string, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, 0, s.fail
+	}
+	count = max(count, 1)
+	type ordered struct {
+		key string
+		seq uint64
+	}
+	var after []ordered
+	now := s.now()
+	for k, e := range s.m {
+		if e.seq >= cursor && (e.at.IsZero() || e.at.After(now)) {
+			after = append(after, ordered{k, e.seq})
+		}
+	}
+	sort.Slice(after, func(i, j int) bool { return after[i].seq < after[j].seq })
+	if len(after) <= count {
+		keys := make([]string, len(after))
+		for i, o := range after {
+			keys[i] = o.key
+		}
+		return keys, 0, nil
+	}
+	keys := make([]string, count)
+	for i, o := range after[:count] {
+		keys[i] = o.key
+	}
+	return keys, after[count].seq, nil
+}
+
+// Flush deletes every key.
+func (s *MemStore) Flush(ctx context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return 0, s.fail
+	}
+	n := s.countLocked()
+	clear(s.m)
+	s.used = 0
+	return n, nil
+}
+
+// countLocked is the number of keys not past their deadline.
+func (s *MemStore) countLocked() int64 {
+	var n int64
+	now := s.now()
+	for _, e := range s.m {
+		if e.at.IsZero() || e.at.After(now) {
+			n++
+		}
+	}
+	return n
 }
 
 // Exists reports whether key is stored.
@@ -138,8 +357,7 @@ func (s *MemStore) Exists(ctx context.Context, key string) (bool, error) {
 	if s.fail != nil {
 		return false, s.fail
 	}
-	_, ok := s.m[key]
-	return ok, nil
+	return s.live(key) != nil, nil
 }
 
 // Delete removes key.
@@ -149,12 +367,11 @@ func (s *MemStore) Delete(ctx context.Context, key string) (bool, error) {
 	if s.fail != nil {
 		return false, s.fail
 	}
-	e, ok := s.m[key]
-	if ok {
-		delete(s.m, key)
-		s.used -= int64(len(e.b))
+	e := s.live(key)
+	if e != nil {
+		s.deleteLocked(key, e)
 	}
-	return ok, nil
+	return e != nil, nil
 }
 
 // Len is the number of keys stored.
@@ -164,7 +381,7 @@ func (s *MemStore) Len(ctx context.Context) (int64, error) {
 	if s.fail != nil {
 		return 0, s.fail
 	}
-	return int64(len(s.m)), nil
+	return s.countLocked(), nil
 }
 
 // Info reports the bytes held (memory section) and the limits (a

@@ -183,6 +183,9 @@ func cache(s Spec) []runtime.Object {
 		fmt.Sprintf("--listen-grpc=$(POD_IP):%d", CacheGRPCPort),
 		fmt.Sprintf("--listen-data=$(POD_IP):%d", CacheDataPort),
 		fmt.Sprintf("--listen-http=0.0.0.0:%d", CacheHTTPPort),
+		// What the node tells its peers and clients: its stable DNS name
+		// through the headless Service, never the wildcard it listens on.
+		fmt.Sprintf("--advertise-host=$(POD_NAME).%s.$(POD_NAMESPACE).svc.cluster.local", CacheName),
 		"--listen-resp=",
 		fmt.Sprintf("--cluster-raft-addr=$(POD_NAME).%s.$(POD_NAMESPACE).svc.cluster.local:%d", CacheName, CacheRaftPort),
 		"--cluster-bootstrap=" + strings.Join(peers, ","),

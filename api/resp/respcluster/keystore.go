@@ -1,0 +1,129 @@
+package respcluster
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/kvstrata/kvstrata/api/resp"
+)
+
+// SetWith stores value locally as opts say, with the condition and a kept
+// deadline judged across the cluster, then deletes the other copies. The
+// condition is atomic with the local store only: a write of the same key
+// through another node at the same moment may race it.
+func (k *KeyStore) SetWith(ctx context.Context, key string, value []byte, opts resp.SetOptions) (bool, error) {
+	if opts.Cond != resp.SetAlways || opts.KeepTTL {
+		// Held here, the local store decides, atomically; not here,
+		// another node's copy decides.
+		_, err := k.ks.Stat(ctx, key)
+		if err != nil && !errors.Is(err, resp.ErrNotFound) {
+			return false, err
+		}
+		if err != nil {
+			there, err := k.remoteStat(ctx, key)
+			switch {
+			case errors.Is(err, resp.ErrNotFound):
+			case err != nil:
+				return false, err
+			case opts.Cond == resp.SetIfAbsent:
+				return false, nil
+			default: // XX holds, or the deadline to keep is there
+				if opts.Cond == resp.SetIfPresent {
+					opts.Cond = resp.SetAlways
+				}
+				if opts.KeepTTL {
+					opts.KeepTTL, opts.ExpireAt = false, there.ExpireAt
+				}
+			}
+		}
+	}
+	stored, err := k.ks.SetWith(ctx, key, value, opts)
+	if err != nil || !stored {
+		return stored, err
+	}
+	return true, k.invalidate(ctx, key)
+}
+
+// SetIf is SetWith with SET … NX (exists false) or XX (exists true).
+func (k *KeyStore) SetIf(ctx context.Context, key string, value []byte, exists bool) (bool, error) {
+	cond := resp.SetIfAbsent
+	if exists {
+		cond = resp.SetIfPresent
+	}
+	return k.SetWith(ctx, key, value, resp.SetOptions{Cond: cond})
+}
+
+// Apply makes the writes locally, all or none, then deletes the other
+// copies of every key written. Only the local part is atomic.
+func (k *KeyStore) Apply(ctx context.Context, ws []resp.Write) error {
+	if err := k.ks.Apply(ctx, ws); err != nil {
+		return err
+	}
+	var failed error
+	seen := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		if seen[w.Key] {
+			continue
+		}
+		seen[w.Key] = true
+		if err := k.invalidate(ctx, w.Key); err != nil && failed == nil {
+			failed = err
+		}
+	}
+	return failed
+}
+
+// Stat describes the local value, or else a holder's.
+func (k *KeyStore) Stat(ctx context.Context, key string) (resp.KeyInfo, error) {
+	ki, err := k.ks.Stat(ctx, key)
+	if err == nil || !errors.Is(err, resp.ErrNotFound) {
+		return ki, err
+	}
+	ri, rerr := k.remoteStat(ctx, key)
+	if errors.Is(rerr, resp.ErrNotFound) {
+		return ki, err
+	}
+	return ri, rerr
+}
+
+// Expire sets the deadline of the local value. A key held only by other
+// nodes is moved here first (read from a holder, stored locally with the
+// new deadline, the other copies deleted), so that the deadline binds the
+// only copy; a deadline already past deletes it everywhere.
+func (k *KeyStore) Expire(ctx context.Context, key string, at time.Time) (time.Time, error) {
+	old, err := k.ks.Expire(ctx, key, at)
+	if err == nil || !errors.Is(err, resp.ErrNotFound) {
+		return old, err
+	}
+	there, rerr := k.remoteStat(ctx, key)
+	if rerr != nil {
+		if errors.Is(rerr, resp.ErrNotFound) {
+			return old, err
+		}
+		return time.Time{}, rerr
+	}
+	if !at.IsZero() && !at.After(time.Now()) {
+		_, derr := k.deleteRemote(ctx, key)
+		return there.ExpireAt, derr
+	}
+	v, rerr := k.remoteGet(ctx, key)
+	if rerr != nil {
+		if errors.Is(rerr, resp.ErrNotFound) { // deleted meanwhile
+			return old, err
+		}
+		return time.Time{}, rerr
+	}
+	if _, serr := k.ks.SetWith(ctx, key, v, resp.SetOptions{ExpireAt: at}); serr != nil {
+		return time.Time{}, serr
+	}
+	return there.ExpireAt, k.invalidate(ctx, key)
+}
+
+// Scan walks the node's own keys (SCAN and KEYS are per node).
+func (k *KeyStore) Scan(ctx context.Context, cursor uint64, count int) ([]string, uint64, error) {
+	return k.ks.Scan(ctx, cursor, count)
+}
+
+// Flush deletes the node's own keys (FLUSHDB and FLUSHALL are per node).
+func (k *KeyStore) Flush(ctx context.Context) (int64, error) { return k.ks.Flush(ctx) }

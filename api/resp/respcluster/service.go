@@ -1,0 +1,204 @@
+package respcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvstrata/kvstrata/api/resp"
+	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/index"
+)
+
+// chunkSize is the most value bytes one ValueChunk carries: well under
+// gRPC's default 4 MiB message limit.
+const chunkSize = 1 << 20
+
+// Service answers the Keyspace gRPC service from a node's own store: the
+// store given to Register, never the cluster-wide Store, so a request
+// from a peer is never passed on.
+type Service struct {
+	pb.UnimplementedKeyspaceServer
+	local resp.Store
+}
+
+// Register adds the Keyspace service of local, the node's own store, to g.
+func Register(g grpc.ServiceRegistrar, local resp.Store) *Service {
+	s := &Service{local: local}
+	pb.RegisterKeyspaceServer(g, s)
+	return s
+}
+
+// Get streams the local value of the key.
+func (s *Service) Get(req *pb.KeyRequest, stream grpc.ServerStreamingServer[pb.ValueChunk]) error {
+	v, release, err := s.local.View(stream.Context(), string(req.GetKey()))
+	if err != nil {
+		return statusOf(err)
+	}
+	defer release()
+	first := true
+	for first || len(v) > 0 {
+		n := min(len(v), chunkSize)
+		msg := &pb.ValueChunk{Data: v[:n]}
+		if first {
+			msg.Size = uint64(len(v))
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		v, first = v[n:], false
+	}
+	return nil
+}
+
+// Stat describes the local value of the key: with the store's Stat when
+// it has one, else from its value.
+func (s *Service) Stat(ctx context.Context, req *pb.KeyRequest) (*pb.KeyStat, error) {
+	key := string(req.GetKey())
+	if ks, ok := s.local.(resp.KeyStore); ok {
+		ki, err := ks.Stat(ctx, key)
+		if err != nil {
+			return nil, statusOf(err)
+		}
+		out := &pb.KeyStat{Size: uint64(ki.Size), Footprint: uint64(ki.Footprint)}
+		if !ki.ExpireAt.IsZero() {
+			out.ExpireAtUnixMs = ki.ExpireAt.UnixMilli()
+		}
+		return out, nil
+	}
+	v, release, err := s.local.View(ctx, key)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	defer release()
+	return &pb.KeyStat{Size: uint64(len(v)), Footprint: uint64(len(key) + len(v))}, nil
+}
+
+// Delete removes the local value of the key.
+func (s *Service) Delete(ctx context.Context, req *pb.KeyRequest) (*pb.KeyDeleted, error) {
+	ok, err := s.local.Delete(ctx, string(req.GetKey()))
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return &pb.KeyDeleted{Deleted: ok}, nil
+}
+
+// statusOf maps a store's error to a gRPC status; peerError maps it back.
+func statusOf(err error) error {
+	switch {
+	case errors.Is(err, resp.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, resp.ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// GRPCPeers asks other nodes through their Keyspace service (Peers).
+type GRPCPeers struct {
+	conn func(index.NodeID) (grpc.ClientConnInterface, error)
+}
+
+var _ Peers = (*GRPCPeers)(nil)
+
+// NewGRPCPeers returns Peers that reach node id through conn(id), a
+// connection to its gRPC endpoint (cached by the caller).
+func NewGRPCPeers(conn func(index.NodeID) (grpc.ClientConnInterface, error)) *GRPCPeers {
+	return &GRPCPeers{conn: conn}
+}
+
+func (p *GRPCPeers) client(node index.NodeID) (pb.KeyspaceClient, error) {
+	cc, err := p.conn(node)
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewKeyspaceClient(cc), nil
+}
+
+// Get reads node's value of key.
+func (p *GRPCPeers) Get(ctx context.Context, node index.NodeID, key string, progress func()) ([]byte, error) {
+	c, err := p.client(node)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := c.Get(ctx, &pb.KeyRequest{Key: []byte(key)})
+	if err != nil {
+		return nil, peerError(node, err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, peerError(node, err)
+	}
+	progress()
+	if first.GetSize() > 1<<40 {
+		return nil, fmt.Errorf("node %d: value of %d bytes", node, first.GetSize())
+	}
+	v := make([]byte, 0, first.GetSize())
+	v = append(v, first.GetData()...)
+	for uint64(len(v)) < first.GetSize() {
+		msg, err := stream.Recv()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, peerError(node, err)
+		}
+		progress()
+		v = append(v, msg.GetData()...)
+	}
+	if uint64(len(v)) != first.GetSize() {
+		return nil, fmt.Errorf("node %d: sent %d bytes of a %d-byte value", node, len(v), first.GetSize())
+	}
+	return v, nil
+}
+
+// Stat describes node's value of key.
+func (p *GRPCPeers) Stat(ctx context.Context, node index.NodeID, key string) (resp.KeyInfo, error) {
+	c, err := p.client(node)
+	if err != nil {
+		return resp.KeyInfo{}, err
+	}
+	st, err := c.Stat(ctx, &pb.KeyRequest{Key: []byte(key)})
+	if err != nil {
+		return resp.KeyInfo{}, peerError(node, err)
+	}
+	ki := resp.KeyInfo{Size: int64(st.GetSize()), Footprint: int64(st.GetFootprint())}
+	if ms := st.GetExpireAtUnixMs(); ms != 0 {
+		ki.ExpireAt = time.UnixMilli(ms)
+	}
+	return ki, nil
+}
+
+// Delete removes node's value of key.
+func (p *GRPCPeers) Delete(ctx context.Context, node index.NodeID, key string) (bool, error) {
+	c, err := p.client(node)
+	if err != nil {
+		return false, err
+	}
+	r, err := c.Delete(ctx, &pb.KeyRequest{Key: []byte(key)})
+	if err != nil {
+		return false, peerError(node, err)
+	}
+	return r.GetDeleted(), nil
+}
+
+// peerError is the error of a request to node: matching resp.ErrNotFound
+// when the node holds no value — or runs a version without the Keyspace
+// service, whose values only its own RESP port serves, as before — a
+// plain error otherwise.
+func peerError(node index.NodeID, err error) error {
+	if c := status.Code(err); c == codes.NotFound || c == codes.Unimplemented {
+		return resp.Mark(fmt.Errorf("node %d: %s", node, status.Convert(err).Message()), resp.ErrNotFound)
+	}
+	return fmt.Errorf("node %d: %w", node, err)
+}
