@@ -14,6 +14,10 @@ import (
 // or nothing; MGET, EXISTS and DEL take their keys one by one.
 
 func (c *conn) get(args [][]byte) {
+	if st, ok := c.s.store.(Streamer); ok && c.multi.tx == nil { // in EXEC, the overlay answers
+		c.getStreamed(st, string(args[1]))
+		return
+	}
 	v, release, err := c.keys().view(string(args[1]))
 	if err != nil {
 		if release != nil {

@@ -419,3 +419,71 @@ func TestRESPChunkedReadsRacingWritesSeeWholeValues(t *testing.T) {
 		}
 	}
 }
+
+// streamed reads key through ViewStream: the pieces of a chunked value, or
+// the one piece of a small one.
+func streamed(t *testing.T, s *respnode.Store, key string) ([]byte, int, error) {
+	t.Helper()
+	v, err := s.ViewStream(context.Background(), key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if v.Stream == nil {
+		out := bytes.Clone(v.Bytes)
+		v.Release()
+		return out, 1, nil
+	}
+	var out []byte
+	pieces := 0
+	err = v.Stream(func(p []byte) error {
+		out = append(out, p...)
+		pieces++
+		return nil
+	})
+	if int64(len(out)) != v.Size {
+		t.Fatalf("stream of %d bytes announced %d", len(out), v.Size)
+	}
+	return out, pieces, err
+}
+
+// GET streams a chunked value chunk by chunk; a value that lost a chunk
+// is a miss before anything is streamed.
+func TestRESPViewStreamHandsOutChunks(t *testing.T) {
+	n, s := newNodeStore(t, nodetest.Options{Limits: node.Config{MaxBlockSize: block}, Inline: true})
+	ctx := context.Background()
+	big, small := randomValue(5*block+3, 7), []byte("small")
+	if err := s.Set(ctx, "big", big); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set(ctx, "small", small); err != nil {
+		t.Fatal(err)
+	}
+	if got, pieces, err := streamed(t, s, "big"); err != nil || pieces != 6 || !bytes.Equal(got, big) {
+		t.Fatalf("stream of a chunked value: %d bytes in %d pieces, %v", len(got), pieces, err)
+	}
+	if got, pieces, err := streamed(t, s, "small"); err != nil || pieces != 1 || !bytes.Equal(got, small) {
+		t.Fatalf("stream of a small value: %q in %d pieces, %v", got, pieces, err)
+	}
+	if _, _, err := streamed(t, s, "nothing"); !errors.Is(err, resp.ErrNotFound) {
+		t.Fatalf("stream of a missing key: %v", err)
+	}
+	// The stream stops at emit's first error.
+	v, err := s.ViewStream(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, calls := errors.New("client gone"), 0
+	if err := v.Stream(func([]byte) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("stream after emit failed: %v after %d calls", err, calls)
+	}
+	chunks := n.Hierarchy().Blocks(func(b tiers.BlockInfo) bool { return b.Key.NS == respnode.ChunkNamespace })
+	if err := n.Hierarchy().Delete(chunks[0].Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := streamed(t, s, "big"); !errors.Is(err, resp.ErrNotFound) {
+		t.Fatalf("stream of a value that lost a chunk: %v, want a miss", err)
+	}
+	if c := blocksIn(n, respnode.ChunkNamespace); c != 0 {
+		t.Fatalf("%d chunks left of a value that lost one", c)
+	}
+}
