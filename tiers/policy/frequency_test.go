@@ -138,7 +138,7 @@ func TestWTinyLFUAdmitsAWindowBlockOnlyIfUsedMoreOften(t *testing.T) {
 }
 
 func TestSketchCountsUpToSixteenAndForgetsByHalving(t *testing.T) {
-	s := NewSketch(64)
+	s := NewSketch(16)
 	if got := s.Estimate(key(1)); got != 0 {
 		t.Fatalf("an unseen key estimates %d, want 0", got)
 	}
@@ -157,12 +157,12 @@ func TestSketchCountsUpToSixteenAndForgetsByHalving(t *testing.T) {
 		t.Fatalf("after halving: %d, want 15/2 = 7 (the doorkeeper is cleared)", got)
 	}
 	// Halving happens by itself after 10 × width increments.
-	s = NewSketch(64)
+	s = NewSketch(16)
 	for range 10 {
 		s.Increment(key(2))
 	}
 	before := s.Estimate(key(2))
-	for i := range 10*64 - 10 {
+	for i := range 10*16 - 10 {
 		s.Increment(key(1000 + i))
 	}
 	if after := s.Estimate(key(2)); after >= before {
@@ -183,7 +183,7 @@ func TestNewKnowsTheFrequencyPolicies(t *testing.T) {
 }
 
 func BenchmarkSketch(b *testing.B) {
-	s := NewSketch(1 << 16)
+	s := NewSketch(1 << 14)
 	for i := range b.N {
 		s.Increment(key(i & 0xFFFFF))
 		s.Estimate(key(i & 0xFFFF))

@@ -6,12 +6,13 @@ import "github.com/kvstrata/kvstrata/index"
 // in bounded memory (TinyLFU, Einziger et al. 2017): a count-min sketch of
 // four rows of 4-bit counters packed sixteen to a word, behind a doorkeeper
 // bit set that absorbs each key's first access so that one-hit wonders
-// never reach the counters. After 10 × width increments every counter is
-// halved and the doorkeeper cleared, so old popularity fades.
+// never reach the counters. After 10 increments per block the cache holds
+// every counter is halved and the doorkeeper cleared, so old popularity
+// fades.
 //
 // Estimate counts the doorkeeper's bit as one access: a key seen once
-// estimates 1, twice 2, up to 16. Memory is 2 bytes of counters and 1 byte
-// of doorkeeper per unit of width. Increment and Estimate are O(1). Not safe
+// estimates 1, twice 2, up to 16. Memory is 8 bytes of counters and 4 bytes
+// of doorkeeper per block. Increment and Estimate are O(1). Not safe
 // for concurrent use.
 type Sketch struct {
 	rows       [sketchDepth][]uint64 // 16 counters of 4 bits per word
@@ -24,15 +25,16 @@ type Sketch struct {
 
 const sketchDepth = 4
 
-// NewSketch returns a sketch of width counters per row, rounded up to a
-// power of two of at least 64; width should be about the number of blocks
-// the cache holds.
-func NewSketch(width int) *Sketch {
+// NewSketch returns a sketch for a cache of about blocks blocks: each row
+// has 4 × blocks counters (rounded up to a power of two, at least 64), so
+// that collisions rarely lift a block used once, and the counters are
+// halved after 10 × blocks increments.
+func NewSketch(blocks int) *Sketch {
 	w := 64
-	for w < width {
+	for w < 4*blocks {
 		w <<= 1
 	}
-	s := &Sketch{mask: uint64(w - 1), resetAfter: 10 * w}
+	s := &Sketch{mask: uint64(w - 1), resetAfter: 10 * max(blocks, w/4)}
 	for i := range s.rows {
 		s.rows[i] = make([]uint64, w/16)
 	}

@@ -8,7 +8,8 @@ import "github.com/kvstrata/kvstrata/index"
 //
 //   - Every Add and Touch is counted in a Sketch (4-bit count-min with a
 //     doorkeeper, halved every 10 × width accesses).
-//   - A new block enters the window, an LRU of about 1 % of the blocks.
+//   - A new block enters the window, an LRU whose share of the blocks
+//     starts at 1 % and is tuned by hill climbing on the hit rate (1–90 %).
 //     While the cache fills, blocks beyond the window's share flow into
 //     probation uncontested.
 //   - The main space is a segmented LRU: probation (blocks that came from
@@ -35,6 +36,7 @@ type WTinyLFU struct {
 	items                        map[index.Key]*qnode
 	sketch                       *Sketch
 	last                         lastVictim
+	climb                        climber
 }
 
 var _ Policy = (*WTinyLFU)(nil)
@@ -47,7 +49,7 @@ const (
 
 // NewWTinyLFU returns an empty W-TinyLFU policy.
 func NewWTinyLFU() *WTinyLFU {
-	return &WTinyLFU{items: make(map[index.Key]*qnode), sketch: NewSketch(0)}
+	return &WTinyLFU{items: make(map[index.Key]*qnode), sketch: NewSketch(0), climb: newClimber()}
 }
 
 func (p *WTinyLFU) Add(e Entry) {
@@ -56,8 +58,10 @@ func (p *WTinyLFU) Add(e Entry) {
 	if n := p.items[e.Key]; n != nil {
 		n.entry = e
 		p.access(n)
+		p.climb.record(true, len(p.items))
 		return
 	}
+	p.climb.record(false, len(p.items))
 	n := &qnode{entry: e, queue: inWindow}
 	p.items[e.Key] = n
 	p.window.pushFront(n)
@@ -69,7 +73,7 @@ func (p *WTinyLFU) Add(e Entry) {
 		w.queue = inProbation
 		p.probation.pushFront(w)
 	}
-	if len(p.items) > 2*p.sketch.Width() {
+	if 4*len(p.items) > 2*p.sketch.Width() {
 		p.sketch = NewSketch(len(p.items))
 	}
 }
@@ -82,6 +86,7 @@ func (p *WTinyLFU) Touch(key index.Key) bool {
 	p.last.forget()
 	p.sketch.Increment(key)
 	p.access(n)
+	p.climb.record(true, len(p.items))
 	return true
 }
 
@@ -165,8 +170,47 @@ func (p *WTinyLFU) victim(skip func(index.Key) bool) (index.Key, bool) {
 	return incumbent.entry.Key, true
 }
 
-// windowShare is the window's share: 1 % of the blocks held, at least one.
-func (p *WTinyLFU) windowShare() int { return max(len(p.items)/100, 1) }
+// windowShare is the window's share of the blocks held, at least one.
+func (p *WTinyLFU) windowShare() int { return max(int(p.climb.window*float64(len(p.items))), 1) }
+
+// climber sizes the window by hill climbing on the hit rate, as Caffeine
+// does: after each sample of accesses (as many as the blocks held) it moves
+// the window's share by step, in the same direction if the hit rate rose
+// and the other way if it fell; the step shrinks by 2 % a sample.
+type climber struct {
+	window       float64 // the window's share of the blocks held
+	step         float64
+	hits, misses int
+	lastRate     float64
+}
+
+const (
+	minWindow = 0.01
+	maxWindow = 0.9
+)
+
+func newClimber() climber { return climber{window: minWindow, step: 0.0625} }
+
+// record counts an access (hit: the block was held) and climbs after each
+// sample.
+func (c *climber) record(hit bool, held int) {
+	if hit {
+		c.hits++
+	} else {
+		c.misses++
+	}
+	n := c.hits + c.misses
+	if n < max(held, 64) {
+		return
+	}
+	rate := float64(c.hits) / float64(n)
+	if rate < c.lastRate {
+		c.step = -c.step
+	}
+	c.window = min(max(c.window+c.step, minWindow), maxWindow)
+	c.step *= 0.98
+	c.lastRate, c.hits, c.misses = rate, 0, 0
+}
 
 func (p *WTinyLFU) Len() int { return len(p.items) }
 
