@@ -69,6 +69,7 @@ func (c *Config) Settings() []*Setting {
 		sizeSetting("ssd.capacity", "SSD tier size (0: a quarter of the free disk space, ≤ 256GiB)", &c.SSD.Capacity),
 		strSetting("ssd.policy", "SSD eviction policy: lru, lfu, prefix, s3fifo or wtinylfu", &c.SSD.Policy),
 		intSetting("ssd.admit-min-seen", "admit DRAM victims to the SSD only if accessed this often", &c.SSD.AdmitMinSeen),
+		boolSetting("ssd.admit-by-frequency", "admit DRAM victims to a full SSD only if accessed more often than the block they displace", &c.SSD.AdmitByFrequency),
 		floatSetting("ssd.high-watermark", "fraction of SSD capacity that starts eviction", &c.SSD.HighWatermark),
 		floatSetting("ssd.low-watermark", "fraction of SSD capacity eviction stops at", &c.SSD.LowWatermark),
 		boolSetting("ssd.wal", "write-ahead log: acknowledged blocks survive a crash, at 2x the writes", &c.SSD.WAL),

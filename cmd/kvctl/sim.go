@@ -21,6 +21,7 @@ type simFlags struct {
 	capacities    []string
 	ssdCapacities []string
 	admitMinSeen  int
+	admitByFreq   bool
 	blockTokens   int
 	parallel      int
 }
@@ -101,6 +102,8 @@ terminal. Exit status: 0 on success, 1 when TRACE is missing or malformed
 		"multi-tier mode: SSD capacities in tokens under each DRAM capacity")
 	fl.IntVar(&f.admitMinSeen, "admit-min-seen", 1,
 		"multi-tier mode: admit a DRAM victim to the SSD only if accessed this often (1: always)")
+	fl.BoolVar(&f.admitByFreq, "admit-by-frequency", false,
+		"multi-tier mode: admit a DRAM victim to a full SSD only if a frequency sketch saw it more often than the SSD's next victim (replaces --admit-min-seen)")
 	fl.IntVar(&f.blockTokens, "block-tokens", sim.DefaultBlockTokens,
 		"tokens per block of the trace's hash ids")
 	fl.IntVar(&f.parallel, "parallel", 0,
@@ -114,6 +117,7 @@ type simPlan struct {
 	capacities    []int64
 	ssdCapacities []int64
 	admitMinSeen  int
+	admitByFreq   bool
 	blockTokens   int
 	parallel      int
 }
@@ -121,7 +125,7 @@ type simPlan struct {
 // plan checks the flags and reports every problem at once as a usage
 // error.
 func (f simFlags) plan() (simPlan, error) {
-	p := simPlan{blockTokens: f.blockTokens, parallel: f.parallel, admitMinSeen: f.admitMinSeen}
+	p := simPlan{blockTokens: f.blockTokens, parallel: f.parallel, admitMinSeen: f.admitMinSeen, admitByFreq: f.admitByFreq}
 	var probs []string
 	for _, name := range f.policies {
 		name = strings.ToLower(strings.TrimSpace(name))
@@ -166,6 +170,12 @@ func (f simFlags) plan() (simPlan, error) {
 	if f.admitMinSeen < 1 || f.admitMinSeen > 15 {
 		probs = append(probs, fmt.Sprintf("--admit-min-seen is %d, must be in [1, 15]", f.admitMinSeen))
 	}
+	if f.admitByFreq && f.admitMinSeen != 1 {
+		probs = append(probs, "--admit-by-frequency and --admit-min-seen are two admission rules: give one")
+	}
+	if f.admitByFreq && len(f.ssdCapacities) == 0 {
+		probs = append(probs, "--admit-by-frequency needs --ssd-capacity-tokens (multi-tier mode)")
+	}
 	if f.parallel < 0 {
 		probs = append(probs, fmt.Sprintf("--parallel is %d, must be ≥ 0", f.parallel))
 	}
@@ -184,6 +194,7 @@ type simRow struct {
 	// each tier served.
 	SSDCapacityTokens int64          `json:"ssd_capacity_tokens,omitempty"`
 	AdmitMinSeen      int            `json:"admit_min_seen,omitempty"`
+	AdmitByFrequency  bool           `json:"admit_by_frequency,omitempty"`
 	Tiers             []simTierShare `json:"tiers,omitempty"`
 	CapacityBlocks    int64          `json:"capacity_blocks"`
 	BlockTokens       int            `json:"block_tokens"`
@@ -212,7 +223,8 @@ func (a *app) runSim(ctx context.Context, path string, f simFlags) error {
 	if err != nil {
 		return err
 	}
-	grid := sim.Grid{Policies: p.policies, Tokens: p.capacities, SSDTokens: p.ssdCapacities, AdmitMinSeen: p.admitMinSeen}
+	grid := sim.Grid{Policies: p.policies, Tokens: p.capacities, SSDTokens: p.ssdCapacities, AdmitMinSeen: p.admitMinSeen,
+		AdmitByFrequency: p.admitByFreq}
 	specs := grid.Specs()
 
 	opts := &sim.Options{Parallel: p.parallel}
@@ -301,6 +313,7 @@ func simRows(results []sim.Result, blockTokens int) []simRow {
 		case sim.MultiTier:
 			policy, capacity = s.Policy, s.DRAMTokens
 			rows[i].SSDCapacityTokens, rows[i].AdmitMinSeen = s.SSDTokens, max(s.AdmitMinSeen, 1)
+			rows[i].AdmitByFrequency = s.AdmitByFrequency
 			for _, t := range r.Tiers {
 				rows[i].Tiers = append(rows[i].Tiers, simTierShare{Tier: t.Tier, HitBlocks: t.HitBlocks,
 					BlockHitRate: t.BlockHitRate(r), Demotions: t.Demotions, Promotions: t.Promotions})
@@ -309,6 +322,7 @@ func simRows(results []sim.Result, blockTokens int) []simRow {
 		rows[i] = simRow{
 			SSDCapacityTokens: rows[i].SSDCapacityTokens,
 			AdmitMinSeen:      rows[i].AdmitMinSeen,
+			AdmitByFrequency:  rows[i].AdmitByFrequency,
 			Tiers:             rows[i].Tiers,
 			Policy:            policy,
 			CapacityTokens:    capacity,

@@ -14,6 +14,9 @@ type Grid struct {
 	SSDTokens []int64
 	// AdmitMinSeen is MultiTier.AdmitMinSeen for every multi-tier cache.
 	AdmitMinSeen int
+	// AdmitByFrequency is MultiTier.AdmitByFrequency for every multi-tier
+	// cache.
+	AdmitByFrequency bool
 }
 
 // Specs returns the grid's caches, policy by policy, then capacity by
@@ -31,7 +34,7 @@ func (g Grid) Specs() []Spec {
 				if pol == "belady" {
 					specs = append(specs, SingleTier{Policy: pol, CapacityTokens: c + ssd})
 				} else {
-					specs = append(specs, MultiTier{Policy: pol, DRAMTokens: c, SSDTokens: ssd, AdmitMinSeen: g.AdmitMinSeen})
+					specs = append(specs, MultiTier{Policy: pol, DRAMTokens: c, SSDTokens: ssd, AdmitMinSeen: g.AdmitMinSeen, AdmitByFrequency: g.AdmitByFrequency})
 				}
 			}
 		}

@@ -25,11 +25,18 @@ type MultiTier struct {
 	// AdmitMinSeen admits a DRAM victim to the SSD only if it was accessed
 	// this often lately; 0 or 1 admits all.
 	AdmitMinSeen int
+	// AdmitByFrequency admits a DRAM victim to a full SSD only if it was
+	// seen more often than the SSD's own next victim (TinyLFU admission,
+	// tiers.LevelConfig.AdmitByFrequency); AdmitMinSeen is then unused.
+	AdmitByFrequency bool
 }
 
 var _ Spec = MultiTier{}
 
 func (s MultiTier) String() string {
+	if s.AdmitByFrequency {
+		return fmt.Sprintf("%s@dram=%d,ssd=%d,admit=frequency", s.Policy, s.DRAMTokens, s.SSDTokens)
+	}
 	return fmt.Sprintf("%s@dram=%d,ssd=%d,admit=%d", s.Policy, s.DRAMTokens, s.SSDTokens, max(s.AdmitMinSeen, 1))
 }
 
@@ -65,11 +72,12 @@ func (s MultiTier) newCache(w *Workload) (cache, error) {
 		kind   index.TierKind
 		tokens int64
 		admit  int
-	}{{index.TierDRAM, s.DRAMTokens, 1}, {index.TierSSD, s.SSDTokens, max(s.AdmitMinSeen, 1)}} {
+		byFreq bool
+	}{{index.TierDRAM, s.DRAMTokens, 1, false}, {index.TierSSD, s.SSDTokens, max(s.AdmitMinSeen, 1), s.AdmitByFrequency}} {
 		p, _ := policy.New(s.Policy) // validated above
 		levels = append(levels, tiers.LevelConfig{
 			Kind: l.kind, Tier: newGhost(l.tokens / int64(w.blockTokens)), Policy: p,
-			HighWatermark: 1, LowWatermark: 1, AdmitMinSeen: l.admit,
+			HighWatermark: 1, LowWatermark: 1, AdmitMinSeen: l.admit, AdmitByFrequency: l.byFreq,
 		})
 	}
 	h, err := tiers.New(tiers.Config{Inline: true, Levels: levels, MaxLease: time.Hour})
