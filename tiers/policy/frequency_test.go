@@ -3,6 +3,8 @@ package policy
 import (
 	"strings"
 	"testing"
+
+	"github.com/kvstrata/kvstrata/index"
 )
 
 // fill adds blocks first..last-1 once each, evicting whenever more than
@@ -188,4 +190,24 @@ func BenchmarkSketch(b *testing.B) {
 		s.Increment(key(i & 0xFFFFF))
 		s.Estimate(key(i & 0xFFFF))
 	}
+}
+
+func TestS3FIFOPrefixEvictsTheLeavesOfAChainBeforeItsRoot(t *testing.T) {
+	p := NewS3FIFOPrefix()
+	p.Add(entry(0))
+	for i := 1; i < 5; i++ { // one chain 0 → 1 → … → 4, root first
+		p.Add(child(i, i-1))
+	}
+	p.Add(entry(9)) // an unrelated block, newer than the whole chain
+	// Plain S3-FIFO would evict 0, the oldest, stranding 1–4. The
+	// prefix-aware form takes the leaf 4, having moved 0–3 to the head
+	// behind 9; then 9, then the chain leaf by leaf.
+	wantDrain(t, p, 4, 9, 3, 2, 1, 0)
+}
+
+func TestS3FIFOPrefixFallsBackWhenSkipLeavesNoLeaf(t *testing.T) {
+	p := NewS3FIFOPrefix()
+	p.Add(entry(0))
+	p.Add(child(1, 0))
+	wantVictimSkip(t, p, func(k index.Key) bool { return k == key(1) }, 0)
 }

@@ -45,7 +45,7 @@ type Policy interface {
 }
 
 // Names lists the policies New can build.
-var Names = []string{"lru", "lfu", "prefix", "s3fifo", "wtinylfu"}
+var Names = []string{"lru", "lfu", "prefix", "s3fifo", "wtinylfu", "s3fifo-prefix"}
 
 // New returns the named online policy.
 func New(name string) (Policy, error) {
@@ -60,6 +60,8 @@ func New(name string) (Policy, error) {
 		return NewS3FIFO(), nil
 	case "wtinylfu":
 		return NewWTinyLFU(), nil
+	case "s3fifo-prefix":
+		return NewS3FIFOPrefix(), nil
 	}
 	return nil, fmt.Errorf("policy: unknown policy %q (want one of %s)", name, strings.Join(Names, ", "))
 }

@@ -18,6 +18,7 @@ var policies = []struct {
 	{"prefix", func() Policy { return NewPrefix() }},
 	{"s3fifo", func() Policy { return NewS3FIFO() }},
 	{"wtinylfu", func() Policy { return NewWTinyLFU() }},
+	{"s3fifo-prefix", func() Policy { return NewS3FIFOPrefix() }},
 	{"belady", func() Policy { return NewBelady(newRandomOracle(1)) }},
 }
 

@@ -32,6 +32,7 @@ type S3FIFO struct {
 	items       map[index.Key]*qnode
 	ghost       ghostQueue
 	last        lastVictim
+	chains      *chainCounts // prefix-aware form only
 }
 
 var _ Policy = (*S3FIFO)(nil)
@@ -39,6 +40,18 @@ var _ Policy = (*S3FIFO)(nil)
 // NewS3FIFO returns an empty S3-FIFO policy.
 func NewS3FIFO() *S3FIFO {
 	return &S3FIFO{items: make(map[index.Key]*qnode), ghost: newGhostQueue()}
+}
+
+// NewS3FIFOPrefix returns S3-FIFO in a prefix-aware form: a block with
+// held children (its chain's later blocks, which are useless without it)
+// is passed over — moved to the head of small, or reinserted in main
+// without spending its frequency — so a chain loses
+// its leaves before its ancestors. When every block skip lets through has
+// held children (skip passed over all the leaves), the oldest of them goes.
+func NewS3FIFOPrefix() *S3FIFO {
+	p := NewS3FIFO()
+	p.chains = newChainCounts()
+	return p
 }
 
 const (
@@ -55,12 +68,14 @@ const smallShare = 1
 func (p *S3FIFO) Add(e Entry) {
 	p.last.forget()
 	if n := p.items[e.Key]; n != nil {
+		p.chains.reparent(n.entry, e)
 		n.entry = e
 		p.access(n)
 		return
 	}
 	n := &qnode{entry: e}
 	p.items[e.Key] = n
+	p.chains.link(e)
 	if p.ghost.remove(e.Key) {
 		n.queue = inMain
 		p.main.pushFront(n)
@@ -88,6 +103,7 @@ func (p *S3FIFO) Remove(key index.Key) {
 	if n == nil {
 		return
 	}
+	p.chains.unlink(n.entry)
 	if n.queue == inSmall {
 		p.small.remove(n)
 		p.ghost.add(key, max(len(p.items)-1, minGhosts))
@@ -116,13 +132,26 @@ func (p *S3FIFO) victim(skip func(index.Key) bool) (index.Key, bool) {
 		return k, true
 	}
 	// Everything main holds is skipped: the small queue's blocks remain.
-	return p.fromSmall(skip)
+	if k, ok := p.fromSmall(skip); ok || p.chains == nil {
+		return k, ok
+	}
+	// Prefix-aware: every block let through has held children.
+	if n := p.main.firstUnskipped(skip); n != nil {
+		return n.entry.Key, true
+	}
+	if n := p.small.firstUnskipped(skip); n != nil {
+		return n.entry.Key, true
+	}
+	return index.Key{}, false
 }
 
 // fromSmall walks the small queue from its oldest block, moving blocks
-// accessed again to main, and returns the first one that was not.
+// accessed again to main, and returns the first one that was not. The walk
+// is bounded by two steps a block (the prefix-aware form moves blocks with
+// children to the head, where the walk may meet them again).
 func (p *S3FIFO) fromSmall(skip func(index.Key) bool) (index.Key, bool) {
-	for n := p.small.back(); n != nil; {
+	steps := 2 * p.small.len
+	for n := p.small.back(); n != nil && steps > 0; steps-- {
 		prev := p.small.prev(n)
 		switch {
 		case skip != nil && skip(n.entry.Key):
@@ -130,6 +159,12 @@ func (p *S3FIFO) fromSmall(skip func(index.Key) bool) (index.Key, bool) {
 			p.small.remove(n)
 			n.queue, n.freq = inMain, 0
 			p.main.pushFront(n)
+		case p.chains.hasChildren(n.entry.Key):
+			// Prefix-aware: its children go first; it waits at the head.
+			p.small.moveToFront(n)
+			if prev == nil {
+				return index.Key{}, false
+			}
 		default:
 			return n.entry.Key, true
 		}
@@ -139,8 +174,9 @@ func (p *S3FIFO) fromSmall(skip func(index.Key) bool) (index.Key, bool) {
 }
 
 // fromMain walks the main queue from its oldest block, reinserting blocks
-// with a frequency left (one less), and returns the first without. Each
-// block is passed at most five times, so the walk ends.
+// with a frequency left (one less), and returns the first without. The
+// walk is bounded by five steps a block (a frequency lasts three passes;
+// a prefix-aware walk may find only blocks with children).
 func (p *S3FIFO) fromMain(skip func(index.Key) bool) (index.Key, bool) {
 	steps := 5 * p.main.len
 	for n := p.main.back(); n != nil && steps > 0; steps-- {
@@ -150,8 +186,8 @@ func (p *S3FIFO) fromMain(skip func(index.Key) bool) (index.Key, bool) {
 			if prev == nil {
 				return index.Key{}, false
 			}
-		case n.freq > 0:
-			n.freq--
+		case n.freq > 0 || p.chains.hasChildren(n.entry.Key):
+			n.freq -= min(n.freq, 1)
 			p.main.remove(n)
 			p.main.pushFront(n)
 			if prev == nil {
@@ -167,7 +203,12 @@ func (p *S3FIFO) fromMain(skip func(index.Key) bool) (index.Key, bool) {
 
 func (p *S3FIFO) Len() int { return len(p.items) }
 
-func (p *S3FIFO) Name() string { return "s3fifo" }
+func (p *S3FIFO) Name() string {
+	if p.chains != nil {
+		return "s3fifo-prefix"
+	}
+	return "s3fifo"
+}
 
 // ghostQueue is a FIFO of keys evicted from the small queue, bounded by a
 // limit given at each add; membership is a map lookup. Memory: one key in a
