@@ -54,8 +54,11 @@ Policies:
           chain loses its leaves before its root
   s3fifo  S3-FIFO: a small probationary FIFO (10 %), a main FIFO with
           reinsertion of blocks used again, a ghost queue of evicted keys
-  wtinylfu  W-TinyLFU: a 1 % window LRU, a segmented LRU main, and a
-          frequency sketch admitting a window block only if used more often
+  wtinylfu  W-TinyLFU: a window LRU (1 %, tuned by hill climbing), a
+          segmented LRU main, and a frequency sketch admitting a window
+          block only if used more often than main's next victim
+  s3fifo-prefix  S3-FIFO that passes over blocks with cached children, so
+          a chain loses its leaves before its root
   belady  Belady's MIN, the offline optimum (it reads the trace's future);
           when it runs, each row shows how far the policy is below it
 

@@ -127,7 +127,7 @@ func TestSimRejectsABadCommandLine(t *testing.T) {
 	}{
 		{[]string{"sim"}, "sim takes one TRACE file, got 0 arguments"},
 		{[]string{"sim", path, path}, "sim takes one TRACE file, got 2 arguments"},
-		{[]string{"sim", path, "-p", "lru,arc"}, `unknown policy "arc" (want lru, lfu, prefix, s3fifo, wtinylfu, belady)`},
+		{[]string{"sim", path, "-p", "lru,arc"}, `unknown policy "arc" (want lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, belady)`},
 		{[]string{"sim", path, "-c", "0"}, `token count "0" is out of range`},
 		{[]string{"sim", path, "-c", "-1e6"}, `token count "-1e6" is out of range`},
 		{[]string{"sim", path, "-c", "lots"}, `token count "lots" is not a number (want a whole number like 1000000, 1e6 or 1M)`},
@@ -166,7 +166,7 @@ func TestSimDrawsProgressOnlyOnATerminal(t *testing.T) {
 	if code := a.execute(context.Background(), []string{"sim", path, "--block-tokens", "4", "-c", "8"}); code != exitOK {
 		t.Fatalf("status %d: %s", code, errOut.String())
 	}
-	if !strings.Contains(errOut.String(), "replaying 6 caches") {
+	if !strings.Contains(errOut.String(), "replaying 7 caches") {
 		t.Errorf("no progress on a terminal; stderr %q", errOut.String())
 	}
 	if strings.Contains(out.String(), "replaying") {
