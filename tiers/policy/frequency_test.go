@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -210,4 +211,38 @@ func TestS3FIFOPrefixFallsBackWhenSkipLeavesNoLeaf(t *testing.T) {
 	p.Add(entry(0))
 	p.Add(child(1, 0))
 	wantVictimSkip(t, p, func(k index.Key) bool { return k == key(1) }, 0)
+}
+
+// BenchmarkPolicyMemory reports each policy's heap per held block (the
+// "bytes/block" metric): 1<<16 blocks in chains of eight, then a churn of
+// as many more through a full policy so that ghosts and sketches fill.
+func BenchmarkPolicyMemory(b *testing.B) {
+	const n = 1 << 16
+	for _, pc := range policies {
+		b.Run(pc.name, func(b *testing.B) {
+			var perBlock float64
+			for range b.N {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				p := pc.new()
+				for i := range 2 * n {
+					e := entry(i)
+					if i%8 != 0 {
+						e = child(i, i-1)
+					}
+					if p.Len() >= n {
+						v, _ := p.Victim(nil)
+						p.Remove(v)
+					}
+					p.Add(e)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perBlock = float64(after.HeapAlloc-before.HeapAlloc) / n
+				runtime.KeepAlive(p)
+			}
+			b.ReportMetric(perBlock, "bytes/block")
+		})
+	}
 }
