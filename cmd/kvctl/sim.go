@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvstrata/kvstrata/index"
+	tierpolicy "github.com/kvstrata/kvstrata/tiers/policy"
 	"github.com/kvstrata/kvstrata/tiers/sim"
 )
 
@@ -22,6 +23,7 @@ type simFlags struct {
 	ssdCapacities []string
 	admitMinSeen  int
 	admitByFreq   bool
+	ssdPolicy     string
 	blockTokens   int
 	parallel      int
 }
@@ -107,6 +109,8 @@ terminal. Exit status: 0 on success, 1 when TRACE is missing or malformed
 		"multi-tier mode: admit a DRAM victim to the SSD only if accessed this often (1: always)")
 	fl.BoolVar(&f.admitByFreq, "admit-by-frequency", false,
 		"multi-tier mode: admit a DRAM victim to a full SSD only if a frequency sketch saw it more often than the SSD's next victim (replaces --admit-min-seen)")
+	fl.StringVar(&f.ssdPolicy, "ssd-policy", "",
+		"multi-tier mode: the SSD's policy, one of "+strings.Join(tierpolicy.Names, ", ")+" (default: the same as --policy)")
 	fl.IntVar(&f.blockTokens, "block-tokens", sim.DefaultBlockTokens,
 		"tokens per block of the trace's hash ids")
 	fl.IntVar(&f.parallel, "parallel", 0,
@@ -121,6 +125,7 @@ type simPlan struct {
 	ssdCapacities []int64
 	admitMinSeen  int
 	admitByFreq   bool
+	ssdPolicy     string
 	blockTokens   int
 	parallel      int
 }
@@ -128,7 +133,7 @@ type simPlan struct {
 // plan checks the flags and reports every problem at once as a usage
 // error.
 func (f simFlags) plan() (simPlan, error) {
-	p := simPlan{blockTokens: f.blockTokens, parallel: f.parallel, admitMinSeen: f.admitMinSeen, admitByFreq: f.admitByFreq}
+	p := simPlan{blockTokens: f.blockTokens, parallel: f.parallel, admitMinSeen: f.admitMinSeen, admitByFreq: f.admitByFreq, ssdPolicy: f.ssdPolicy}
 	var probs []string
 	for _, name := range f.policies {
 		name = strings.ToLower(strings.TrimSpace(name))
@@ -179,6 +184,12 @@ func (f simFlags) plan() (simPlan, error) {
 	if f.admitByFreq && len(f.ssdCapacities) == 0 {
 		probs = append(probs, "--admit-by-frequency needs --ssd-capacity-tokens (multi-tier mode)")
 	}
+	if f.ssdPolicy != "" && !tierpolicy.Valid(f.ssdPolicy) {
+		probs = append(probs, fmt.Sprintf("--ssd-policy %q is unknown (want one of %s)", f.ssdPolicy, strings.Join(tierpolicy.Names, ", ")))
+	}
+	if f.ssdPolicy != "" && len(f.ssdCapacities) == 0 {
+		probs = append(probs, "--ssd-policy needs --ssd-capacity-tokens (multi-tier mode)")
+	}
 	if f.parallel < 0 {
 		probs = append(probs, fmt.Sprintf("--parallel is %d, must be ≥ 0", f.parallel))
 	}
@@ -227,7 +238,7 @@ func (a *app) runSim(ctx context.Context, path string, f simFlags) error {
 		return err
 	}
 	grid := sim.Grid{Policies: p.policies, Tokens: p.capacities, SSDTokens: p.ssdCapacities, AdmitMinSeen: p.admitMinSeen,
-		AdmitByFrequency: p.admitByFreq}
+		AdmitByFrequency: p.admitByFreq, SSDPolicy: p.ssdPolicy}
 	specs := grid.Specs()
 
 	opts := &sim.Options{Parallel: p.parallel}

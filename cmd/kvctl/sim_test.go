@@ -136,6 +136,7 @@ func TestSimRejectsABadCommandLine(t *testing.T) {
 		{[]string{"sim", path, "--block-tokens", "0"}, "--block-tokens is 0, must be in [1, 65536]"},
 		{[]string{"sim", path, "--parallel", "-1"}, "--parallel is -1, must be ≥ 0"},
 		{[]string{"sim", path, "--admit-by-frequency"}, "--admit-by-frequency needs --ssd-capacity-tokens (multi-tier mode)"},
+		{[]string{"sim", path, "--ssd-capacity-tokens", "1e6", "--ssd-policy", "mru"}, `--ssd-policy "mru" is unknown (want one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix)`},
 		{[]string{"sim", path, "--ssd-capacity-tokens", "1e6", "--admit-by-frequency", "--admit-min-seen", "2"}, "--admit-by-frequency and --admit-min-seen are two admission rules: give one"},
 		{[]string{"sim", path, "--block-tokens", "x"}, `invalid argument "x" for "--block-tokens" flag`},
 	} {

@@ -17,6 +17,8 @@ type Grid struct {
 	// AdmitByFrequency is MultiTier.AdmitByFrequency for every multi-tier
 	// cache.
 	AdmitByFrequency bool
+	// SSDPolicy is MultiTier.SSDPolicy for every multi-tier cache.
+	SSDPolicy string
 }
 
 // Specs returns the grid's caches, policy by policy, then capacity by
@@ -34,7 +36,7 @@ func (g Grid) Specs() []Spec {
 				if pol == "belady" {
 					specs = append(specs, SingleTier{Policy: pol, CapacityTokens: c + ssd})
 				} else {
-					specs = append(specs, MultiTier{Policy: pol, DRAMTokens: c, SSDTokens: ssd, AdmitMinSeen: g.AdmitMinSeen, AdmitByFrequency: g.AdmitByFrequency})
+					specs = append(specs, MultiTier{Policy: pol, DRAMTokens: c, SSDTokens: ssd, AdmitMinSeen: g.AdmitMinSeen, AdmitByFrequency: g.AdmitByFrequency, SSDPolicy: g.SSDPolicy})
 				}
 			}
 		}
