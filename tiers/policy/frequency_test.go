@@ -113,10 +113,10 @@ func TestS3FIFOMainReinsertsABlockUsedAgain(t *testing.T) {
 func TestS3FIFOGhostQueueIsBoundedByTheBlocksHeld(t *testing.T) {
 	p := NewS3FIFO()
 	fillEvicting(t, p, 200, 0, 10_000)
-	if n := len(p.ghost.seq); n > 200 {
+	if n := len(p.ghost.seq); n > ghostsPerBlock*200 {
 		t.Fatalf("%d ghosts with 200 blocks held", n)
 	}
-	if n := len(p.ghost.ring); n > 4*200+64 {
+	if n := len(p.ghost.ring); n > 4*ghostsPerBlock*200+64 {
 		t.Fatalf("ghost ring of %d slots with 200 blocks held", n)
 	}
 }
