@@ -215,7 +215,8 @@ func TestS3FIFOPrefixFallsBackWhenSkipLeavesNoLeaf(t *testing.T) {
 
 // BenchmarkPolicyMemory reports each policy's heap per held block (the
 // "bytes/block" metric): 1<<16 blocks in chains of eight, then a churn of
-// as many more through a full policy so that ghosts and sketches fill.
+// five times as many through a full policy so that ghosts and sketches
+// fill.
 func BenchmarkPolicyMemory(b *testing.B) {
 	const n = 1 << 16
 	for _, pc := range policies {
@@ -226,7 +227,7 @@ func BenchmarkPolicyMemory(b *testing.B) {
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
 				p := pc.new()
-				for i := range 2 * n {
+				for i := range 6 * n {
 					e := entry(i)
 					if i%8 != 0 {
 						e = child(i, i-1)
