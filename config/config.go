@@ -87,11 +87,15 @@ type SSD struct {
 	// Capacity in bytes; 0 (auto, the default) takes a quarter of the free
 	// space of Dir's file system, at most 256 GiB.
 	Capacity ByteSize
-	// Policy is lru (default), lfu or prefix.
+	// Policy is lru (default), lfu, prefix, s3fifo, wtinylfu or s3fifo-prefix.
 	Policy string
 	// AdmitMinSeen admits a DRAM victim only if it was accessed at least
 	// this often lately. Default 1 (admit every victim).
 	AdmitMinSeen int
+	// AdmitByFrequency admits a DRAM victim to a full SSD only if it was
+	// accessed more often lately than the SSD block it would displace
+	// (TinyLFU admission); AdmitMinSeen is then not used. Default false.
+	AdmitByFrequency bool
 	// HighWatermark and LowWatermark as for DRAM. Defaults 0.95 and 0.85.
 	HighWatermark, LowWatermark float64
 	// WAL makes every acknowledged block survive a crash, at about twice

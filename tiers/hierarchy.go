@@ -29,6 +29,12 @@ type LevelConfig struct {
 	// frequency sketch remembers keys after they leave the cache). 2 keeps
 	// one-hit wonders off an SSD. The default, 1, admits every victim.
 	AdmitMinSeen int
+	// AdmitByFrequency replaces AdmitMinSeen's fixed threshold with
+	// TinyLFU's admission: once this level is above its high watermark, a
+	// victim from the level above is admitted only if the frequency sketch
+	// has seen it more often than this level's own next victim, the block
+	// it would displace. Below the watermark every victim is admitted.
+	AdmitByFrequency bool
 	// Shared marks a tier every node of a cluster reads (an object store):
 	// its copies are published at index.AnyNode rather than this node, and
 	// a key the hierarchy does not know is looked for there on a miss.
@@ -167,7 +173,7 @@ type Hierarchy struct {
 	entries  map[index.Key]*entry
 	pins     map[index.Key]*pin
 	pinCalls int
-	sketch   *sketch // nil when every level admits everything
+	sketch   *policy.Sketch // nil when every level admits everything
 	closed   bool
 	gets     int64
 	misses   int64
@@ -240,8 +246,8 @@ func New(cfg Config) (*Hierarchy, error) {
 		slices.Sort(l.promoteInto)
 		l.promoteInto = slices.Compact(l.promoteInto)
 		h.levels = append(h.levels, l)
-		if lc.AdmitMinSeen > 1 && h.sketch == nil {
-			h.sketch = newSketch(1 << 16)
+		if (lc.AdmitMinSeen > 1 || lc.AdmitByFrequency) && h.sketch == nil {
+			h.sketch = policy.NewSketch(1 << 16)
 		}
 	}
 	if err := h.load(); err != nil {
@@ -636,7 +642,7 @@ func (h *Hierarchy) lost(i int, key index.Key) {
 func (h *Hierarchy) touchLocked(key index.Key, e *entry) {
 	e.atime = time.Now().UnixNano()
 	if h.sketch != nil {
-		h.sketch.add(key)
+		h.sketch.Increment(key)
 	}
 }
 

@@ -561,3 +561,31 @@ func TestBlocksSnapshotSelects(t *testing.T) {
 		t.Fatalf("pinned blocks: %+v", pinned)
 	}
 }
+
+func TestFrequencyAdmissionLetsOnlyAMoreFrequentVictimDisplaceAnSSDBlock(t *testing.T) {
+	h := twoLevels(t, 2, 2, func(c *tiers.Config) { c.Levels[1].AdmitByFrequency = true })
+	get := func(i, times int) {
+		for range times {
+			_, _, _, _ = h.Get(key(i), nil)
+		}
+	}
+	put(t, h, 1)
+	put(t, h, 2)
+	get(1, 2) // 1 and 2 are seen three times each
+	get(2, 2)
+	put(t, h, 3) // evicts 1: the SSD has room, admitted
+	put(t, h, 4) // evicts 2: admitted, the SSD is full
+	put(t, h, 5) // evicts 3, seen once: not more often than the SSD's victim
+	if where(t, h, 1) != "ssd" || where(t, h, 2) != "ssd" || where(t, h, 3) != "gone" {
+		t.Fatalf("blocks 1, 2, 3 in %s, %s, %s; want ssd, ssd, gone", where(t, h, 1), where(t, h, 2), where(t, h, 3))
+	}
+	get(4, 4)    // 4 is seen five times
+	put(t, h, 6) // evicts 5, seen once: dropped
+	put(t, h, 7) // evicts 4: more frequent than the SSD's victim, admitted
+	if where(t, h, 4) != "ssd" || where(t, h, 5) != "gone" {
+		t.Fatalf("blocks 4, 5 in %s, %s; want ssd, gone", where(t, h, 4), where(t, h, 5))
+	}
+	if where(t, h, 1) != "gone" && where(t, h, 2) != "gone" {
+		t.Fatal("block 4 entered a full SSD and neither 1 nor 2 left it")
+	}
+}

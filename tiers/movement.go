@@ -127,9 +127,30 @@ func (h *Hierarchy) copyDown(i, to int, m index.Header) error {
 	return h.store(to, vm, buf)
 }
 
+// admitLocked reports whether level i takes key, a victim of the level
+// above, by the level's admission rule.
 func (h *Hierarchy) admitLocked(i int, key index.Key) bool {
-	min := h.levels[i].AdmitMinSeen
-	return min <= 1 || h.sketch.estimate(key) >= min
+	l := h.levels[i]
+	if l.AdmitByFrequency {
+		return h.moreFrequentThanVictimLocked(i, key)
+	}
+	min := l.AdmitMinSeen
+	return min <= 1 || h.sketch.Estimate(key) >= min
+}
+
+// moreFrequentThanVictimLocked is TinyLFU's admission into level i: true
+// while the level is below its high watermark, else only if the sketch has
+// seen key more often than the block level i would evict next.
+func (h *Hierarchy) moreFrequentThanVictimLocked(i int, key index.Key) bool {
+	l := h.levels[i]
+	if s := l.Tier.Stats(); float64(s.Used) < l.HighWatermark*float64(s.Capacity) {
+		return true
+	}
+	victim, ok := l.Policy.Victim(func(k index.Key) bool {
+		e := h.entries[k]
+		return e == nil || e.busy || k == key
+	})
+	return !ok || h.sketch.Estimate(key) > h.sketch.Estimate(victim)
 }
 
 // promoteLater copies a lower-level hit up to level 0: now when the

@@ -70,7 +70,8 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger, onChang
 		}
 		ssdPolicy, _ := policy.New(cfg.SSD.Policy)
 		levels = append(levels, tiers.LevelConfig{Kind: index.TierSSD, Tier: s, Policy: ssdPolicy,
-			HighWatermark: cfg.SSD.HighWatermark, LowWatermark: cfg.SSD.LowWatermark, AdmitMinSeen: cfg.SSD.AdmitMinSeen})
+			HighWatermark: cfg.SSD.HighWatermark, LowWatermark: cfg.SSD.LowWatermark, AdmitMinSeen: cfg.SSD.AdmitMinSeen,
+			AdmitByFrequency: cfg.SSD.AdmitByFrequency})
 	}
 	if c := cfg.S3; c.Endpoint != "" {
 		s, err := s3.Open(ctx, s3.Config{Endpoint: c.Endpoint, Bucket: c.Bucket, Prefix: c.Prefix, Region: c.Region,

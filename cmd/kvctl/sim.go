@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvstrata/kvstrata/index"
+	tierpolicy "github.com/kvstrata/kvstrata/tiers/policy"
 	"github.com/kvstrata/kvstrata/tiers/sim"
 )
 
@@ -21,6 +22,8 @@ type simFlags struct {
 	capacities    []string
 	ssdCapacities []string
 	admitMinSeen  int
+	admitByFreq   bool
+	ssdPolicy     string
 	blockTokens   int
 	parallel      int
 }
@@ -51,6 +54,13 @@ Policies:
   lfu     least frequently used with dynamic aging (LFU-DA)
   prefix  least recently used among blocks with no cached children, so a
           chain loses its leaves before its root
+  s3fifo  S3-FIFO: a small probationary FIFO (10 %), a main FIFO with
+          reinsertion of blocks used again, a ghost queue of evicted keys
+  wtinylfu  W-TinyLFU: a window LRU (1 %, tuned by hill climbing), a
+          segmented LRU main, and a frequency sketch admitting a window
+          block only if used more often than main's next victim
+  s3fifo-prefix  S3-FIFO that passes over blocks with cached children, so
+          a chain loses its leaves before its root
   belady  Belady's MIN, the offline optimum (it reads the trace's future);
           when it runs, each row shows how far the policy is below it
 
@@ -97,6 +107,10 @@ terminal. Exit status: 0 on success, 1 when TRACE is missing or malformed
 		"multi-tier mode: SSD capacities in tokens under each DRAM capacity")
 	fl.IntVar(&f.admitMinSeen, "admit-min-seen", 1,
 		"multi-tier mode: admit a DRAM victim to the SSD only if accessed this often (1: always)")
+	fl.BoolVar(&f.admitByFreq, "admit-by-frequency", false,
+		"multi-tier mode: admit a DRAM victim to a full SSD only if a frequency sketch saw it more often than the SSD's next victim (replaces --admit-min-seen)")
+	fl.StringVar(&f.ssdPolicy, "ssd-policy", "",
+		"multi-tier mode: the SSD's policy, one of "+strings.Join(tierpolicy.Names, ", ")+" (default: the same as --policy)")
 	fl.IntVar(&f.blockTokens, "block-tokens", sim.DefaultBlockTokens,
 		"tokens per block of the trace's hash ids")
 	fl.IntVar(&f.parallel, "parallel", 0,
@@ -110,6 +124,8 @@ type simPlan struct {
 	capacities    []int64
 	ssdCapacities []int64
 	admitMinSeen  int
+	admitByFreq   bool
+	ssdPolicy     string
 	blockTokens   int
 	parallel      int
 }
@@ -117,7 +133,7 @@ type simPlan struct {
 // plan checks the flags and reports every problem at once as a usage
 // error.
 func (f simFlags) plan() (simPlan, error) {
-	p := simPlan{blockTokens: f.blockTokens, parallel: f.parallel, admitMinSeen: f.admitMinSeen}
+	p := simPlan{blockTokens: f.blockTokens, parallel: f.parallel, admitMinSeen: f.admitMinSeen, admitByFreq: f.admitByFreq, ssdPolicy: f.ssdPolicy}
 	var probs []string
 	for _, name := range f.policies {
 		name = strings.ToLower(strings.TrimSpace(name))
@@ -162,6 +178,18 @@ func (f simFlags) plan() (simPlan, error) {
 	if f.admitMinSeen < 1 || f.admitMinSeen > 15 {
 		probs = append(probs, fmt.Sprintf("--admit-min-seen is %d, must be in [1, 15]", f.admitMinSeen))
 	}
+	if f.admitByFreq && f.admitMinSeen != 1 {
+		probs = append(probs, "--admit-by-frequency and --admit-min-seen are two admission rules: give one")
+	}
+	if f.admitByFreq && len(f.ssdCapacities) == 0 {
+		probs = append(probs, "--admit-by-frequency needs --ssd-capacity-tokens (multi-tier mode)")
+	}
+	if f.ssdPolicy != "" && !tierpolicy.Valid(f.ssdPolicy) {
+		probs = append(probs, fmt.Sprintf("--ssd-policy %q is unknown (want one of %s)", f.ssdPolicy, strings.Join(tierpolicy.Names, ", ")))
+	}
+	if f.ssdPolicy != "" && len(f.ssdCapacities) == 0 {
+		probs = append(probs, "--ssd-policy needs --ssd-capacity-tokens (multi-tier mode)")
+	}
 	if f.parallel < 0 {
 		probs = append(probs, fmt.Sprintf("--parallel is %d, must be ≥ 0", f.parallel))
 	}
@@ -180,6 +208,7 @@ type simRow struct {
 	// each tier served.
 	SSDCapacityTokens int64          `json:"ssd_capacity_tokens,omitempty"`
 	AdmitMinSeen      int            `json:"admit_min_seen,omitempty"`
+	AdmitByFrequency  bool           `json:"admit_by_frequency,omitempty"`
 	Tiers             []simTierShare `json:"tiers,omitempty"`
 	CapacityBlocks    int64          `json:"capacity_blocks"`
 	BlockTokens       int            `json:"block_tokens"`
@@ -208,7 +237,8 @@ func (a *app) runSim(ctx context.Context, path string, f simFlags) error {
 	if err != nil {
 		return err
 	}
-	grid := sim.Grid{Policies: p.policies, Tokens: p.capacities, SSDTokens: p.ssdCapacities, AdmitMinSeen: p.admitMinSeen}
+	grid := sim.Grid{Policies: p.policies, Tokens: p.capacities, SSDTokens: p.ssdCapacities, AdmitMinSeen: p.admitMinSeen,
+		AdmitByFrequency: p.admitByFreq, SSDPolicy: p.ssdPolicy}
 	specs := grid.Specs()
 
 	opts := &sim.Options{Parallel: p.parallel}
@@ -297,6 +327,7 @@ func simRows(results []sim.Result, blockTokens int) []simRow {
 		case sim.MultiTier:
 			policy, capacity = s.Policy, s.DRAMTokens
 			rows[i].SSDCapacityTokens, rows[i].AdmitMinSeen = s.SSDTokens, max(s.AdmitMinSeen, 1)
+			rows[i].AdmitByFrequency = s.AdmitByFrequency
 			for _, t := range r.Tiers {
 				rows[i].Tiers = append(rows[i].Tiers, simTierShare{Tier: t.Tier, HitBlocks: t.HitBlocks,
 					BlockHitRate: t.BlockHitRate(r), Demotions: t.Demotions, Promotions: t.Promotions})
@@ -305,6 +336,7 @@ func simRows(results []sim.Result, blockTokens int) []simRow {
 		rows[i] = simRow{
 			SSDCapacityTokens: rows[i].SSDCapacityTokens,
 			AdmitMinSeen:      rows[i].AdmitMinSeen,
+			AdmitByFrequency:  rows[i].AdmitByFrequency,
 			Tiers:             rows[i].Tiers,
 			Policy:            policy,
 			CapacityTokens:    capacity,

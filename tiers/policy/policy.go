@@ -1,6 +1,8 @@
 // Package policy holds the eviction policies a tier can use: LRU, LFU with
 // dynamic aging, a prefix-aware policy that evicts the leaves of a chain
-// before their ancestors, and Belady's offline optimum as a yardstick.
+// before their ancestors, S3-FIFO and W-TinyLFU (which keep blocks used once
+// from displacing blocks used again), and Belady's offline optimum as a
+// yardstick.
 //
 // A Policy only orders blocks; it never touches bytes. Policies are not safe
 // for concurrent use: the tier hierarchy serialises calls under its lock.
@@ -43,7 +45,7 @@ type Policy interface {
 }
 
 // Names lists the policies New can build.
-var Names = []string{"lru", "lfu", "prefix"}
+var Names = []string{"lru", "lfu", "prefix", "s3fifo", "wtinylfu", "s3fifo-prefix"}
 
 // New returns the named online policy.
 func New(name string) (Policy, error) {
@@ -54,6 +56,12 @@ func New(name string) (Policy, error) {
 		return NewLFU(), nil
 	case "prefix":
 		return NewPrefix(), nil
+	case "s3fifo":
+		return NewS3FIFO(), nil
+	case "wtinylfu":
+		return NewWTinyLFU(), nil
+	case "s3fifo-prefix":
+		return NewS3FIFOPrefix(), nil
 	}
 	return nil, fmt.Errorf("policy: unknown policy %q (want one of %s)", name, strings.Join(Names, ", "))
 }

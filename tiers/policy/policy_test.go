@@ -16,6 +16,9 @@ var policies = []struct {
 	{"lru", func() Policy { return NewLRU() }},
 	{"lfu", func() Policy { return NewLFU() }},
 	{"prefix", func() Policy { return NewPrefix() }},
+	{"s3fifo", func() Policy { return NewS3FIFO() }},
+	{"wtinylfu", func() Policy { return NewWTinyLFU() }},
+	{"s3fifo-prefix", func() Policy { return NewS3FIFOPrefix() }},
 	{"belady", func() Policy { return NewBelady(newRandomOracle(1)) }},
 }
 

@@ -14,6 +14,11 @@ type Grid struct {
 	SSDTokens []int64
 	// AdmitMinSeen is MultiTier.AdmitMinSeen for every multi-tier cache.
 	AdmitMinSeen int
+	// AdmitByFrequency is MultiTier.AdmitByFrequency for every multi-tier
+	// cache.
+	AdmitByFrequency bool
+	// SSDPolicy is MultiTier.SSDPolicy for every multi-tier cache.
+	SSDPolicy string
 }
 
 // Specs returns the grid's caches, policy by policy, then capacity by
@@ -31,7 +36,7 @@ func (g Grid) Specs() []Spec {
 				if pol == "belady" {
 					specs = append(specs, SingleTier{Policy: pol, CapacityTokens: c + ssd})
 				} else {
-					specs = append(specs, MultiTier{Policy: pol, DRAMTokens: c, SSDTokens: ssd, AdmitMinSeen: g.AdmitMinSeen})
+					specs = append(specs, MultiTier{Policy: pol, DRAMTokens: c, SSDTokens: ssd, AdmitMinSeen: g.AdmitMinSeen, AdmitByFrequency: g.AdmitByFrequency, SSDPolicy: g.SSDPolicy})
 				}
 			}
 		}

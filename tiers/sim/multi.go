@@ -25,12 +25,34 @@ type MultiTier struct {
 	// AdmitMinSeen admits a DRAM victim to the SSD only if it was accessed
 	// this often lately; 0 or 1 admits all.
 	AdmitMinSeen int
+	// AdmitByFrequency admits a DRAM victim to a full SSD only if it was
+	// seen more often than the SSD's own next victim (TinyLFU admission,
+	// tiers.LevelConfig.AdmitByFrequency); AdmitMinSeen is then unused.
+	AdmitByFrequency bool
+	// SSDPolicy, when set, is the SSD's policy (one of policy.Names), and
+	// Policy the DRAM's only.
+	SSDPolicy string
 }
 
 var _ Spec = MultiTier{}
 
 func (s MultiTier) String() string {
-	return fmt.Sprintf("%s@dram=%d,ssd=%d,admit=%d", s.Policy, s.DRAMTokens, s.SSDTokens, max(s.AdmitMinSeen, 1))
+	pol := s.Policy
+	if s.SSDPolicy != "" {
+		pol += "/" + s.SSDPolicy
+	}
+	if s.AdmitByFrequency {
+		return fmt.Sprintf("%s@dram=%d,ssd=%d,admit=frequency", pol, s.DRAMTokens, s.SSDTokens)
+	}
+	return fmt.Sprintf("%s@dram=%d,ssd=%d,admit=%d", pol, s.DRAMTokens, s.SSDTokens, max(s.AdmitMinSeen, 1))
+}
+
+// ssdPolicy is the SSD's policy name.
+func (s MultiTier) ssdPolicy() string {
+	if s.SSDPolicy != "" {
+		return s.SSDPolicy
+	}
+	return s.Policy
 }
 
 // Validate reports every problem with s for blocks of blockTokens tokens.
@@ -38,6 +60,9 @@ func (s MultiTier) Validate(blockTokens int) error {
 	var probs []string
 	if !policy.Valid(s.Policy) {
 		probs = append(probs, fmt.Sprintf("unknown policy %q for a multi-tier replay (want one of %s)", s.Policy, strings.Join(policy.Names, ", ")))
+	}
+	if s.SSDPolicy != "" && !policy.Valid(s.SSDPolicy) {
+		probs = append(probs, fmt.Sprintf("unknown SSD policy %q (want one of %s)", s.SSDPolicy, strings.Join(policy.Names, ", ")))
 	}
 	for _, c := range []struct {
 		name   string
@@ -65,11 +90,13 @@ func (s MultiTier) newCache(w *Workload) (cache, error) {
 		kind   index.TierKind
 		tokens int64
 		admit  int
-	}{{index.TierDRAM, s.DRAMTokens, 1}, {index.TierSSD, s.SSDTokens, max(s.AdmitMinSeen, 1)}} {
-		p, _ := policy.New(s.Policy) // validated above
+		byFreq bool
+		policy string
+	}{{index.TierDRAM, s.DRAMTokens, 1, false, s.Policy}, {index.TierSSD, s.SSDTokens, max(s.AdmitMinSeen, 1), s.AdmitByFrequency, s.ssdPolicy()}} {
+		p, _ := policy.New(l.policy) // validated above
 		levels = append(levels, tiers.LevelConfig{
 			Kind: l.kind, Tier: newGhost(l.tokens / int64(w.blockTokens)), Policy: p,
-			HighWatermark: 1, LowWatermark: 1, AdmitMinSeen: l.admit,
+			HighWatermark: 1, LowWatermark: 1, AdmitMinSeen: l.admit, AdmitByFrequency: l.byFreq,
 		})
 	}
 	h, err := tiers.New(tiers.Config{Inline: true, Levels: levels, MaxLease: time.Hour})
