@@ -44,6 +44,10 @@ const reconcileBuckets = 256
 // corrects these and runs again soon.
 const maxCorrections = 16384
 
+// lockedKeys bounds the keys a pass compares and corrects in one hold of
+// the lock that orders the node's publishes.
+const lockedKeys = 256
+
 // tierMask has bit k set for each index.TierKind k of the node's own
 // locations of a key.
 type tierMask uint8
@@ -192,15 +196,15 @@ func (c *Agent) reconcile(ctx context.Context) (int, error) {
 		}
 		return true
 	})
-	c.own.mu.Lock()
 	for b := range differ {
 		if differ[b] {
+			c.own.mu.Lock() // a range at a time: the node's publishes wait on it
 			for k := range c.own.buckets[b] {
 				suspects[k] = true
 			}
+			c.own.mu.Unlock()
 		}
 	}
-	c.own.mu.Unlock()
 	// What was published meanwhile applied, a key still differing is one
 	// whose change the directory lost.
 	if err := c.Sync(ctx); err != nil {
@@ -209,8 +213,15 @@ func (c *Agent) reconcile(ctx context.Context) (int, error) {
 	dir = c.rep.FSM.Directory()
 	var phantoms, missing, n int
 	more := false
+	held := 0 // keys looked at since c.own.mu was taken
 	c.own.mu.Lock()
 	for k := range suspects {
+		if held++; held == lockedKeys {
+			// Let the node's publishes (its tiers wait on them) through.
+			c.own.mu.Unlock()
+			held = 0
+			c.own.mu.Lock()
+		}
 		var lm tierMask
 		if e, ok := dir.Get(k); ok {
 			lm = maskOf(self, e.Locations)

@@ -219,3 +219,40 @@ func TestReconcileWhileBlocksMove(t *testing.T) {
 	}
 	t.Logf("%d passes; %+v (corrections of keys in flight are needless but harmless)", passes, p.c.ReconcileStats())
 }
+
+// BenchmarkReconcilePass measures a pass over a consistent node: one scan
+// of a replica listing 100,000 of the node's blocks, no correction.
+func BenchmarkReconcilePass(b *testing.B) {
+	tc := startClusterWith(b, 1, membership.Config{ReconcileInterval: time.Hour})
+	p := tc.running()[0]
+	for i := range 100_000 {
+		p.c.Publish(stored(i, p.id, index.TierDRAM))
+	}
+	syncOrFail(b, p)
+	for b.Loop() {
+		if n, err := p.c.Reconcile(context.Background()); err != nil || n != 0 {
+			b.Fatalf("a pass corrected %d (%v)", n, err)
+		}
+	}
+}
+
+// BenchmarkPublishMirror measures Publish, with the mirror the reconcile pass
+// compares with and without it (reconciling off).
+func BenchmarkPublishMirror(b *testing.B) {
+	for _, bc := range []struct {
+		name     string
+		interval time.Duration
+	}{{"reconcile", time.Hour}, {"off", -1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			tc := startClusterWith(b, 1, membership.Config{ReconcileInterval: bc.interval})
+			p := tc.running()[0]
+			i := 0
+			for b.Loop() {
+				p.c.Publish(stored(i%100_000, p.id, index.TierDRAM))
+				i++
+			}
+			b.StopTimer()
+			syncOrFail(b, p)
+		})
+	}
+}
