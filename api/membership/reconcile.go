@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -28,10 +29,12 @@ import (
 // A pass costs one scan of the replica, without holding any lock of the
 // node's data path: it sums each hash range's listings of the node into a
 // digest and compares it with own's digest of the range, kept as changes
-// are published. Only ranges whose digests differ are compared key by key,
-// and a key is corrected only if it still differs once everything
-// published meanwhile is applied (a publish in flight, a block moving
-// between tiers, is no difference). A correction restates, under the lock
+// are published. Only ranges whose digests differ are compared key by key.
+// Publishes are numbered, and the pass first syncs everything published
+// up to its start: a key whose last change is older must be listed as own
+// says, and one changed since (a publish in flight, a block moving between
+// tiers) is left to the next pass, so nothing applied late is taken for a
+// loss. A correction restates, under the lock
 // that orders the node's publishes, every own location of the key — stored
 // where own holds it, removed elsewhere — through the same batcher: it is
 // applied after every change published before it and before every later
@@ -62,10 +65,14 @@ func maskOf(self index.NodeID, locs []index.Location) tierMask {
 	return m
 }
 
-// ownBlock is what the node published last about one key of its own.
+// ownBlock is what the node published last about one key of its own, and
+// when: seq numbers the node's publishes. A key the node holds nowhere any
+// more stays as a tombstone (tiers 0) until a pass has seen its removal
+// applied.
 type ownBlock struct {
 	meta  index.Meta
 	tiers tierMask
+	seq   uint64
 }
 
 // ownBlocks mirrors the node's published changes of its own locations. Its
@@ -76,6 +83,8 @@ type ownBlocks struct {
 	mu      sync.Mutex
 	buckets [reconcileBuckets]map[index.Key]ownBlock
 	digest  [reconcileBuckets]uint64
+	seq     uint64 // the last publish's number
+	dropped uint64 // the number of the last drop of all the node's locations
 }
 
 func newOwnBlocks(self index.NodeID) *ownBlocks {
@@ -92,11 +101,13 @@ func (o *ownBlocks) applyLocked(ch index.Change) {
 	if ch.Loc.Node != o.self || ch.Loc.Tier >= 8 {
 		return
 	}
+	o.seq++
 	if ch.Kind == index.ChangeNodeDropped {
 		for i := range o.buckets {
 			clear(o.buckets[i])
 			o.digest[i] = 0
 		}
+		o.dropped = o.seq
 		return
 	}
 	b := bucketOf(ch.Key)
@@ -109,12 +120,19 @@ func (o *ownBlocks) applyLocked(ch index.Change) {
 	case index.ChangeRemoved:
 		nb.tiers &^= 1 << ch.Loc.Tier
 	}
+	nb.seq = o.seq
 	o.digest[b] ^= blockDigest(ch.Key, old.tiers) ^ blockDigest(ch.Key, nb.tiers)
-	if nb.tiers == 0 {
-		delete(o.buckets[b], ch.Key)
-	} else {
-		o.buckets[b][ch.Key] = nb
+	o.buckets[b][ch.Key] = nb
+}
+
+// lastLocked returns what the node published last about k, with its
+// number; the caller holds o.mu.
+func (o *ownBlocks) lastLocked(k index.Key) ownBlock {
+	ob, ok := o.buckets[bucketOf(k)][k]
+	if !ok {
+		ob.seq = o.dropped // held nowhere since the last drop, at the latest
 	}
+	return ob
 }
 
 // bucketOf returns the hash range of k.
@@ -162,6 +180,12 @@ func (c *Agent) reconcile(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	self := c.cfg.ID
+	// Every change numbered up to settled is applied once Sync returns: a
+	// key whose last change is older must be listed as own says, and one
+	// changed since is left to the next pass.
+	c.own.mu.Lock()
+	settled := c.own.seq
+	c.own.mu.Unlock()
 	if err := c.Sync(ctx); err != nil {
 		return 0, fmt.Errorf("cluster: reconcile: %w", err)
 	}
@@ -183,77 +207,72 @@ func (c *Agent) reconcile(ctx context.Context) (int, error) {
 		}
 	}
 	c.own.mu.Unlock()
-	if nDiffer == 0 {
-		c.countPass(0, 0, 0)
-		return 0, nil
-	}
 
-	// The differing ranges, key by key.
-	suspects := map[index.Key]bool{}
-	dir.Range(func(k index.Key, e index.Entry) bool {
-		if m := maskOf(self, e.Locations); m != 0 && differ[bucketOf(k)] {
-			suspects[k] = true
-		}
-		return true
-	})
-	for b := range differ {
-		if differ[b] {
-			c.own.mu.Lock() // a range at a time: the node's publishes wait on it
-			for k := range c.own.buckets[b] {
-				suspects[k] = true
-			}
-			c.own.mu.Unlock()
-		}
-	}
-	// What was published meanwhile applied, a key still differing is one
-	// whose change the directory lost.
-	if err := c.Sync(ctx); err != nil {
-		return 0, fmt.Errorf("cluster: reconcile: %w", err)
-	}
-	dir = c.rep.FSM.Directory()
 	var phantoms, missing, n int
 	more := false
-	held := 0 // keys looked at since c.own.mu was taken
-	c.own.mu.Lock()
-	for k := range suspects {
-		if held++; held == lockedKeys {
-			// Let the node's publishes (its tiers wait on them) through.
-			c.own.mu.Unlock()
-			held = 0
-			c.own.mu.Lock()
-		}
-		var lm tierMask
-		if e, ok := dir.Get(k); ok {
-			lm = maskOf(self, e.Locations)
-		}
-		ob := c.own.buckets[bucketOf(k)][k]
-		if lm == ob.tiers {
-			continue
-		}
-		if n == maxCorrections {
-			more = true
-			break
-		}
-		n++
-		for t := index.TierHBM; t <= index.TierS3; t++ {
-			held, was := ob.tiers&(1<<t) != 0, lm&(1<<t) != 0
-			switch {
-			case held:
-				if !was {
-					missing++
+	if nDiffer > 0 {
+		// The differing ranges, key by key: what the replica lists there,
+		// and what own holds.
+		var suspects []index.Key
+		dir.Range(func(k index.Key, e index.Entry) bool {
+			if m := maskOf(self, e.Locations); m != 0 && differ[bucketOf(k)] {
+				suspects = append(suspects, k)
+			}
+			return true
+		})
+		for b := range differ {
+			if differ[b] {
+				c.own.mu.Lock() // a range at a time: the node's publishes wait on it
+				for k, ob := range c.own.buckets[b] {
+					if ob.tiers != 0 {
+						suspects = append(suspects, k)
+					}
 				}
-				c.batcher.Add(index.Change{Kind: index.ChangeStored, Key: k, Meta: ob.meta, Loc: index.Location{Node: self, Tier: t}})
-			default:
-				if was {
-					phantoms++
-				}
-				// Every tier the node does not hold, listed or not: a
-				// removal lost in the queue may not be applied yet.
-				c.batcher.Add(index.Change{Kind: index.ChangeRemoved, Key: k, Loc: index.Location{Node: self, Tier: t}})
+				c.own.mu.Unlock()
 			}
 		}
+		dir = c.rep.FSM.Directory() // (a snapshot restored meanwhile replaces it)
+		held := 0                   // keys looked at since c.own.mu was taken
+		c.own.mu.Lock()
+		for _, k := range suspects {
+			if held++; held == lockedKeys {
+				// Let the node's publishes (its tiers wait on them) through.
+				c.own.mu.Unlock()
+				held = 0
+				c.own.mu.Lock()
+			}
+			ob := c.own.lastLocked(k)
+			if ob.seq > settled {
+				continue // changed since: maybe not applied yet
+			}
+			var lm tierMask
+			if e, ok := dir.Get(k); ok {
+				lm = maskOf(self, e.Locations)
+			}
+			if lm == ob.tiers {
+				continue // (a key both lists and own hold is a suspect twice)
+			}
+			if n == maxCorrections {
+				more = true
+				break
+			}
+			n++
+			phantoms += bits.OnesCount8(uint8(lm &^ ob.tiers))
+			missing += bits.OnesCount8(uint8(ob.tiers &^ lm))
+			c.restateLocked(k, ob)
+		}
+		c.own.mu.Unlock()
 	}
-	c.own.mu.Unlock()
+	// Tombstones whose removal is applied are of no more use.
+	for b := range c.own.buckets {
+		c.own.mu.Lock()
+		for k, ob := range c.own.buckets[b] {
+			if ob.tiers == 0 && ob.seq <= settled {
+				delete(c.own.buckets[b], k)
+			}
+		}
+		c.own.mu.Unlock()
+	}
 	c.countPass(n, phantoms, missing)
 	if n > 0 {
 		c.log.Info("reconciled the directory with the node's tiers", "keys", n, "phantoms", phantoms,
@@ -263,6 +282,26 @@ func (c *Agent) reconcile(ctx context.Context) (int, error) {
 		c.reconcileSoon()
 	}
 	return n, nil
+}
+
+// restateLocked publishes the node's truth about k, ob: stored at each
+// tier of its own that holds k, removed at every other (listed or not: a
+// removal lost in the queue may not be applied yet). The caller holds
+// c.own.mu, which orders it with the node's changes.
+func (c *Agent) restateLocked(k index.Key, ob ownBlock) {
+	self := c.cfg.ID
+	for t := index.TierHBM; t <= index.TierS3; t++ {
+		loc := index.Location{Node: self, Tier: t}
+		if ob.tiers&(1<<t) != 0 {
+			c.batcher.Add(index.Change{Kind: index.ChangeStored, Key: k, Meta: ob.meta, Loc: loc})
+		} else {
+			c.batcher.Add(index.Change{Kind: index.ChangeRemoved, Key: k, Loc: loc})
+		}
+	}
+	// The restated key is in flight like any changed key.
+	c.own.seq++
+	ob.seq = c.own.seq
+	c.own.buckets[bucketOf(k)][k] = ob
 }
 
 func (c *Agent) countPass(keys, phantoms, missing int) {
