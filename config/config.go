@@ -182,6 +182,11 @@ type Cluster struct {
 	// LivenessTimeout is how long a node may be silent before the leader
 	// marks it down and lookups stop returning its blocks. Default 5s.
 	LivenessTimeout time.Duration
+	// ReconcileInterval is how often, on average, the node compares what
+	// the directory lists at it with what its tiers hold and publishes
+	// the corrections (a pass also follows any change the node had to
+	// drop). 0 turns it off. Default 1m.
+	ReconcileInterval time.Duration
 	// SkipEntries lists raft log indices, "1234,5678", of entries of
 	// unknown types that the node applies as no-ops instead of stopping:
 	// the way out when such an entry is known not to come from a newer
@@ -252,7 +257,7 @@ func Default() Config {
 		DRAM: DRAM{PageSize: 4 << 10, Policy: "lru", HighWatermark: 0.95, LowWatermark: 0.85},
 		SSD: SSD{Enabled: true, Policy: "lru", AdmitMinSeen: 1,
 			HighWatermark: 0.95, LowWatermark: 0.85},
-		Cluster: Cluster{RaftAddr: "127.0.0.1:7072", HeartbeatInterval: 500 * time.Millisecond, LivenessTimeout: 5 * time.Second},
+		Cluster: Cluster{RaftAddr: "127.0.0.1:7072", HeartbeatInterval: 500 * time.Millisecond, LivenessTimeout: 5 * time.Second, ReconcileInterval: time.Minute},
 		S3: S3{Bucket: "kvstrata", Region: "us-east-1", CreateBucket: true, Policy: "lru", PromoteTo: "dram",
 			SegmentSize: 64 << 20, FlushInterval: time.Second, MaxPending: 256 << 20, Concurrency: 16,
 			GarbageAge: time.Hour, ProbeTimeout: time.Second},
@@ -385,6 +390,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseSkipEntries(c.Cluster.SkipEntries); err != nil {
 		bad("cluster.skip-entries: %v", err)
+	}
+	if c.Cluster.ReconcileInterval < 0 {
+		bad("cluster.reconcile-interval %v is negative (0 turns reconciling off)", c.Cluster.ReconcileInterval)
 	}
 	if c.Cluster.HeartbeatInterval <= 0 || c.Cluster.LivenessTimeout < 2*c.Cluster.HeartbeatInterval {
 		bad("cluster.liveness-timeout %v must be at least twice cluster.heartbeat-interval %v (> 0)", c.Cluster.LivenessTimeout, c.Cluster.HeartbeatInterval)

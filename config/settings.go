@@ -97,6 +97,7 @@ func (c *Config) Settings() []*Setting {
 		strSetting("cluster.join", "gRPC address of a member to join through", &c.Cluster.Join),
 		durationSetting("cluster.heartbeat-interval", "how often the node tells the leader it is alive", &c.Cluster.HeartbeatInterval),
 		durationSetting("cluster.liveness-timeout", "silence after which the leader marks a node down", &c.Cluster.LivenessTimeout),
+		durationSetting("cluster.reconcile-interval", "how often, on average, the node corrects what the directory lists for it from what its tiers hold (0: off)", &c.Cluster.ReconcileInterval),
 		strSetting("cluster.skip-entries", "raft log indices of unknown entries to apply as no-ops, 12,34 (same list on every node)", &c.Cluster.SkipEntries),
 		sizeSetting("limits.max-block-size", "largest block accepted", &c.Limits.MaxBlockSize),
 		intSetting("limits.max-batch-blocks", "most blocks in one request", &c.Limits.MaxBatchBlocks),

@@ -11,6 +11,7 @@ func clusterMetrics(cl *membership.Agent) metrics.ClusterFunc {
 		s := cl.RaftStats()
 		return metrics.ClusterState{IsLeader: s.IsLeader, Leader: uint64(s.Leader), Term: s.Term,
 			CommitIndex: s.CommitIndex, AppliedIndex: s.AppliedIndex, LastContact: s.LastContact,
-			Current: s.Current(), MembersUp: s.MembersUp, MembersDown: s.MembersDown}
+			Current: s.Current(), MembersUp: s.MembersUp, MembersDown: s.MembersDown,
+			ReconcileCorrections: cl.ReconcileStats().Corrected}
 	}
 }

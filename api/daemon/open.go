@@ -43,7 +43,7 @@ func openCluster(cfg config.Config, log *slog.Logger) (*membership.Agent, error)
 	return membership.Open(membership.Config{ID: index.NodeID(cfg.NodeID), Name: name, Dir: filepath.Join(cfg.DataDir, "raft"),
 		RaftAddr: cfg.Cluster.RaftAddr, RaftAdvertise: advertise, Bootstrap: peers, Join: cfg.Cluster.Join,
 		HeartbeatInterval: cfg.Cluster.HeartbeatInterval, LivenessTimeout: cfg.Cluster.LivenessTimeout,
-		SkipEntries: skip, Logger: log.With("component", "cluster")})
+		ReconcileInterval: reconcileInterval(cfg.Cluster.ReconcileInterval), SkipEntries: skip, Logger: log.With("component", "cluster")})
 }
 
 // openTiers opens the tiers the configuration asks for and stacks them;
@@ -114,6 +114,15 @@ func tierSummary(s tiers.HierarchyStats) string {
 		parts = append(parts, fmt.Sprintf("%s %s/%s (%s)", l.Kind, units.FormatBytes(l.Used), units.FormatBytes(l.Capacity), l.Policy))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// reconcileInterval maps cluster.reconcile-interval (0: off) to
+// membership.Config.ReconcileInterval (negative: off).
+func reconcileInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // garbageAge maps s3.garbage-age (0: never) to s3.Config.GarbageAge

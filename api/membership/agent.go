@@ -72,6 +72,15 @@ type Config struct {
 	// the replica applies as no-ops instead of stopping (see
 	// raftstore.FSM.SkipEntries); every node must be given the same list.
 	SkipEntries []uint64
+	// ReconcileInterval is how often, on average, the node compares what
+	// the directory lists at it with what it published, and corrects the
+	// differences (see reconcile.go); a pass also follows every drop of
+	// events. The default is 1m; negative turns reconciling off.
+	ReconcileInterval time.Duration
+	// EventQueueSize is the number of the node's changes waiting for the
+	// directory beyond which new ones are dropped (and later reconciled).
+	// The default is raftstore.DefaultQueueSize (262144).
+	EventQueueSize int
 	// Logger receives the cluster's lines and raft's. The default is
 	// slog.Default().
 	Logger *slog.Logger
@@ -81,6 +90,7 @@ type Config struct {
 const (
 	DefaultHeartbeatInterval = 500 * time.Millisecond
 	DefaultLivenessTimeout   = 5 * time.Second
+	DefaultReconcileInterval = time.Minute
 )
 
 // EnsureDefaults sets c's zero fields to their defaults.
@@ -90,6 +100,12 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.LivenessTimeout == 0 {
 		c.LivenessTimeout = DefaultLivenessTimeout
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.EventQueueSize == 0 {
+		c.EventQueueSize = raftstore.DefaultQueueSize
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -117,6 +133,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LivenessTimeout <= c.HeartbeatInterval {
 		probs = append(probs, fmt.Sprintf("LivenessTimeout %v is not over HeartbeatInterval %v", c.LivenessTimeout, c.HeartbeatInterval))
+	}
+	if c.EventQueueSize < raftstore.DefaultMaxEvents {
+		probs = append(probs, fmt.Sprintf("EventQueueSize %d is below a batch, %d", c.EventQueueSize, raftstore.DefaultMaxEvents))
 	}
 	if len(probs) == 0 {
 		return nil
@@ -147,6 +166,13 @@ type Agent struct {
 	started    chan struct{}
 	registered atomic.Bool
 
+	// own mirrors the node's published changes for the reconcile pass
+	// (nil while reconciling is off); reconciled counts the passes.
+	own           *ownBlocks
+	reconcileKick chan struct{}
+	reconciled    ReconcileStats
+	queueSize     int
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -171,9 +197,12 @@ func Open(cfg Config) (*Agent, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Agent{cfg: cfg, rep: rep, log: cfg.Logger, conns: map[string]*grpc.ClientConn{},
 		caps: map[index.NodeID]time.Time{}, progress: map[index.NodeID]progress{}, started: make(chan struct{}),
-		ctx: ctx, cancel: cancel}
+		reconcileKick: make(chan struct{}, 1), queueSize: cfg.EventQueueSize, ctx: ctx, cancel: cancel}
+	if cfg.ReconcileInterval > 0 {
+		c.own = newOwnBlocks(cfg.ID)
+	}
 	c.batcher, err = raftstore.NewBatcher(raftstore.BatcherConfig{Propose: c.proposeEvents, Logger: cfg.Logger,
-		ProposeTimeout: proposeTimeouts * c.forwardTimeout()})
+		ProposeTimeout: proposeTimeouts * c.forwardTimeout(), QueueSize: cfg.EventQueueSize})
 	if err != nil {
 		rep.Close()
 		return nil, err
@@ -212,8 +241,19 @@ func (c *Agent) followLeader() {
 }
 
 // Publish queues one change of the node's tiers for the directory; it never
-// blocks (a full queue drops and counts the change).
-func (c *Agent) Publish(ch index.Change) { c.batcher.Add(ch) }
+// blocks (a full queue drops and counts the change, and the reconcile pass
+// that follows restores what the drop lost). The node's changes must all
+// come through Publish, in the order they happen.
+func (c *Agent) Publish(ch index.Change) {
+	if c.own == nil {
+		c.batcher.Add(ch)
+		return
+	}
+	c.own.mu.Lock()
+	c.own.applyLocked(ch)
+	c.batcher.Add(ch)
+	c.own.mu.Unlock()
+}
 
 // FSM is the node's replica of the directory and the cluster state.
 func (c *Agent) FSM() *raftstore.FSM { return c.rep.FSM }
@@ -278,6 +318,10 @@ func (c *Agent) Start(self raftstore.Member, usage func() []raftstore.TierUsage)
 	c.wg.Add(2)
 	go c.every(c.cfg.HeartbeatInterval, c.heartbeat)
 	go c.every(c.cfg.HeartbeatInterval, c.monitorOnce)
+	if c.own != nil {
+		c.wg.Add(1)
+		go c.reconcileLoop()
+	}
 	return nil
 }
 

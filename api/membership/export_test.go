@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -23,3 +24,14 @@ func (c *Agent) HandLeadershipTo(to index.NodeID) error {
 	}
 	return fmt.Errorf("node %d is not a server", to)
 }
+
+// LosePublish records ch as published without handing it to the batcher:
+// a change the directory never hears of, as a dropped or discarded one.
+func (c *Agent) LosePublish(ch index.Change) {
+	c.own.mu.Lock()
+	c.own.applyLocked(ch)
+	c.own.mu.Unlock()
+}
+
+// Reconcile runs one reconcile pass now and returns the keys it corrected.
+func (c *Agent) Reconcile(ctx context.Context) (int, error) { return c.reconcile(ctx) }

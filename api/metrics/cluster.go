@@ -23,6 +23,9 @@ type ClusterState struct {
 	// MembersUp and MembersDown count the cluster's members by liveness
 	// as the directory records it.
 	MembersUp, MembersDown int
+	// ReconcileCorrections counts the keys whose listing of this node its
+	// reconcile passes corrected since it started.
+	ReconcileCorrections uint64
 }
 
 // ClusterFunc returns the node's view of its cluster.
@@ -45,6 +48,7 @@ var (
 	descApplyLag    = clusterDesc("raft_apply_lag_entries", "Committed raft entries this node's replica has not applied yet (commit index less applied index).")
 	descLastContact = clusterDesc("raft_last_contact_seconds", "How long ago this follower last heard from the leader; 0 on the leader, -1 if it never did.")
 	descCurrent     = clusterDesc("raft_replica_current", "1 while this node's replica of the directory is current (it knows a leader, is in touch and caught up), else 0.")
+	descReconcile   = prometheus.NewDesc(namespace+"_directory_reconcile_corrections_total", "Keys whose listing of this node in the directory a reconcile pass corrected (a lost publish: a phantom or a missing location).", nil, nil)
 	descMembers     = prometheus.NewDesc(namespace+"_cluster_members", "The cluster's members by liveness (up, down) as the directory records it.", []string{"liveness"}, nil)
 )
 
@@ -56,7 +60,7 @@ type clusterCollector ClusterFunc
 
 func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIsLeader, descLeaderID, descTerm, descCommit, descApplied, descApplyLag,
-		descLastContact, descCurrent, descMembers} {
+		descLastContact, descCurrent, descMembers, descReconcile} {
 		ch <- d
 	}
 }
@@ -80,6 +84,7 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descCurrent, bit(s.Current))
 	gauge(descMembers, float64(s.MembersUp), "up")
 	gauge(descMembers, float64(s.MembersDown), "down")
+	ch <- prometheus.MustNewConstMetric(descReconcile, prometheus.CounterValue, float64(s.ReconcileCorrections))
 }
 
 func bit(b bool) float64 {
