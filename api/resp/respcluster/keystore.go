@@ -119,11 +119,3 @@ func (k *KeyStore) Expire(ctx context.Context, key string, at time.Time) (time.T
 	}
 	return there.ExpireAt, k.invalidate(ctx, key)
 }
-
-// Scan walks the node's own keys (SCAN and KEYS are per node).
-func (k *KeyStore) Scan(ctx context.Context, cursor uint64, count int) ([]string, uint64, error) {
-	return k.ks.Scan(ctx, cursor, count)
-}
-
-// Flush deletes the node's own keys (FLUSHDB and FLUSHALL are per node).
-func (k *KeyStore) Flush(ctx context.Context) (int64, error) { return k.ks.Flush(ctx) }

@@ -202,3 +202,89 @@ func peerError(node index.NodeID, err error) error {
 	}
 	return fmt.Errorf("node %d: %w", node, err)
 }
+
+// errNoKeys is the error of Scan and Flush on a store that cannot
+// enumerate its keys.
+var errNoKeys = status.Error(codes.Unimplemented, "this node's store cannot enumerate its keys")
+
+// Scan returns a page of the local keys.
+func (s *Service) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanPage, error) {
+	ks, ok := s.local.(resp.KeyStore)
+	if !ok {
+		return nil, errNoKeys
+	}
+	keys, next, err := ks.Scan(ctx, req.GetCursor(), int(min(req.GetCount(), 1<<20)))
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	out := &pb.ScanPage{Keys: make([][]byte, len(keys)), Next: next}
+	for i, k := range keys {
+		out.Keys[i] = []byte(k)
+	}
+	return out, nil
+}
+
+// Len counts the local keys.
+func (s *Service) Len(ctx context.Context, _ *pb.LenRequest) (*pb.KeyCount, error) {
+	n, err := s.local.Len(ctx)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return &pb.KeyCount{Keys: n}, nil
+}
+
+// Flush deletes the local keys.
+func (s *Service) Flush(ctx context.Context, _ *pb.FlushRequest) (*pb.KeyCount, error) {
+	ks, ok := s.local.(resp.KeyStore)
+	if !ok {
+		return nil, errNoKeys
+	}
+	n, err := ks.Flush(ctx)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return &pb.KeyCount{Keys: n}, nil
+}
+
+// Scan runs node's Scan of its own keys.
+func (p *GRPCPeers) Scan(ctx context.Context, node index.NodeID, cursor uint64, count int) ([]string, uint64, error) {
+	c, err := p.client(node)
+	if err != nil {
+		return nil, 0, err
+	}
+	page, err := c.Scan(ctx, &pb.ScanRequest{Cursor: cursor, Count: uint32(max(count, 0))})
+	if err != nil {
+		return nil, 0, fmt.Errorf("node %d: %w", node, err)
+	}
+	keys := make([]string, len(page.GetKeys()))
+	for i, k := range page.GetKeys() {
+		keys[i] = string(k)
+	}
+	return keys, page.GetNext(), nil
+}
+
+// Len counts node's keys.
+func (p *GRPCPeers) Len(ctx context.Context, node index.NodeID) (int64, error) {
+	c, err := p.client(node)
+	if err != nil {
+		return 0, err
+	}
+	r, err := c.Len(ctx, &pb.LenRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("node %d: %w", node, err)
+	}
+	return r.GetKeys(), nil
+}
+
+// Flush deletes node's keys.
+func (p *GRPCPeers) Flush(ctx context.Context, node index.NodeID) (int64, error) {
+	c, err := p.client(node)
+	if err != nil {
+		return 0, err
+	}
+	r, err := c.Flush(ctx, &pb.FlushRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("node %d: %w", node, err)
+	}
+	return r.GetKeys(), nil
+}

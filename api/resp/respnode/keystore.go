@@ -250,22 +250,29 @@ func (s *Store) Expire(_ context.Context, key string, at time.Time) (time.Time, 
 }
 
 // Scan walks the keys in the order of their hashes (resp.KeyStore): the
-// cursor is the hash to go on from, so it stays valid across writes.
-// count bounds the blocks read, as Redis's COUNT bounds its work.
+// cursor is the top 32 bits of the hash to go on from, so it stays valid
+// across writes and leaves the top 32 bits of a uint64 free for a caller
+// that walks several stores with one cursor (respcluster puts the node's
+// ID there). A page ends only where those 32 bits change, so the few keys
+// whose hashes share them are returned together. count bounds the blocks
+// read, as Redis's COUNT bounds its work.
 func (s *Store) Scan(_ context.Context, cursor uint64, count int) ([]string, uint64, error) {
 	if count <= 0 {
 		count = 10
 	}
+	if cursor >= 1<<32 {
+		return nil, 0, fmt.Errorf("scan cursor %d is over 32 bits, not one this store returned", cursor)
+	}
 	bs := s.h.Blocks(func(b tiers.BlockInfo) bool {
-		return b.Key.NS == index.RESPNamespace && uint64(b.Key.Hash) >= cursor
+		return b.Key.NS == index.RESPNamespace && scanCursor(b.Key) >= cursor
 	})
 	slices.SortFunc(bs, func(a, b tiers.BlockInfo) int {
 		return cmpUint64(uint64(a.Key.Hash), uint64(b.Key.Hash))
 	})
 	var keys []string
 	for i, b := range bs {
-		if i == count {
-			return keys, uint64(b.Key.Hash), nil
+		if i >= count && scanCursor(b.Key) != scanCursor(bs[i-1].Key) {
+			return keys, scanCursor(b.Key), nil // > 0: over the last page's
 		}
 		if key, ok := s.keyOf(b.Key); ok {
 			keys = append(keys, key)
@@ -273,6 +280,9 @@ func (s *Store) Scan(_ context.Context, cursor uint64, count int) ([]string, uin
 	}
 	return keys, 0, nil
 }
+
+// scanCursor is the cursor Scan goes on from at block k.
+func scanCursor(k index.Key) uint64 { return uint64(k.Hash) >> 32 }
 
 func cmpUint64(a, b uint64) int {
 	switch {
