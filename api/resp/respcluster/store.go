@@ -309,7 +309,6 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	return here || there, err
 }
 
-
 // Info is the local store's fields and the keyspace's requests to other
 // nodes, in section "cluster".
 func (s *Store) Info(ctx context.Context) []resp.InfoField {
