@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,5 +179,22 @@ func TestScanRefusesAMemberCursorItCannotHold(t *testing.T) {
 	fill(t, c, 1, 2)
 	if _, _, err := c.stores[1].(resp.KeyStore).Scan(ctx(t), 0, 1); !errors.Is(err, respcluster.ErrCursor) {
 		t.Fatalf("SCAN of a store with 64-bit cursors: %v; want ErrCursor", err)
+	}
+}
+
+// A page of long keys from another node may be over gRPC's default 4 MiB
+// message limit.
+func TestScanBringsAPageOfLongKeys(t *testing.T) {
+	c := newCluster(t, 2)
+	var want []string
+	for i := range 5 {
+		k := fmt.Sprintf("%d:%s", i, strings.Repeat("k", 1<<20))
+		if err := c.locals[1].Set(ctx(t), k, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, k)
+	}
+	if got := scanAll(t, 10, c.stores[2]); !slices.Equal(got, want) {
+		t.Fatalf("SCAN through node 2 of node 1's five 1 MiB keys returned %d keys", len(got))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"google.golang.org/grpc"
@@ -246,13 +247,20 @@ func (s *Service) Flush(ctx context.Context, _ *pb.FlushRequest) (*pb.KeyCount, 
 	return &pb.KeyCount{Keys: n}, nil
 }
 
-// Scan runs node's Scan of its own keys.
+// maxScanCount bounds the COUNT hint a node passes to another, so that a
+// page of keys (each up to a block in size) stays a reasonable message.
+const maxScanCount = 1000
+
+// Scan runs node's Scan of its own keys. The page may be larger than
+// gRPC's default 4 MiB message limit (long keys), so the limit is lifted
+// for it.
 func (p *GRPCPeers) Scan(ctx context.Context, node index.NodeID, cursor uint64, count int) ([]string, uint64, error) {
 	c, err := p.client(node)
 	if err != nil {
 		return nil, 0, err
 	}
-	page, err := c.Scan(ctx, &pb.ScanRequest{Cursor: cursor, Count: uint32(max(count, 0))})
+	page, err := c.Scan(ctx, &pb.ScanRequest{Cursor: cursor, Count: uint32(min(max(count, 0), maxScanCount))},
+		grpc.MaxCallRecvMsgSize(math.MaxInt32))
 	if err != nil {
 		return nil, 0, fmt.Errorf("node %d: %w", node, err)
 	}
