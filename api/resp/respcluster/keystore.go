@@ -119,3 +119,44 @@ func (k *KeyStore) Expire(ctx context.Context, key string, at time.Time) (time.T
 	}
 	return there.ExpireAt, k.invalidate(ctx, key)
 }
+
+// errNoUpdate is Update's error over a local store without the power.
+var errNoUpdate = errors.New("respcluster: the node's store cannot update a key in place")
+
+// Update is an atomic read-modify-write of key (resp.Updater) on the
+// local store. A key held only by other nodes is read from a holder
+// first and its new value stored here, and the other copies are deleted
+// (as EXPIRE does); only the local part is atomic: a write of the key
+// through another node at the same moment may race it.
+func (k *KeyStore) Update(ctx context.Context, key string, fn func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error)) error {
+	u, ok := k.ks.(resp.Updater)
+	if !ok {
+		return errNoUpdate
+	}
+	var there []byte
+	var thereInfo resp.KeyInfo
+	if _, err := k.ks.Stat(ctx, key); errors.Is(err, resp.ErrNotFound) {
+		ki, err := k.remoteStat(ctx, key)
+		if err == nil {
+			there, err = k.remoteGet(ctx, key)
+		}
+		switch {
+		case err == nil:
+			thereInfo = ki
+		case !errors.Is(err, resp.ErrNotFound): // a holder did not answer
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	err := u.Update(ctx, key, func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error) {
+		if !found && there != nil {
+			old, info, found = there, thereInfo, true
+		}
+		return fn(old, info, found)
+	})
+	if err != nil {
+		return err
+	}
+	return k.invalidate(ctx, key)
+}

@@ -198,3 +198,28 @@ func TestScanBringsAPageOfLongKeys(t *testing.T) {
 		t.Fatalf("SCAN through node 2 of node 1's five 1 MiB keys returned %d keys", len(got))
 	}
 }
+
+// An update through a node of a key another node holds starts from that
+// node's value and deadline, and leaves the key on the updating node only.
+func TestUpdateOfAKeyHeldElsewhere(t *testing.T) {
+	c := newCluster(t, 2)
+	k := c.key("counter")
+	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if _, err := c.stores[1].(resp.KeyStore).SetWith(ctx(t), k, []byte("41"), resp.SetOptions{ExpireAt: at}); err != nil {
+		t.Fatal(err)
+	}
+	err := c.stores[2].(resp.Updater).Update(ctx(t), k, func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error) {
+		if !found || string(old) != "41" || !info.ExpireAt.Equal(at) {
+			t.Errorf("Update through node 2 saw %q, %v, found %v; want node 1's \"41\", %v", old, info.ExpireAt, found, at)
+		}
+		return resp.Write{Value: []byte("42"), ExpireAt: info.ExpireAt}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, c.stores[1], k, "42")
+	mustMiss(t, c.locals[1], k)
+	if ki, err := c.stores[1].(resp.KeyStore).Stat(ctx(t), k); err != nil || !ki.ExpireAt.Equal(at) {
+		t.Fatalf("deadline after the update = %v, %v; want %v", ki.ExpireAt, err, at)
+	}
+}

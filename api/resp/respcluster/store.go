@@ -122,6 +122,7 @@ type condStore struct {
 var (
 	_ resp.Store             = (*Store)(nil)
 	_ resp.KeyStore          = (*KeyStore)(nil)
+	_ resp.Updater           = (*KeyStore)(nil)
 	_ resp.ConditionalSetter = (*KeyStore)(nil)
 	_ resp.ConditionalSetter = (*condStore)(nil)
 )

@@ -334,3 +334,58 @@ func (s *Store) Flush(context.Context) (int64, error) {
 	}
 	return n, first
 }
+
+// Update is an atomic read-modify-write of key (resp.Updater), under
+// key's lock: a chunked value is read whole, and the write is staged and
+// committed as SetWith's. A value whose chunk was evicted reads as
+// missing (and is dropped).
+func (s *Store) Update(_ context.Context, key string, fn func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error)) error {
+	if err := s.checkKey(key, 0); err != nil {
+		return err
+	}
+	k := index.RESPKey(key)
+	defer s.lock(k)()
+	rec, ok, err := s.current(k, key, true)
+	if err != nil {
+		return err
+	}
+	var old []byte
+	var info resp.KeyInfo
+	if ok {
+		old = rec.value
+		if rec.kind == kindManifest {
+			old, err = s.readChunks(k, rec.manifest)
+			if errors.Is(err, errChunkLost) {
+				if err := s.remove(k, &rec); err != nil {
+					return err
+				}
+				old, ok = nil, false
+			} else if err != nil {
+				return err
+			}
+		}
+		info = resp.KeyInfo{Size: int64(len(old)), ExpireAt: fromUnixNano(rec.deadline)}
+	}
+	var oldp *record
+	if ok {
+		oldp = &rec
+	}
+	w, err := fn(old, info, ok)
+	if err != nil {
+		return err
+	}
+	if w.Delete || s.expired(unixNano(w.ExpireAt)) {
+		if !ok {
+			return nil
+		}
+		return s.remove(k, oldp)
+	}
+	if err := s.checkKey(key, int64(len(w.Value))); err != nil {
+		return err
+	}
+	st, err := s.stage(k, key, w.Value, unixNano(w.ExpireAt), oldp)
+	if err != nil {
+		return err
+	}
+	return st.commit(s)
+}
