@@ -128,6 +128,31 @@ func TestKeyspaceScanIsOneAcrossTheCluster(t *testing.T) {
 		t.Fatalf("redis-cli --scan through node 2 with node 3 hung = %q, want node 2's c:0", got)
 	}
 
+	// INCR through node 2 of a counter node 1 holds continues from node
+	// 1's value, and the counter then lives on node 2 alone; GETDEL through
+	// node 3 takes it from every node.
+	mustCLI(t, n1, "SET", "counter", "41")
+	eventually(t, 10*time.Second, "node 2 finds node 1's counter", func() bool {
+		return getAnswers(t, n2, "counter", "41", false) == "41"
+	})
+	if got := mustCLI(t, n2, "INCR", "counter"); got != "42" {
+		t.Fatalf("INCR through node 2 of node 1's counter = %s, want 42", got)
+	}
+	if got := mustCLI(t, n1, "APPEND", "counter", "0"); got != "3" {
+		t.Fatalf("APPEND through node 1 = %s, want 3", got)
+	}
+	eventually(t, 10*time.Second, "node 3 finds the new value", func() bool {
+		return getAnswers(t, n3, "counter", "420", false) == "420"
+	})
+	if got := mustCLI(t, n3, "GETDEL", "counter"); got != "420" {
+		t.Fatalf("GETDEL through node 3 = %q, want 420", got)
+	}
+	for _, p := range nodes {
+		if got := mustCLI(t, p, "EXISTS", "counter"); got != "0" {
+			t.Fatalf("EXISTS counter through %s after GETDEL = %s", p.resp, got)
+		}
+	}
+
 	// FLUSHALL through one node empties every node.
 	if got := mustCLI(t, n1, "FLUSHALL"); got != "OK" {
 		t.Fatalf("FLUSHALL through node 1 = %s", got)
