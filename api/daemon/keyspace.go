@@ -105,3 +105,14 @@ func (h holders) Holders(k index.Key) []respcluster.Holder {
 	})
 	return out
 }
+
+// Members lists every member of the cluster, with whether it is up, and
+// this node's ID.
+func (h holders) Members() ([]respcluster.Holder, index.NodeID) {
+	ms := h.fsm.Members()
+	out := make([]respcluster.Holder, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, respcluster.Holder{Node: m.ID, Up: m.ID == h.self || h.fsm.Alive(m.ID)})
+	}
+	return out, h.self
+}

@@ -126,8 +126,14 @@ func TestGoRedis(t *testing.T) {
 	if v, err := rdb.ConfigGet(ctx, "maxmemory").Result(); err != nil || v["maxmemory"] != "0" {
 		t.Errorf("CONFIG GET maxmemory = %v, %v", v, err)
 	}
-	if err := rdb.Incr(ctx, "counter").Err(); err == nil || !strings.Contains(err.Error(), "counters and in-place string updates are not supported") {
-		t.Errorf("INCR: %v", err)
+	if n, err := rdb.IncrBy(ctx, "counter", 5).Result(); n != 5 || err != nil {
+		t.Errorf("INCRBY of a missing key = %d, %v; want 5", n, err)
+	}
+	if n, err := rdb.Decr(ctx, "counter").Result(); n != 4 || err != nil {
+		t.Errorf("DECR = %d, %v; want 4", n, err)
+	}
+	if err := rdb.LPush(ctx, "list", "x").Err(); err == nil || !strings.Contains(err.Error(), "lists are not supported") {
+		t.Errorf("LPUSH: %v", err)
 	}
 	must(rdb.FlushDB(ctx).Err())
 	if n := rdb.DBSize(ctx).Val(); n != 0 {

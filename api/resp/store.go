@@ -87,6 +87,17 @@ type KeyStore interface {
 	Flush(ctx context.Context) (int64, error)
 }
 
+// Updater is an optional power of a KeyStore: an atomic read-modify-write
+// of one key, which INCR, DECR, APPEND, GETSET and GETDEL need.
+type Updater interface {
+	// Update calls fn once with key's value and description (found false,
+	// old nil, for a missing or expired key) and makes the write fn
+	// returns (its Key is ignored), atomically with respect to every other
+	// write of key through the Store. old is only valid during fn. An
+	// error of fn changes nothing and is returned as it is.
+	Update(ctx context.Context, key string, fn func(old []byte, info KeyInfo, found bool) (Write, error)) error
+}
+
 // SetCond is the condition of a SetWith on the key's presence.
 type SetCond int
 

@@ -159,6 +159,7 @@ func newCommandTable() *commandTable {
 	}
 	list = append(list, keyspaceCommands()...)
 	list = append(list, clusterCommands()...)
+	list = append(list, updateCommands()...)
 	t := &commandTable{list: list, byName: map[string]*command{}}
 	for i, cmd := range list {
 		cmd.id = i

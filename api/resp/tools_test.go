@@ -68,14 +68,15 @@ func TestRedisCLI(t *testing.T) {
 	}
 
 	// Several commands through stdin, answers formatted as in a terminal.
-	in := "SET x 1\nGET x\nMGET x nope\nSET \"a key\" \"a value\"\nGET \"a key\"\nINCR x\nDBSIZE\n"
+	in := "SET x 1\nGET x\nMGET x nope\nSET \"a key\" \"a value\"\nGET \"a key\"\nINCR x\nLPUSH l x\nDBSIZE\n"
 	want := `OK
 "1"
 1) "1"
 2) (nil)
 OK
 "a value"
-(error) ERR unknown command 'INCR', with args beginning with: 'x' (kvstrata serves string values with GET, SET, MGET, MSET, DEL, EXPIRE and SCAN; counters and in-place string updates are not supported)
+(integer) 2
+(error) ERR unknown command 'LPUSH', with args beginning with: 'l' 'x' (kvstrata serves string values with GET, SET, MGET, MSET, DEL, EXPIRE and SCAN; lists are not supported)
 (integer) 3
 `
 	if got := runTool(t, nil, in, cli, addr, "--no-raw"); got != want {
@@ -215,8 +216,9 @@ func TestRedisCLIKeyspaceTools(t *testing.T) {
 }
 
 // redis-benchmark exits at the first error reply it gets (outside cluster
-// mode), so plain redis-benchmark -q runs PING, SET and GET and stops at
-// INCR, the first command of a type not served, with the server's reason.
+// mode), so plain redis-benchmark -q runs PING, SET, GET and INCR and
+// stops at LPUSH, the first command of a type not served, with the
+// server's reason.
 // The string commands' tests all run.
 func TestRedisBenchmarkDefaultTests(t *testing.T) {
 	bench := lookTool(t, "redis-benchmark")
@@ -226,10 +228,10 @@ func TestRedisBenchmarkDefaultTests(t *testing.T) {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bench, "-h", host, "-p", port, "-q", "-n", "2000").CombinedOutput()
 	final := benchLines(string(out))
-	if err == nil || !strings.Contains(final, "Error from server: ERR unknown command 'INCR', with args beginning with: 'counter:__rand_int__' (kvstrata serves string values") {
+	if err == nil || !strings.Contains(final, "Error from server: ERR unknown command 'LPUSH', with args beginning with: 'mylist'") {
 		t.Errorf("plain redis-benchmark -q: %v\n%s", err, final)
 	}
-	for _, test := range []string{"PING_INLINE", "PING_MBULK", "SET", "GET"} {
+	for _, test := range []string{"PING_INLINE", "PING_MBULK", "SET", "GET", "INCR"} {
 		if !regexp.MustCompile(`(?m)^` + test + `: [0-9.]+ requests per second`).MatchString(final) {
 			t.Errorf("plain redis-benchmark -q has no %s rate:\n%s", test, final)
 		}

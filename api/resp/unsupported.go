@@ -4,8 +4,8 @@ import "strings"
 
 // notServed explains, after Redis's "unknown command" reply, why a Redis
 // command of another data type is not served: every value here is an
-// opaque string, and read-modify-write commands (INCR, APPEND, …) would
-// need an atomic update the Store does not offer. "" for other names.
+// opaque string; of the read-modify-write commands only INCR, INCRBY,
+// DECR, DECRBY, APPEND, GETSET and GETDEL are served (update.go). "" for other names.
 func notServed(name []byte) string {
 	kind, ok := otherTypes[strings.ToLower(string(name[:min(len(name), 32)]))]
 	if !ok {
@@ -18,7 +18,7 @@ func notServed(name []byte) string {
 var otherTypes = func() map[string]string {
 	m := map[string]string{}
 	for kind, names := range map[string]string{
-		"counters and in-place string updates": "incr incrby decr decrby incrbyfloat append setrange getrange getset getdel getex substr lcs",
+		"counters and in-place string updates": "incrbyfloat setrange getrange getex substr lcs",
 		"lists":                                "lpush rpush lpushx rpushx lpop rpop lrange llen lindex lset lrem ltrim linsert lpos lmove blmove rpoplpush brpoplpush blpop brpop lmpop blmpop",
 		"sets":                                 "sadd srem smembers sismember smismember scard spop srandmember sinter sintercard sinterstore sunion sunionstore sdiff sdiffstore smove sscan",
 		"hashes":                               "hset hsetnx hget hmset hmget hgetall hdel hexists hincrby hincrbyfloat hkeys hvals hlen hstrlen hrandfield hscan",

@@ -228,6 +228,226 @@ func (x *KeyDeleted) GetDeleted() bool {
 	return false
 }
 
+type ScanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cursor        uint64                 `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"` // a hint of how many keys to return; 0: the node's default
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanRequest) Reset() {
+	*x = ScanRequest{}
+	mi := &file_api_v1_keyspace_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanRequest) ProtoMessage() {}
+
+func (x *ScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_keyspace_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
+func (*ScanRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_keyspace_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ScanRequest) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type ScanPage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          [][]byte               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	Next          uint64                 `protobuf:"varint,2,opt,name=next,proto3" json:"next,omitempty"` // 0 once every key has been returned
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanPage) Reset() {
+	*x = ScanPage{}
+	mi := &file_api_v1_keyspace_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanPage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanPage) ProtoMessage() {}
+
+func (x *ScanPage) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_keyspace_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanPage.ProtoReflect.Descriptor instead.
+func (*ScanPage) Descriptor() ([]byte, []int) {
+	return file_api_v1_keyspace_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ScanPage) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ScanPage) GetNext() uint64 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
+}
+
+type LenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LenRequest) Reset() {
+	*x = LenRequest{}
+	mi := &file_api_v1_keyspace_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LenRequest) ProtoMessage() {}
+
+func (x *LenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_keyspace_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LenRequest.ProtoReflect.Descriptor instead.
+func (*LenRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_keyspace_proto_rawDescGZIP(), []int{6}
+}
+
+type FlushRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushRequest) Reset() {
+	*x = FlushRequest{}
+	mi := &file_api_v1_keyspace_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushRequest) ProtoMessage() {}
+
+func (x *FlushRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_keyspace_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
+func (*FlushRequest) Descriptor() ([]byte, []int) {
+	return file_api_v1_keyspace_proto_rawDescGZIP(), []int{7}
+}
+
+type KeyCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          int64                  `protobuf:"varint,1,opt,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyCount) Reset() {
+	*x = KeyCount{}
+	mi := &file_api_v1_keyspace_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyCount) ProtoMessage() {}
+
+func (x *KeyCount) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_keyspace_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyCount.ProtoReflect.Descriptor instead.
+func (*KeyCount) Descriptor() ([]byte, []int) {
+	return file_api_v1_keyspace_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *KeyCount) GetKeys() int64 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
 var File_api_v1_keyspace_proto protoreflect.FileDescriptor
 
 const file_api_v1_keyspace_proto_rawDesc = "" +
@@ -246,11 +466,25 @@ const file_api_v1_keyspace_proto_rawDesc = "" +
 	"\x11expire_at_unix_ms\x18\x03 \x01(\x03R\x0eexpireAtUnixMs\"&\n" +
 	"\n" +
 	"KeyDeleted\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted2\xb8\x01\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\";\n" +
+	"\vScanRequest\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\x04R\x06cursor\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\"2\n" +
+	"\bScanPage\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\x04R\x04next\"\f\n" +
+	"\n" +
+	"LenRequest\"\x0e\n" +
+	"\fFlushRequest\"\x1e\n" +
+	"\bKeyCount\x12\x12\n" +
+	"\x04keys\x18\x01 \x01(\x03R\x04keys2\xe3\x02\n" +
 	"\bKeyspace\x129\n" +
 	"\x03Get\x12\x17.kvstrata.v1.KeyRequest\x1a\x17.kvstrata.v1.ValueChunk0\x01\x125\n" +
 	"\x04Stat\x12\x17.kvstrata.v1.KeyRequest\x1a\x14.kvstrata.v1.KeyStat\x12:\n" +
-	"\x06Delete\x12\x17.kvstrata.v1.KeyRequest\x1a\x17.kvstrata.v1.KeyDeletedB0Z.github.com/kvstrata/kvstrata/api/v1;kvstratav1b\x06proto3"
+	"\x06Delete\x12\x17.kvstrata.v1.KeyRequest\x1a\x17.kvstrata.v1.KeyDeleted\x127\n" +
+	"\x04Scan\x12\x18.kvstrata.v1.ScanRequest\x1a\x15.kvstrata.v1.ScanPage\x125\n" +
+	"\x03Len\x12\x17.kvstrata.v1.LenRequest\x1a\x15.kvstrata.v1.KeyCount\x129\n" +
+	"\x05Flush\x12\x19.kvstrata.v1.FlushRequest\x1a\x15.kvstrata.v1.KeyCountB0Z.github.com/kvstrata/kvstrata/api/v1;kvstratav1b\x06proto3"
 
 var (
 	file_api_v1_keyspace_proto_rawDescOnce sync.Once
@@ -264,22 +498,33 @@ func file_api_v1_keyspace_proto_rawDescGZIP() []byte {
 	return file_api_v1_keyspace_proto_rawDescData
 }
 
-var file_api_v1_keyspace_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_api_v1_keyspace_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_api_v1_keyspace_proto_goTypes = []any{
-	(*KeyRequest)(nil), // 0: kvstrata.v1.KeyRequest
-	(*ValueChunk)(nil), // 1: kvstrata.v1.ValueChunk
-	(*KeyStat)(nil),    // 2: kvstrata.v1.KeyStat
-	(*KeyDeleted)(nil), // 3: kvstrata.v1.KeyDeleted
+	(*KeyRequest)(nil),   // 0: kvstrata.v1.KeyRequest
+	(*ValueChunk)(nil),   // 1: kvstrata.v1.ValueChunk
+	(*KeyStat)(nil),      // 2: kvstrata.v1.KeyStat
+	(*KeyDeleted)(nil),   // 3: kvstrata.v1.KeyDeleted
+	(*ScanRequest)(nil),  // 4: kvstrata.v1.ScanRequest
+	(*ScanPage)(nil),     // 5: kvstrata.v1.ScanPage
+	(*LenRequest)(nil),   // 6: kvstrata.v1.LenRequest
+	(*FlushRequest)(nil), // 7: kvstrata.v1.FlushRequest
+	(*KeyCount)(nil),     // 8: kvstrata.v1.KeyCount
 }
 var file_api_v1_keyspace_proto_depIdxs = []int32{
 	0, // 0: kvstrata.v1.Keyspace.Get:input_type -> kvstrata.v1.KeyRequest
 	0, // 1: kvstrata.v1.Keyspace.Stat:input_type -> kvstrata.v1.KeyRequest
 	0, // 2: kvstrata.v1.Keyspace.Delete:input_type -> kvstrata.v1.KeyRequest
-	1, // 3: kvstrata.v1.Keyspace.Get:output_type -> kvstrata.v1.ValueChunk
-	2, // 4: kvstrata.v1.Keyspace.Stat:output_type -> kvstrata.v1.KeyStat
-	3, // 5: kvstrata.v1.Keyspace.Delete:output_type -> kvstrata.v1.KeyDeleted
-	3, // [3:6] is the sub-list for method output_type
-	0, // [0:3] is the sub-list for method input_type
+	4, // 3: kvstrata.v1.Keyspace.Scan:input_type -> kvstrata.v1.ScanRequest
+	6, // 4: kvstrata.v1.Keyspace.Len:input_type -> kvstrata.v1.LenRequest
+	7, // 5: kvstrata.v1.Keyspace.Flush:input_type -> kvstrata.v1.FlushRequest
+	1, // 6: kvstrata.v1.Keyspace.Get:output_type -> kvstrata.v1.ValueChunk
+	2, // 7: kvstrata.v1.Keyspace.Stat:output_type -> kvstrata.v1.KeyStat
+	3, // 8: kvstrata.v1.Keyspace.Delete:output_type -> kvstrata.v1.KeyDeleted
+	5, // 9: kvstrata.v1.Keyspace.Scan:output_type -> kvstrata.v1.ScanPage
+	8, // 10: kvstrata.v1.Keyspace.Len:output_type -> kvstrata.v1.KeyCount
+	8, // 11: kvstrata.v1.Keyspace.Flush:output_type -> kvstrata.v1.KeyCount
+	6, // [6:12] is the sub-list for method output_type
+	0, // [0:6] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -296,7 +541,7 @@ func file_api_v1_keyspace_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_v1_keyspace_proto_rawDesc), len(file_api_v1_keyspace_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

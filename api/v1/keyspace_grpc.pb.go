@@ -29,6 +29,9 @@ const (
 	Keyspace_Get_FullMethodName    = "/kvstrata.v1.Keyspace/Get"
 	Keyspace_Stat_FullMethodName   = "/kvstrata.v1.Keyspace/Stat"
 	Keyspace_Delete_FullMethodName = "/kvstrata.v1.Keyspace/Delete"
+	Keyspace_Scan_FullMethodName   = "/kvstrata.v1.Keyspace/Scan"
+	Keyspace_Len_FullMethodName    = "/kvstrata.v1.Keyspace/Len"
+	Keyspace_Flush_FullMethodName  = "/kvstrata.v1.Keyspace/Flush"
 )
 
 // KeyspaceClient is the client API for Keyspace service.
@@ -47,6 +50,16 @@ type KeyspaceClient interface {
 	Stat(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*KeyStat, error)
 	// Delete removes the node's value of key and says whether it held one.
 	Delete(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*KeyDeleted, error)
+	// Scan returns some of the node's keys from cursor on (0 starts) and
+	// the cursor to go on from, 0 once every key has been returned, as
+	// Redis's SCAN on the node alone. Unimplemented when the node's store
+	// cannot enumerate its keys.
+	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanPage, error)
+	// Len counts the node's keys.
+	Len(ctx context.Context, in *LenRequest, opts ...grpc.CallOption) (*KeyCount, error)
+	// Flush deletes every key of the node and counts them. Unimplemented
+	// when the node's store cannot enumerate its keys.
+	Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (*KeyCount, error)
 }
 
 type keyspaceClient struct {
@@ -96,6 +109,36 @@ func (c *keyspaceClient) Delete(ctx context.Context, in *KeyRequest, opts ...grp
 	return out, nil
 }
 
+func (c *keyspaceClient) Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanPage, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScanPage)
+	err := c.cc.Invoke(ctx, Keyspace_Scan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *keyspaceClient) Len(ctx context.Context, in *LenRequest, opts ...grpc.CallOption) (*KeyCount, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyCount)
+	err := c.cc.Invoke(ctx, Keyspace_Len_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *keyspaceClient) Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (*KeyCount, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyCount)
+	err := c.cc.Invoke(ctx, Keyspace_Flush_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KeyspaceServer is the server API for Keyspace service.
 // All implementations must embed UnimplementedKeyspaceServer
 // for forward compatibility.
@@ -112,6 +155,16 @@ type KeyspaceServer interface {
 	Stat(context.Context, *KeyRequest) (*KeyStat, error)
 	// Delete removes the node's value of key and says whether it held one.
 	Delete(context.Context, *KeyRequest) (*KeyDeleted, error)
+	// Scan returns some of the node's keys from cursor on (0 starts) and
+	// the cursor to go on from, 0 once every key has been returned, as
+	// Redis's SCAN on the node alone. Unimplemented when the node's store
+	// cannot enumerate its keys.
+	Scan(context.Context, *ScanRequest) (*ScanPage, error)
+	// Len counts the node's keys.
+	Len(context.Context, *LenRequest) (*KeyCount, error)
+	// Flush deletes every key of the node and counts them. Unimplemented
+	// when the node's store cannot enumerate its keys.
+	Flush(context.Context, *FlushRequest) (*KeyCount, error)
 	mustEmbedUnimplementedKeyspaceServer()
 }
 
@@ -130,6 +183,15 @@ func (UnimplementedKeyspaceServer) Stat(context.Context, *KeyRequest) (*KeyStat,
 }
 func (UnimplementedKeyspaceServer) Delete(context.Context, *KeyRequest) (*KeyDeleted, error) {
 	return nil, status.Error(codes.Unimplemented, "method Delete not implemented")
+}
+func (UnimplementedKeyspaceServer) Scan(context.Context, *ScanRequest) (*ScanPage, error) {
+	return nil, status.Error(codes.Unimplemented, "method Scan not implemented")
+}
+func (UnimplementedKeyspaceServer) Len(context.Context, *LenRequest) (*KeyCount, error) {
+	return nil, status.Error(codes.Unimplemented, "method Len not implemented")
+}
+func (UnimplementedKeyspaceServer) Flush(context.Context, *FlushRequest) (*KeyCount, error) {
+	return nil, status.Error(codes.Unimplemented, "method Flush not implemented")
 }
 func (UnimplementedKeyspaceServer) mustEmbedUnimplementedKeyspaceServer() {}
 func (UnimplementedKeyspaceServer) testEmbeddedByValue()                  {}
@@ -199,6 +261,60 @@ func _Keyspace_Delete_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Keyspace_Scan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KeyspaceServer).Scan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Keyspace_Scan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KeyspaceServer).Scan(ctx, req.(*ScanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Keyspace_Len_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KeyspaceServer).Len(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Keyspace_Len_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KeyspaceServer).Len(ctx, req.(*LenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Keyspace_Flush_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FlushRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KeyspaceServer).Flush(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Keyspace_Flush_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KeyspaceServer).Flush(ctx, req.(*FlushRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Keyspace_ServiceDesc is the grpc.ServiceDesc for Keyspace service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -213,6 +329,18 @@ var Keyspace_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Delete",
 			Handler:    _Keyspace_Delete_Handler,
+		},
+		{
+			MethodName: "Scan",
+			Handler:    _Keyspace_Scan_Handler,
+		},
+		{
+			MethodName: "Len",
+			Handler:    _Keyspace_Len_Handler,
+		},
+		{
+			MethodName: "Flush",
+			Handler:    _Keyspace_Flush_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -120,10 +120,43 @@ func (k *KeyStore) Expire(ctx context.Context, key string, at time.Time) (time.T
 	return there.ExpireAt, k.invalidate(ctx, key)
 }
 
-// Scan walks the node's own keys (SCAN and KEYS are per node).
-func (k *KeyStore) Scan(ctx context.Context, cursor uint64, count int) ([]string, uint64, error) {
-	return k.ks.Scan(ctx, cursor, count)
-}
+// errNoUpdate is Update's error over a local store without the power.
+var errNoUpdate = errors.New("respcluster: the node's store cannot update a key in place")
 
-// Flush deletes the node's own keys (FLUSHDB and FLUSHALL are per node).
-func (k *KeyStore) Flush(ctx context.Context) (int64, error) { return k.ks.Flush(ctx) }
+// Update is an atomic read-modify-write of key (resp.Updater) on the
+// local store. A key held only by other nodes is read from a holder
+// first and its new value stored here, and the other copies are deleted
+// (as EXPIRE does); only the local part is atomic: a write of the key
+// through another node at the same moment may race it.
+func (k *KeyStore) Update(ctx context.Context, key string, fn func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error)) error {
+	u, ok := k.ks.(resp.Updater)
+	if !ok {
+		return errNoUpdate
+	}
+	var there []byte
+	var thereInfo resp.KeyInfo
+	if _, err := k.ks.Stat(ctx, key); errors.Is(err, resp.ErrNotFound) {
+		ki, err := k.remoteStat(ctx, key)
+		if err == nil {
+			there, err = k.remoteGet(ctx, key)
+		}
+		switch {
+		case err == nil:
+			thereInfo = ki
+		case !errors.Is(err, resp.ErrNotFound): // a holder did not answer
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	err := u.Update(ctx, key, func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error) {
+		if !found && there != nil {
+			old, info, found = there, thereInfo, true
+		}
+		return fn(old, info, found)
+	})
+	if err != nil {
+		return err
+	}
+	return k.invalidate(ctx, key)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"google.golang.org/grpc"
@@ -201,4 +202,97 @@ func peerError(node index.NodeID, err error) error {
 		return resp.Mark(fmt.Errorf("node %d: %s", node, status.Convert(err).Message()), resp.ErrNotFound)
 	}
 	return fmt.Errorf("node %d: %w", node, err)
+}
+
+// errNoKeys is the error of Scan and Flush on a store that cannot
+// enumerate its keys.
+var errNoKeys = status.Error(codes.Unimplemented, "this node's store cannot enumerate its keys")
+
+// Scan returns a page of the local keys.
+func (s *Service) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanPage, error) {
+	ks, ok := s.local.(resp.KeyStore)
+	if !ok {
+		return nil, errNoKeys
+	}
+	keys, next, err := ks.Scan(ctx, req.GetCursor(), int(min(req.GetCount(), 1<<20)))
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	out := &pb.ScanPage{Keys: make([][]byte, len(keys)), Next: next}
+	for i, k := range keys {
+		out.Keys[i] = []byte(k)
+	}
+	return out, nil
+}
+
+// Len counts the local keys.
+func (s *Service) Len(ctx context.Context, _ *pb.LenRequest) (*pb.KeyCount, error) {
+	n, err := s.local.Len(ctx)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return &pb.KeyCount{Keys: n}, nil
+}
+
+// Flush deletes the local keys.
+func (s *Service) Flush(ctx context.Context, _ *pb.FlushRequest) (*pb.KeyCount, error) {
+	ks, ok := s.local.(resp.KeyStore)
+	if !ok {
+		return nil, errNoKeys
+	}
+	n, err := ks.Flush(ctx)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return &pb.KeyCount{Keys: n}, nil
+}
+
+// maxScanCount bounds the COUNT hint a node passes to another, so that a
+// page of keys (each up to a block in size) stays a reasonable message.
+const maxScanCount = 1000
+
+// Scan runs node's Scan of its own keys. The page may be larger than
+// gRPC's default 4 MiB message limit (long keys), so the limit is lifted
+// for it.
+func (p *GRPCPeers) Scan(ctx context.Context, node index.NodeID, cursor uint64, count int) ([]string, uint64, error) {
+	c, err := p.client(node)
+	if err != nil {
+		return nil, 0, err
+	}
+	page, err := c.Scan(ctx, &pb.ScanRequest{Cursor: cursor, Count: uint32(min(max(count, 0), maxScanCount))},
+		grpc.MaxCallRecvMsgSize(math.MaxInt32))
+	if err != nil {
+		return nil, 0, fmt.Errorf("node %d: %w", node, err)
+	}
+	keys := make([]string, len(page.GetKeys()))
+	for i, k := range page.GetKeys() {
+		keys[i] = string(k)
+	}
+	return keys, page.GetNext(), nil
+}
+
+// Len counts node's keys.
+func (p *GRPCPeers) Len(ctx context.Context, node index.NodeID) (int64, error) {
+	c, err := p.client(node)
+	if err != nil {
+		return 0, err
+	}
+	r, err := c.Len(ctx, &pb.LenRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("node %d: %w", node, err)
+	}
+	return r.GetKeys(), nil
+}
+
+// Flush deletes node's keys.
+func (p *GRPCPeers) Flush(ctx context.Context, node index.NodeID) (int64, error) {
+	c, err := p.client(node)
+	if err != nil {
+		return 0, err
+	}
+	r, err := c.Flush(ctx, &pb.FlushRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("node %d: %w", node, err)
+	}
+	return r.GetKeys(), nil
 }

@@ -21,7 +21,10 @@
 // its old copy (the write replies TRYAGAIN if the node was believed up);
 // a node's copy that the directory does not list yet (its changes are
 // published in batches, within milliseconds) escapes the invalidation.
-// SCAN, KEYS, DBSIZE, FLUSHDB and EXPIRE act on the node's own keys.
+//
+// SCAN, KEYS, DBSIZE and FLUSHDB/FLUSHALL walk every member in the order of
+// their IDs (see KeyStore.Scan for the cursor); a member that does not
+// answer within Config.PeerTimeout is skipped and logged.
 //
 // A Store is safe for concurrent use.
 package respcluster
@@ -52,6 +55,9 @@ type Directory interface {
 	// cluster-wide object store, which the local store reads itself) that
 	// the directory lists for block k, those up first.
 	Holders(k index.Key) []Holder
+	// Members lists every member of the cluster, this node included, and
+	// says which is this node (SCAN, DBSIZE and FLUSHDB walk them all).
+	Members() (members []Holder, self index.NodeID)
 }
 
 // Peers asks another node about its own value of a key. Errors match
@@ -64,6 +70,11 @@ type Peers interface {
 	Get(ctx context.Context, node index.NodeID, key string, progress func()) ([]byte, error)
 	Stat(ctx context.Context, node index.NodeID, key string) (resp.KeyInfo, error)
 	Delete(ctx context.Context, node index.NodeID, key string) (bool, error)
+	// Scan, Len and Flush are resp.KeyStore's Scan and Flush and
+	// resp.Store's Len, run by node on its own keys.
+	Scan(ctx context.Context, node index.NodeID, cursor uint64, count int) (keys []string, next uint64, err error)
+	Len(ctx context.Context, node index.NodeID) (int64, error)
+	Flush(ctx context.Context, node index.NodeID) (int64, error)
 }
 
 // Config configures a Store. A nil *Config means the defaults.
@@ -111,6 +122,7 @@ type condStore struct {
 var (
 	_ resp.Store             = (*Store)(nil)
 	_ resp.KeyStore          = (*KeyStore)(nil)
+	_ resp.Updater           = (*KeyStore)(nil)
 	_ resp.ConditionalSetter = (*KeyStore)(nil)
 	_ resp.ConditionalSetter = (*condStore)(nil)
 )
@@ -297,9 +309,6 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	there, err := s.deleteRemote(ctx, key)
 	return here || there, err
 }
-
-// Len counts the node's own keys (DBSIZE is per node).
-func (s *Store) Len(ctx context.Context) (int64, error) { return s.local.Len(ctx) }
 
 // Info is the local store's fields and the keyspace's requests to other
 // nodes, in section "cluster".

@@ -37,6 +37,7 @@ type cluster struct {
 	conns  map[index.NodeID]*grpc.ClientConn
 	keys   map[index.Key]string               // the keys the tests use, by block
 	pinned map[index.Key][]respcluster.Holder // listed instead of the actual holders
+	down   map[index.NodeID]bool              // members marked down
 }
 
 // newCluster starts n nodes whose requests to another node give up after
@@ -52,7 +53,8 @@ func newClusterTimeout(t testing.TB, n int, peerTimeout time.Duration) *cluster 
 func newClusterOf(t testing.TB, n int, peerTimeout time.Duration, newStore func() resp.Store) *cluster {
 	c := &cluster{t: t, locals: map[index.NodeID]resp.Store{}, stores: map[index.NodeID]resp.Store{},
 		addrs: map[index.NodeID]string{}, conns: map[index.NodeID]*grpc.ClientConn{},
-		keys: map[index.Key]string{}, pinned: map[index.Key][]respcluster.Holder{}}
+		keys: map[index.Key]string{}, pinned: map[index.Key][]respcluster.Holder{},
+		down: map[index.NodeID]bool{}}
 	c.peers = respcluster.NewGRPCPeers(c.conn)
 	t.Cleanup(func() {
 		c.mu.Lock()
@@ -149,6 +151,17 @@ func (d directory) Holders(k index.Key) []respcluster.Holder {
 	}
 	slices.SortFunc(out, func(a, b respcluster.Holder) int { return int(a.Node) - int(b.Node) })
 	return out
+}
+
+// Members lists every node with an address, those in c.down marked down.
+func (d directory) Members() ([]respcluster.Holder, index.NodeID) {
+	d.c.mu.Lock()
+	defer d.c.mu.Unlock()
+	var out []respcluster.Holder
+	for id := range d.c.addrs {
+		out = append(out, respcluster.Holder{Node: id, Up: !d.c.down[id]})
+	}
+	return out, d.self
 }
 
 // quiet drops the stores' warnings of holders that do not answer, which

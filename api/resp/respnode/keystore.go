@@ -250,22 +250,29 @@ func (s *Store) Expire(_ context.Context, key string, at time.Time) (time.Time, 
 }
 
 // Scan walks the keys in the order of their hashes (resp.KeyStore): the
-// cursor is the hash to go on from, so it stays valid across writes.
-// count bounds the blocks read, as Redis's COUNT bounds its work.
+// cursor is the top 32 bits of the hash to go on from, so it stays valid
+// across writes and leaves the top 32 bits of a uint64 free for a caller
+// that walks several stores with one cursor (respcluster puts the node's
+// ID there). A page ends only where those 32 bits change, so the few keys
+// whose hashes share them are returned together. count bounds the blocks
+// read, as Redis's COUNT bounds its work.
 func (s *Store) Scan(_ context.Context, cursor uint64, count int) ([]string, uint64, error) {
 	if count <= 0 {
 		count = 10
 	}
+	if cursor >= 1<<32 {
+		return nil, 0, fmt.Errorf("scan cursor %d is over 32 bits, not one this store returned", cursor)
+	}
 	bs := s.h.Blocks(func(b tiers.BlockInfo) bool {
-		return b.Key.NS == index.RESPNamespace && uint64(b.Key.Hash) >= cursor
+		return b.Key.NS == index.RESPNamespace && scanCursor(b.Key) >= cursor
 	})
 	slices.SortFunc(bs, func(a, b tiers.BlockInfo) int {
 		return cmpUint64(uint64(a.Key.Hash), uint64(b.Key.Hash))
 	})
 	var keys []string
 	for i, b := range bs {
-		if i == count {
-			return keys, uint64(b.Key.Hash), nil
+		if i >= count && scanCursor(b.Key) != scanCursor(bs[i-1].Key) {
+			return keys, scanCursor(b.Key), nil // > 0: over the last page's
 		}
 		if key, ok := s.keyOf(b.Key); ok {
 			keys = append(keys, key)
@@ -273,6 +280,9 @@ func (s *Store) Scan(_ context.Context, cursor uint64, count int) ([]string, uin
 	}
 	return keys, 0, nil
 }
+
+// scanCursor is the cursor Scan goes on from at block k.
+func scanCursor(k index.Key) uint64 { return uint64(k.Hash) >> 32 }
 
 func cmpUint64(a, b uint64) int {
 	switch {
@@ -323,4 +333,59 @@ func (s *Store) Flush(context.Context) (int64, error) {
 		}
 	}
 	return n, first
+}
+
+// Update is an atomic read-modify-write of key (resp.Updater), under
+// key's lock: a chunked value is read whole, and the write is staged and
+// committed as SetWith's. A value whose chunk was evicted reads as
+// missing (and is dropped).
+func (s *Store) Update(_ context.Context, key string, fn func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error)) error {
+	if err := s.checkKey(key, 0); err != nil {
+		return err
+	}
+	k := index.RESPKey(key)
+	defer s.lock(k)()
+	rec, ok, err := s.current(k, key, true)
+	if err != nil {
+		return err
+	}
+	var old []byte
+	var info resp.KeyInfo
+	if ok {
+		old = rec.value
+		if rec.kind == kindManifest {
+			old, err = s.readChunks(k, rec.manifest)
+			if errors.Is(err, errChunkLost) {
+				if err := s.remove(k, &rec); err != nil {
+					return err
+				}
+				old, ok = nil, false
+			} else if err != nil {
+				return err
+			}
+		}
+		info = resp.KeyInfo{Size: int64(len(old)), ExpireAt: fromUnixNano(rec.deadline)}
+	}
+	var oldp *record
+	if ok {
+		oldp = &rec
+	}
+	w, err := fn(old, info, ok)
+	if err != nil {
+		return err
+	}
+	if w.Delete || s.expired(unixNano(w.ExpireAt)) {
+		if !ok {
+			return nil
+		}
+		return s.remove(k, oldp)
+	}
+	if err := s.checkKey(key, int64(len(w.Value))); err != nil {
+		return err
+	}
+	st, err := s.stage(k, key, w.Value, unixNano(w.ExpireAt), oldp)
+	if err != nil {
+		return err
+	}
+	return st.commit(s)
 }

@@ -278,6 +278,9 @@ func TestRESPScanVisitsEveryKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			got = append(got, keys...)
+			if next >= 1<<32 {
+				t.Fatalf("COUNT %d: cursor %d uses the top 32 bits, which respcluster needs free", count, next)
+			}
 			if cursor = next; cursor == 0 {
 				break
 			}
@@ -286,6 +289,9 @@ func TestRESPScanVisitsEveryKey(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("COUNT %d: scanned %d keys %q, want the 50", count, len(got), got)
 		}
+	}
+	if _, _, err := s.Scan(ctx, 1<<40, 10); err == nil {
+		t.Fatal("SCAN of a cursor over 32 bits, which the store never returns: no error")
 	}
 }
 

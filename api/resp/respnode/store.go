@@ -56,6 +56,7 @@ var (
 	_ resp.Store             = (*Store)(nil)
 	_ resp.ConditionalSetter = (*Store)(nil)
 	_ resp.KeyStore          = (*Store)(nil)
+	_ resp.Updater           = (*Store)(nil)
 )
 
 // New returns n as a resp.KeyStore.

@@ -18,6 +18,7 @@ var (
 	_ resp.Store             = (*MemStore)(nil)
 	_ resp.ConditionalSetter = (*MemStore)(nil)
 	_ resp.KeyStore          = (*MemStore)(nil)
+	_ resp.Updater           = (*MemStore)(nil)
 )
 
 // MemStore is a resp.Store in a map. Values are copied in on Set and
@@ -253,6 +254,33 @@ func (s *MemStore) Apply(ctx context.Context, ws []resp.Write) error {
 		}
 	}
 	return nil
+}
+
+// Update is an atomic read-modify-write of key (resp.Updater).
+func (s *MemStore) Update(ctx context.Context, key string, fn func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return s.fail
+	}
+	var old []byte
+	var info resp.KeyInfo
+	e := s.live(key)
+	if e != nil {
+		old = append([]byte(nil), e.b...)
+		info = resp.KeyInfo{Size: int64(len(e.b)), Footprint: int64(len(key)+len(e.b)) + EntryOverhead, ExpireAt: e.at}
+	}
+	w, err := fn(old, info, e != nil)
+	switch {
+	case err != nil:
+		return err
+	case w.Delete:
+		if e != nil {
+			s.deleteLocked(key, e)
+		}
+		return nil
+	}
+	return s.setLocked(key, w.Value, w.ExpireAt)
 }
 
 // Stat describes key.
