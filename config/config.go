@@ -53,6 +53,52 @@ type Config struct {
 	// Pprof serves Go's profiler under /debug/pprof/ on the HTTP address.
 	// Default false.
 	Pprof bool
+	// TLS encrypts the node's listeners; off until a certificate is set.
+	TLS TLS
+	// Auth makes every port authenticate its clients; off until a users
+	// file is set.
+	Auth Auth
+	// Insecure holds the switches that let a node run in ways that are
+	// unsafe outside a trusted network.
+	Insecure Insecure
+}
+
+// TLS configures encryption. With CertFile and KeyFile set, gRPC, HTTP,
+// the TCP data plane and the raft transport speak TLS only, and
+// Listen.RESPTLS serves the Redis protocol over TLS (Listen.RESP stays
+// plain, as Redis's port beside its tls-port). Files are read again on
+// SIGHUP; connections already open keep theirs.
+type TLS struct {
+	// CertFile and KeyFile are the node's PEM certificate chain and key,
+	// used as server and, towards its peers, as client. Default empty.
+	CertFile, KeyFile string
+	// CAFile holds the PEM certificates that client and peer certificates
+	// must chain to (mTLS), and that the node trusts when it dials its
+	// peers. Default empty: the system's roots.
+	CAFile string
+	// ClientAuth is none, optional (verify a certificate if one is given;
+	// the default) or require.
+	ClientAuth string
+}
+
+// Auth configures authentication and authorization.
+type Auth struct {
+	// UsersFile lists users, their hashed secrets, roles and tenants
+	// (docs/security.md); read again on SIGHUP. Default empty: no
+	// authentication.
+	UsersFile string
+	// ClusterTokenFile holds the secret every member of the cluster
+	// presents to the others (raft, the gRPC Cluster service, peer data
+	// plane). Default empty: members prove themselves with certificates
+	// that chain to tls.ca-file, or, without TLS, not at all.
+	ClusterTokenFile string
+}
+
+// Insecure holds the unsafe switches.
+type Insecure struct {
+	// AllowRemote lets a node listen on a non-loopback address without
+	// TLS and authentication. Default false: such a node refuses to start.
+	AllowRemote bool
 }
 
 // Listen holds the addresses the node serves on; an empty address turns that
@@ -62,6 +108,9 @@ type Listen struct {
 	Data string // data plane; default 127.0.0.1:7071
 	RESP string // Redis protocol; default 127.0.0.1:6380
 	HTTP string // /metrics, /healthz, /readyz; default 127.0.0.1:9090
+	// RESPTLS serves the Redis protocol over TLS (as Redis's tls-port);
+	// needs tls.cert-file. Default empty: off.
+	RESPTLS string
 }
 
 // DRAM configures the host-memory tier.
@@ -271,6 +320,7 @@ func Default() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		ShutdownTimeout: 30 * time.Second,
+		TLS:             TLS{ClientAuth: "optional"},
 	}
 }
 

@@ -53,6 +53,7 @@ func (c *Config) Settings() []*Setting {
 		strSetting("listen.data", "data-plane address (empty: off)", &c.Listen.Data),
 		strSetting("listen.resp", "Redis-protocol address (empty: off)", &c.Listen.RESP),
 		strSetting("listen.http", "metrics and health address (empty: off)", &c.Listen.HTTP),
+		strSetting("listen.resp-tls", "Redis-protocol address over TLS, as Redis's tls-port (empty: off; needs tls.cert-file)", &c.Listen.RESPTLS),
 		strSetting("advertise.host", "host name or IP others reach every server of this node at, with its listen ports (empty: each listen host, which must not be 0.0.0.0 or ::)", &c.Advertise.Host),
 		strSetting("advertise.grpc", "gRPC address others dial, host:port (empty: advertise.host or the listen host, with listen.grpc's port)", &c.Advertise.GRPC),
 		strSetting("advertise.data", "data-plane address others dial (empty: advertise.host or the listen host, with listen.data's port)", &c.Advertise.Data),
@@ -115,6 +116,13 @@ func (c *Config) Settings() []*Setting {
 		strSetting("log-format", "text or json", &c.LogFormat),
 		durationSetting("shutdown-timeout", "how long a graceful shutdown may take", &c.ShutdownTimeout),
 		boolSetting("pprof", "serve Go's profiler under /debug/pprof/ on the HTTP address", &c.Pprof),
+		strSetting("tls.cert-file", "PEM certificate chain of the node; with it gRPC, HTTP, the data plane and raft speak TLS only (re-read on SIGHUP)", &c.TLS.CertFile),
+		strSetting("tls.key-file", "PEM private key of tls.cert-file", &c.TLS.KeyFile),
+		strSetting("tls.ca-file", "PEM certificates client and peer certificates must chain to, and the node trusts when it dials peers (empty: the system's roots)", &c.TLS.CAFile),
+		strSetting("tls.client-auth", "client certificates: none, optional (verify one if given) or require", &c.TLS.ClientAuth),
+		strSetting("auth.users-file", "users, hashed secrets, roles and tenants; with it every port authenticates its clients (re-read on SIGHUP)", &c.Auth.UsersFile),
+		strSetting("auth.cluster-token-file", "file holding the secret cluster members present to each other", &c.Auth.ClusterTokenFile),
+		boolSetting("insecure.allow-remote", "UNSAFE: listen on non-loopback addresses without TLS and authentication", &c.Insecure.AllowRemote),
 	}
 }
 
