@@ -67,8 +67,12 @@ func (h *Hierarchy) Reserve(m index.Header) (*PutReservation, error) {
 	l := h.levels[0]
 	rt, ok := l.Tier.(Reserver)
 	if !ok {
-		r.buf = make([]byte, m.Size)
+		r.buf = make([]byte, m.Size) // Commit stores it, within the quota
 		return r, nil
+	}
+	if err := h.holdQuota(0, m); err != nil {
+		h.release(m.Key, e)
+		return nil, err
 	}
 	for {
 		r.res, err = rt.Reserve(m)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
@@ -67,6 +68,12 @@ type Config struct {
 	// under the hierarchy's lock: it must be quick and must not call back
 	// into the hierarchy. The default (nil) tells no one.
 	OnChange func(index.Change)
+	// Tenants says the blocks' namespaces are bound to tenants
+	// (index.BindTenant, on a node that authenticates its clients): each
+	// level then counts its bytes and blocks per tenant tag (Stats) and
+	// enforces the quotas SetQuotas sets. The default (false) counts
+	// nothing per tenant: unbound namespaces carry no tenant.
+	Tenants bool
 }
 
 // ErrPinned is returned by Delete for a block under an unexpired pin.
@@ -177,6 +184,9 @@ type Hierarchy struct {
 	closed   bool
 	gets     int64
 	misses   int64
+	// overQuota is set when a tenant may be over a quota (SetQuotas ran)
+	// and cleared by the trim that brings every tenant back under.
+	overQuota atomic.Bool
 
 	kick     chan struct{}
 	promoteQ chan promotion
@@ -190,15 +200,21 @@ type level struct {
 	loc                                           index.Location
 	promoteInto                                   []int // faster levels its hits are copied into
 	evictions, demotions, promotions, drops, hits int64
-	unreachable                                   int64 // gets of its blocks while it could not be reached
+	unreachable                                   int64                      // gets of its blocks while it could not be reached
+	quotaEvictions                                int64                      // evictions of a tenant's blocks within its quota
+	shares                                        map[index.TenantTag]*share // with Config.Tenants
 }
 
 // entry is the hierarchy's record of one key.
 type entry struct {
-	meta  index.Header
-	in    uint8 // bit i: level i holds this version
-	busy  bool  // a writer owns the key
-	atime int64 // unix nanoseconds of the last Put or Get
+	meta index.Header
+	in   uint8 // bit i: level i holds this version
+	busy bool  // a writer owns the key
+	// holdIn is 1 + the level where the key's owner holds hold bytes of
+	// its tenant's quota for a copy it is storing; 0 when it holds none.
+	holdIn uint8
+	hold   uint32
+	atime  int64 // unix nanoseconds of the last Put or Get
 }
 
 type promotion struct {
@@ -237,6 +253,9 @@ func New(cfg Config) (*Hierarchy, error) {
 			loc.Node = index.AnyNode
 		}
 		l := &level{LevelConfig: lc, loc: loc}
+		if cfg.Tenants {
+			l.shares = make(map[index.TenantTag]*share)
+		}
 		for _, k := range lc.PromoteInto {
 			l.promoteInto = append(l.promoteInto, slices.IndexFunc(h.levels, func(u *level) bool { return u.Kind == k }))
 		}
@@ -274,6 +293,7 @@ func (h *Hierarchy) load() error {
 			} else {
 				h.entries[m.Key] = &entry{meta: m, in: 1 << i, atime: now}
 			}
+			h.chargeLocked(i, m, 1)
 			h.addedLocked(i, m)
 			return true
 		})
@@ -426,6 +446,7 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, err
 		i := bits.TrailingZeros8(e.in &^ leaving)
 		l := h.levels[i]
 		l.Policy.Touch(key)
+		h.touchOwnLocked(i, key)
 		h.touchLocked(key, e)
 		h.mu.Unlock()
 
@@ -585,6 +606,7 @@ func (h *Hierarchy) acquire(key index.Key, create bool) (*entry, error) {
 func (h *Hierarchy) release(key index.Key, e *entry) {
 	h.mu.Lock()
 	e.busy = false
+	h.unholdLocked(e, key)
 	if e.in == 0 && h.entries[key] == e {
 		delete(h.entries, key)
 	}
@@ -592,17 +614,27 @@ func (h *Hierarchy) release(key index.Key, e *entry) {
 	h.mu.Unlock()
 }
 
-// setLocked records that level i holds version m of e's key.
+// setLocked records that level i holds version m of e's key, turning
+// the quota the key's owner held for the copy into its use.
 func (h *Hierarchy) setLocked(e *entry, m index.Header, i int) {
+	if e.holdIn == uint8(i+1) {
+		h.unholdLocked(e, m.Key)
+	}
+	h.resizeLocked(e, m.Size)
 	e.meta = m
-	e.in |= 1 << i
+	if e.in&(1<<i) == 0 {
+		e.in |= 1 << i
+		h.chargeLocked(i, m, 1)
+	} else {
+		h.touchOwnLocked(i, m.Key)
+	}
 	h.addedLocked(i, m)
 }
 
 // addedLocked tells level i's policy and the listener about a new copy.
 func (h *Hierarchy) addedLocked(i int, m index.Header) {
 	l := h.levels[i]
-	l.Policy.Add(policy.Entry{Key: m.Key, Parent: m.Parent, HasParent: m.HasParent, Size: int64(m.Size)})
+	l.Policy.Add(policyEntry(m))
 	if h.cfg.OnChange != nil {
 		h.cfg.OnChange(index.Change{Kind: index.ChangeStored, Key: m.Key, Meta: m.Meta, Loc: l.loc})
 	}
@@ -610,6 +642,9 @@ func (h *Hierarchy) addedLocked(i int, m index.Header) {
 
 // removedLocked forgets level i's copy of key.
 func (h *Hierarchy) removedLocked(i int, e *entry, key index.Key) {
+	if e.in&(1<<i) != 0 {
+		h.chargeLocked(i, e.meta, -1)
+	}
 	e.in &^= 1 << i
 	h.levels[i].Policy.Remove(key)
 	if h.cfg.OnChange != nil {

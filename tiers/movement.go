@@ -12,29 +12,61 @@ import (
 // moveLease bounds how long a demotion may pin a block's bytes in place.
 const moveLease = time.Minute
 
-// store puts a block into level i, evicting victims from level i while the
-// tier reports it full. The caller owns m.Key.
+// store puts a block into level i, first making room for it within its
+// tenant's quota there by evicting the tenant's own victims, then evicting
+// any victims from level i while the tier reports it full. The caller owns
+// m.Key; on error the quota it held is given back.
 func (h *Hierarchy) store(i int, m index.Header, value []byte) error {
 	l := h.levels[i]
+	if err := h.holdQuota(i, m); err != nil {
+		return err
+	}
 	for {
 		err := l.Tier.Put(m, value)
-		if !errors.Is(err, ErrFull) {
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrFull) || !h.evictOne(i) {
+			h.unhold(m.Key)
+			if errors.Is(err, ErrFull) {
+				err = fmt.Errorf("hierarchy: %v has no room and nothing evictable: %w", l.Kind, err)
+			}
 			return err
 		}
-		if !h.evictOne(i) {
-			return fmt.Errorf("hierarchy: %v has no room and nothing evictable: %w", l.Kind, err)
-		}
 	}
+}
+
+// unhold gives back the quota the owner of key holds.
+func (h *Hierarchy) unhold(key index.Key) {
+	h.mu.Lock()
+	if e := h.entries[key]; e != nil {
+		h.unholdLocked(e, key)
+	}
+	h.mu.Unlock()
 }
 
 // evictOne frees one victim of level i, demoting it when the next level
 // admits it. A pinned block may be demoted (the node still holds it) but is
 // never dropped. It reports false when no block of the level can go: all
 // are owned by other writers, or pinned with nowhere to go.
-func (h *Hierarchy) evictOne(i int) bool {
+func (h *Hierarchy) evictOne(i int) bool { return h.evict(i, 0, false) }
+
+// evict is evictOne; with own, of the blocks of tenant t only, in the
+// order of the tenant's share of the level (t's quota makes room there).
+// Without a quota for t on level i it evicts nothing.
+func (h *Hierarchy) evict(i int, t index.TenantTag, own bool) bool {
 	l := h.levels[i]
 	h.mu.Lock()
-	key, ok := l.Policy.Victim(func(k index.Key) bool {
+	order := l.Policy
+	if own {
+		s := l.shares[t]
+		if s == nil || s.order == nil {
+			h.mu.Unlock()
+			return false
+		}
+		order = s.order
+	}
+	key, ok := order.Victim(func(k index.Key) bool {
 		e := h.entries[k]
 		if e == nil || e.busy {
 			return true
@@ -67,6 +99,9 @@ func (h *Hierarchy) evictOne(i int) bool {
 	h.dropCopy(i, e, key)
 	h.mu.Lock()
 	l.evictions++
+	if own {
+		l.quotaEvictions++
+	}
 	if !below {
 		l.drops++
 	}
@@ -83,7 +118,8 @@ func (h *Hierarchy) canDemoteLocked(i int, key index.Key, e *entry) bool {
 
 // demoteBelow copies level i's copy of a block into level i+1 or, when
 // that level's device is out of space or failing writes (ErrNoSpace,
-// ErrDeviceFailing), into the next level below that takes it, so that a
+// ErrDeviceFailing) or the block's tenant's quota there refuses it
+// (ErrQuota), into the next level below that takes it, so that a
 // full or failing disk is passed over rather than waited for. Levels past i+1 are tried only if they admit the key, unless
 // force is set (an operator's demotion). It returns the level that took
 // the copy, or the last error.
@@ -98,7 +134,7 @@ func (h *Hierarchy) demoteBelow(i int, m index.Header, force bool) (int, error) 
 				break
 			}
 		}
-		if err = h.copyDown(i, j, m); !errors.Is(err, ErrNoSpace) && !errors.Is(err, ErrDeviceFailing) {
+		if err = h.copyDown(i, j, m); !errors.Is(err, ErrNoSpace) && !errors.Is(err, ErrDeviceFailing) && !errors.Is(err, ErrQuota) {
 			return j, err
 		}
 	}
@@ -324,6 +360,7 @@ func (h *Hierarchy) discover(key index.Key) (found bool, down int, err error) {
 		}
 		if e := h.entries[key]; e == nil {
 			h.entries[key] = &entry{meta: m, in: 1 << i, atime: time.Now().UnixNano()}
+			h.chargeLocked(i, m, 1)
 			h.addedLocked(i, m)
 			found = true
 		} else if !e.busy && e.in == 0 {
@@ -360,6 +397,7 @@ func (h *Hierarchy) checkWatermark(i int) {
 // one, top first, so that demotions into a level are settled in the same
 // pass.
 func (h *Hierarchy) drain() {
+	h.trimQuotas()
 	for i, l := range h.levels {
 		s := l.Tier.Stats()
 		if float64(s.Used) <= l.HighWatermark*float64(s.Capacity) {

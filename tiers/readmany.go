@@ -102,6 +102,7 @@ func (h *Hierarchy) hit(key index.Key, lvl int, v []byte, m index.Header) {
 	h.mu.Lock()
 	if e := h.entries[key]; e != nil {
 		h.levels[lvl].Policy.Touch(key)
+		h.touchOwnLocked(lvl, key)
 		h.touchLocked(key, e)
 	}
 	h.gets++

@@ -28,6 +28,13 @@ type LevelStats struct {
 	Drops       int64 // evictions that kept no copy in a lower level
 	Demotions   int64 // blocks this level received from the level above
 	Promotions  int64 // blocks this level received from below
+	// QuotaEvictions counts the evictions that made room for a block
+	// within its tenant's quota (of that tenant's own blocks).
+	QuotaEvictions int64
+	// Tenants is each tenant's use of the level and its quota there, by
+	// tag, for the tenants with blocks or a quota on it; empty unless
+	// Config.Tenants is set.
+	Tenants []TenantUsage
 }
 
 // HierarchyStats is a snapshot of a hierarchy's counters.
@@ -66,6 +73,7 @@ func (h *Hierarchy) Stats() HierarchyStats {
 			Drops: l.drops, Demotions: l.demotions, Promotions: l.promotions,
 			HighWatermark: l.HighWatermark, LowWatermark: l.LowWatermark, Policy: l.Policy.Name(),
 			Unavailable: down[i], Degraded: degraded[i], Detail: detail[i],
+			QuotaEvictions: l.quotaEvictions, Tenants: h.tenantStatsLocked(i),
 		}
 		s.Levels = append(s.Levels, ls)
 	}

@@ -71,6 +71,8 @@ type Node struct {
 	ready  atomic.Bool // started and not stopping
 	failed chan error  // a server that stopped on its own
 
+	tenants tenants // the users file's, set by SetTenants
+
 	// Set by Start.
 	cl         *membership.Agent
 	h          *tiers.Hierarchy
@@ -145,6 +147,10 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := d.tenants.open(h); err != nil {
+		h.Close()
+		return err
+	}
 	n, err := node.New(h, node.Config{MaxBlockSize: int64(cfg.Limits.MaxBlockSize),
 		MaxBatchBlocks: cfg.Limits.MaxBatchBlocks, MaxBatchBytes: int64(cfg.Limits.MaxBatchBytes),
 		FetchConcurrency: cfg.S3.Concurrency, Directory: cl})
@@ -155,6 +161,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	undo = append(undo, func() { n.Close() })
 	m := metrics.New(h.Stats, map[string]string{"version": d.opts.Version, "node_id": fmt.Sprint(cfg.NodeID), "transport": cfg.Transport})
 	m.WatchCluster(clusterMetrics(cl))
+	m.NameTenants(d.tenants.name)
 
 	// The listeners, so that every address is known before the services
 	// that report them are made.
@@ -268,7 +275,8 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	g := grpc.NewServer(grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
 		grpc.MaxRecvMsgSize(16<<20))
 	server.Register(g, n, server.Options{Addrs: addrs, Version: d.opts.Version,
-		Freshness: func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) }})
+		Freshness:  func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) },
+		TenantName: d.tenants.name})
 	cl.Register(g)
 	if d.keys != nil { // the other nodes' RESP servers read this node's keys
 		respcluster.Register(g, d.keys)

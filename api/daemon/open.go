@@ -89,7 +89,10 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger, onChang
 		into, _ := c.PromoteKinds(cfg.SSD.Enabled) // validated
 		levels = append(levels, tiers.LevelConfig{Kind: index.TierS3, Tier: s, Policy: s3Policy, Shared: true, PromoteInto: into})
 	}
-	h, err := tiers.New(tiers.Config{Node: index.NodeID(cfg.NodeID), Levels: levels, OnChange: onChange})
+	// With authentication every namespace is bound to its tenant: the
+	// tiers count each tenant's blocks and enforce its quotas.
+	h, err := tiers.New(tiers.Config{Node: index.NodeID(cfg.NodeID), Levels: levels, OnChange: onChange,
+		Tenants: cfg.Auth.UsersFile != ""})
 	if err != nil {
 		for _, l := range levels {
 			l.Tier.Close()

@@ -9,11 +9,14 @@
 package metrics
 
 import (
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -26,6 +29,7 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 	errors    *prometheus.CounterVec
 	dataBytes *prometheus.CounterVec
+	tiers     *tierCollector
 }
 
 // LatencyBuckets are request_duration_seconds's bucket bounds: 1, 2.5 and
@@ -44,6 +48,7 @@ type StatsFunc func() tiers.HierarchyStats
 func New(stats StatsFunc, info map[string]string) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
+		tiers:    &tierCollector{stats: stats},
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "request_duration_seconds",
 			Help: "Time to serve a request, by front end (grpc, data, resp), operation and status " +
@@ -64,7 +69,7 @@ func New(stats StatsFunc, info map[string]string) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.latency, m.errors, m.dataBytes,
-		&tierCollector{stats: stats},
+		m.tiers,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "build_info", Help: "Build and node information; always 1.",
 			ConstLabels: info,
@@ -83,6 +88,20 @@ func (m *Metrics) DataBytes(direction string, n int) {
 		return
 	}
 	m.dataBytes.WithLabelValues(direction).Add(float64(n))
+}
+
+// TenantName names a tenant by its tag ("" when it knows none): the users
+// file's tenants, on a node that authenticates its clients.
+type TenantName func(index.TenantTag) string
+
+// NameTenants labels the tenant metrics with the names fn gives their
+// tags (label tenant) from the next scrape on; nil leaves them unnamed.
+// The daemon sets it where the users file is read, and again on reload.
+func (m *Metrics) NameTenants(fn TenantName) {
+	if m == nil {
+		return
+	}
+	m.tiers.names.Store(&fn)
 }
 
 // RESPStats is what the RESP server counts, read at scrape time.
@@ -114,7 +133,10 @@ func (c respCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // tierCollector reads the hierarchy's counters when Prometheus scrapes.
-type tierCollector struct{ stats StatsFunc }
+type tierCollector struct {
+	stats StatsFunc
+	names atomic.Pointer[TenantName]
+}
 
 var (
 	tierLabels      = []string{"tier"}
@@ -125,17 +147,25 @@ var (
 	descMissesTier  = desc("tier_misses_total", "Gets that reached a tier (missed every faster one) and were not served by it.")
 	descUnreachable = desc("tier_unreachable_total", "Gets of blocks a tier holds that failed because it could not be reached then "+
 		"(an object store that is down): cached but out of reach, answered as unavailable rather than as misses.")
-	descEvictions  = desc("tier_evictions_total", "Blocks a tier gave up to make room.")
-	descDrops      = desc("tier_drops_total", "Evictions that kept no copy in a lower tier.")
-	descDemotions  = desc("tier_demotions_total", "Blocks a tier received from the tier above.")
-	descPromotions = desc("tier_promotions_total", "Blocks a tier received from below.")
-	descAvailable  = desc("tier_available", "1 while a tier can be reached, 0 while it cannot (an object store that is down).")
-	descDegraded   = desc("tier_degraded", "1 while a tier can be read but refuses writes (a local disk that is full), else 0.")
-	descDetail     = prometheus.NewDesc(namespace+"_tier_detail", "A tier's own counters and gauges (the object store's objects, segments, request errors …), by stat.", []string{"tier", "stat"}, nil)
-	descGets       = prometheus.NewDesc(namespace+"_gets_total", "Block gets.", nil, nil)
-	descMisses     = prometheus.NewDesc(namespace+"_misses_total", "Block gets that found the block in no tier.", nil, nil)
-	descKeys       = prometheus.NewDesc(namespace+"_blocks", "Distinct blocks held in some tier.", nil, nil)
-	descPins       = prometheus.NewDesc(namespace+"_pinned_blocks", "Blocks under an unreleased lease.", nil, nil)
+	descEvictions      = desc("tier_evictions_total", "Blocks a tier gave up to make room.")
+	descDrops          = desc("tier_drops_total", "Evictions that kept no copy in a lower tier.")
+	descDemotions      = desc("tier_demotions_total", "Blocks a tier received from the tier above.")
+	descPromotions     = desc("tier_promotions_total", "Blocks a tier received from below.")
+	descAvailable      = desc("tier_available", "1 while a tier can be reached, 0 while it cannot (an object store that is down).")
+	descDegraded       = desc("tier_degraded", "1 while a tier can be read but refuses writes (a local disk that is full), else 0.")
+	descDetail         = prometheus.NewDesc(namespace+"_tier_detail", "A tier's own counters and gauges (the object store's objects, segments, request errors …), by stat.", []string{"tier", "stat"}, nil)
+	descQuotaEvictions = desc("tier_quota_evictions_total", "Evictions that made room for a block within its tenant's quota on a tier, "+
+		"of that tenant's own blocks.")
+	tenantLabels    = []string{"tenant_tag", "tenant", "tier"}
+	descTenantBytes = prometheus.NewDesc(namespace+"_tenant_bytes", "Bytes of a tenant's blocks a tier holds (block sizes, "+
+		"allocation overhead excluded), by tenant tag (the top 16 bits of its namespaces) and name when known.", tenantLabels, nil)
+	descTenantBlocks = prometheus.NewDesc(namespace+"_tenant_blocks", "Blocks of a tenant a tier holds.", tenantLabels, nil)
+	descTenantQuota  = prometheus.NewDesc(namespace+"_tenant_quota_bytes", "A tenant's quota on a tier, for tenants that have one "+
+		"there: past it, the tenant's own blocks are evicted first.", tenantLabels, nil)
+	descGets   = prometheus.NewDesc(namespace+"_gets_total", "Block gets.", nil, nil)
+	descMisses = prometheus.NewDesc(namespace+"_misses_total", "Block gets that found the block in no tier.", nil, nil)
+	descKeys   = prometheus.NewDesc(namespace+"_blocks", "Distinct blocks held in some tier.", nil, nil)
+	descPins   = prometheus.NewDesc(namespace+"_pinned_blocks", "Blocks under an unreleased lease.", nil, nil)
 )
 
 func desc(name, help string) *prometheus.Desc {
@@ -144,13 +174,18 @@ func desc(name, help string) *prometheus.Desc {
 
 func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descBlocks, descHits, descMissesTier, descUnreachable, descEvictions,
-		descDrops, descDemotions, descPromotions, descAvailable, descDegraded, descDetail, descGets, descMisses, descKeys, descPins} {
+		descDrops, descDemotions, descPromotions, descAvailable, descDegraded, descDetail, descGets, descMisses, descKeys, descPins,
+		descQuotaEvictions, descTenantBytes, descTenantBlocks, descTenantQuota} {
 		ch <- d
 	}
 }
 
 func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
+	var name TenantName
+	if p := c.names.Load(); p != nil {
+		name = *p
+	}
 	reached := s.Gets // gets that reached the current level
 	for _, l := range s.Levels {
 		t := l.Kind.String()
@@ -184,6 +219,18 @@ func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descDegraded, degraded)
 		for stat, v := range l.Detail {
 			ch <- prometheus.MustNewConstMetric(descDetail, prometheus.GaugeValue, float64(v), t, stat)
+		}
+		counter(descQuotaEvictions, l.QuotaEvictions)
+		for _, u := range l.Tenants {
+			tag, tenant := strconv.Itoa(int(u.Tenant)), ""
+			if name != nil {
+				tenant = name(u.Tenant)
+			}
+			ch <- prometheus.MustNewConstMetric(descTenantBytes, prometheus.GaugeValue, float64(u.Bytes), tag, tenant, t)
+			ch <- prometheus.MustNewConstMetric(descTenantBlocks, prometheus.GaugeValue, float64(u.Blocks), tag, tenant, t)
+			if u.Quota != tiers.NoQuota {
+				ch <- prometheus.MustNewConstMetric(descTenantQuota, prometheus.GaugeValue, float64(u.Quota), tag, tenant, t)
+			}
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descGets, prometheus.CounterValue, float64(s.Gets))

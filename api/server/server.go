@@ -42,6 +42,9 @@ type Options struct {
 	// Freshness, if set, makes Lookup say how current the directory that
 	// answers it is (a cluster member's api/membership.Agent.Freshness).
 	Freshness func() *pb.Freshness
+	// TenantName, if set, names tenants by their tags in Stats (the users
+	// file's tenants); without it Stats gives tags alone.
+	TenantName func(index.TenantTag) string
 }
 
 // Addrs are the endpoints a node serves on.
@@ -341,13 +344,31 @@ func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, er
 			Blocks: uint64(l.Blocks), Hits: uint64(l.Hits), Evictions: uint64(l.Evictions), Drops: uint64(l.Drops),
 			Demotions: uint64(l.Demotions), Promotions: uint64(l.Promotions),
 			HighWatermark: l.HighWatermark, LowWatermark: l.LowWatermark,
-			Available: l.Unavailable == nil, Detail: l.Detail,
+			Available: l.Unavailable == nil, Detail: l.Detail, QuotaEvictions: uint64(l.QuotaEvictions),
+			Tenants: s.tenants(l.Tenants),
 		})
 		if l.Unavailable != nil {
 			out.Tiers[len(out.Tiers)-1].Unavailable = l.Unavailable.Error()
 		}
 	}
 	return out, nil
+}
+
+// tenants converts a tier's per-tenant use, naming the tenants it can.
+func (s *Server) tenants(us []tiers.TenantUsage) []*pb.TenantUsage {
+	var out []*pb.TenantUsage
+	for _, u := range us {
+		t := &pb.TenantUsage{TenantTag: uint32(u.Tenant), Bytes: uint64(u.Bytes), Blocks: uint64(u.Blocks)}
+		if s.opts.TenantName != nil {
+			t.Tenant = s.opts.TenantName(u.Tenant)
+		}
+		if u.Quota != tiers.NoQuota {
+			q := uint64(u.Quota)
+			t.QuotaBytes = &q
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // Warm copies blocks up into a faster tier, streaming progress at most

@@ -1424,22 +1424,27 @@ func (x *StatsResponse) GetPins() uint32 {
 }
 
 type TierStats struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tier          string                 `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"`
-	CapacityBytes uint64                 `protobuf:"varint,2,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
-	UsedBytes     uint64                 `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
-	Blocks        uint64                 `protobuf:"varint,4,opt,name=blocks,proto3" json:"blocks,omitempty"`
-	Hits          uint64                 `protobuf:"varint,5,opt,name=hits,proto3" json:"hits,omitempty"`
-	Evictions     uint64                 `protobuf:"varint,6,opt,name=evictions,proto3" json:"evictions,omitempty"`
-	Drops         uint64                 `protobuf:"varint,7,opt,name=drops,proto3" json:"drops,omitempty"`
-	Demotions     uint64                 `protobuf:"varint,8,opt,name=demotions,proto3" json:"demotions,omitempty"`
-	Promotions    uint64                 `protobuf:"varint,9,opt,name=promotions,proto3" json:"promotions,omitempty"`
-	HighWatermark float64                `protobuf:"fixed64,10,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
-	LowWatermark  float64                `protobuf:"fixed64,11,opt,name=low_watermark,json=lowWatermark,proto3" json:"low_watermark,omitempty"`
-	Policy        string                 `protobuf:"bytes,12,opt,name=policy,proto3" json:"policy,omitempty"`
-	Available     bool                   `protobuf:"varint,13,opt,name=available,proto3" json:"available,omitempty"`                                                                     // false while the tier cannot be reached
-	Unavailable   string                 `protobuf:"bytes,14,opt,name=unavailable,proto3" json:"unavailable,omitempty"`                                                                  // why, when it cannot
-	Detail        map[string]int64       `protobuf:"bytes,15,rep,name=detail,proto3" json:"detail,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // the tier's own counters (s3: objects, segments, request_errors, …)
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Tier           string                 `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"`
+	CapacityBytes  uint64                 `protobuf:"varint,2,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	UsedBytes      uint64                 `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	Blocks         uint64                 `protobuf:"varint,4,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Hits           uint64                 `protobuf:"varint,5,opt,name=hits,proto3" json:"hits,omitempty"`
+	Evictions      uint64                 `protobuf:"varint,6,opt,name=evictions,proto3" json:"evictions,omitempty"`
+	Drops          uint64                 `protobuf:"varint,7,opt,name=drops,proto3" json:"drops,omitempty"`
+	Demotions      uint64                 `protobuf:"varint,8,opt,name=demotions,proto3" json:"demotions,omitempty"`
+	Promotions     uint64                 `protobuf:"varint,9,opt,name=promotions,proto3" json:"promotions,omitempty"`
+	HighWatermark  float64                `protobuf:"fixed64,10,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
+	LowWatermark   float64                `protobuf:"fixed64,11,opt,name=low_watermark,json=lowWatermark,proto3" json:"low_watermark,omitempty"`
+	Policy         string                 `protobuf:"bytes,12,opt,name=policy,proto3" json:"policy,omitempty"`
+	Available      bool                   `protobuf:"varint,13,opt,name=available,proto3" json:"available,omitempty"`                                                                     // false while the tier cannot be reached
+	Unavailable    string                 `protobuf:"bytes,14,opt,name=unavailable,proto3" json:"unavailable,omitempty"`                                                                  // why, when it cannot
+	Detail         map[string]int64       `protobuf:"bytes,15,rep,name=detail,proto3" json:"detail,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // the tier's own counters (s3: objects, segments, request_errors, …)
+	QuotaEvictions uint64                 `protobuf:"varint,16,opt,name=quota_evictions,json=quotaEvictions,proto3" json:"quota_evictions,omitempty"`                                     // evictions that made room within a tenant's quota, of its own blocks
+	// Each tenant's use of the tier and its quota there, for tenants with
+	// blocks or a quota on it; empty on a node that does not authenticate
+	// its clients (its namespaces carry no tenant).
+	Tenants       []*TenantUsage `protobuf:"bytes,17,rep,name=tenants,proto3" json:"tenants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1579,6 +1584,97 @@ func (x *TierStats) GetDetail() map[string]int64 {
 	return nil
 }
 
+func (x *TierStats) GetQuotaEvictions() uint64 {
+	if x != nil {
+		return x.QuotaEvictions
+	}
+	return 0
+}
+
+func (x *TierStats) GetTenants() []*TenantUsage {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+// TenantUsage is one tenant's blocks on one tier.
+type TenantUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantTag     uint32                 `protobuf:"varint,1,opt,name=tenant_tag,json=tenantTag,proto3" json:"tenant_tag,omitempty"` // the top 16 bits of the tenant's namespaces
+	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`                         // the tenant's name, when the node knows it
+	Bytes         uint64                 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`                          // block sizes, allocation overhead excluded
+	Blocks        uint64                 `protobuf:"varint,4,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	QuotaBytes    *uint64                `protobuf:"varint,5,opt,name=quota_bytes,json=quotaBytes,proto3,oneof" json:"quota_bytes,omitempty"` // unset: no quota on this tier
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantUsage) Reset() {
+	*x = TenantUsage{}
+	mi := &file_api_v1_cache_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantUsage) ProtoMessage() {}
+
+func (x *TenantUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
+func (*TenantUsage) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *TenantUsage) GetTenantTag() uint32 {
+	if x != nil {
+		return x.TenantTag
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantUsage) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetBlocks() uint64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetQuotaBytes() uint64 {
+	if x != nil && x.QuotaBytes != nil {
+		return *x.QuotaBytes
+	}
+	return 0
+}
+
 type PinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Keys  []*BlockKey            `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
@@ -1592,7 +1688,7 @@ type PinRequest struct {
 
 func (x *PinRequest) Reset() {
 	*x = PinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[22]
+	mi := &file_api_v1_cache_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1700,7 @@ func (x *PinRequest) String() string {
 func (*PinRequest) ProtoMessage() {}
 
 func (x *PinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[22]
+	mi := &file_api_v1_cache_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1713,7 @@ func (x *PinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinRequest.ProtoReflect.Descriptor instead.
 func (*PinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{22}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PinRequest) GetKeys() []*BlockKey {
@@ -1644,7 +1740,7 @@ type PinResponse struct {
 
 func (x *PinResponse) Reset() {
 	*x = PinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[23]
+	mi := &file_api_v1_cache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1752,7 @@ func (x *PinResponse) String() string {
 func (*PinResponse) ProtoMessage() {}
 
 func (x *PinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[23]
+	mi := &file_api_v1_cache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1765,7 @@ func (x *PinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinResponse.ProtoReflect.Descriptor instead.
 func (*PinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{23}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PinResponse) GetLeaseId() uint64 {
@@ -1695,7 +1791,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[24]
+	mi := &file_api_v1_cache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1803,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[24]
+	mi := &file_api_v1_cache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1816,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{24}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseRequest) GetLeaseId() uint64 {
@@ -1738,7 +1834,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[25]
+	mi := &file_api_v1_cache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +1846,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[25]
+	mi := &file_api_v1_cache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +1859,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
 }
 
 type LocateObjectsRequest struct {
@@ -1775,7 +1871,7 @@ type LocateObjectsRequest struct {
 
 func (x *LocateObjectsRequest) Reset() {
 	*x = LocateObjectsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[26]
+	mi := &file_api_v1_cache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1883,7 @@ func (x *LocateObjectsRequest) String() string {
 func (*LocateObjectsRequest) ProtoMessage() {}
 
 func (x *LocateObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[26]
+	mi := &file_api_v1_cache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1896,7 @@ func (x *LocateObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateObjectsRequest.ProtoReflect.Descriptor instead.
 func (*LocateObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LocateObjectsRequest) GetKeys() []*BlockKey {
@@ -1819,7 +1915,7 @@ type LocateObjectsResponse struct {
 
 func (x *LocateObjectsResponse) Reset() {
 	*x = LocateObjectsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[27]
+	mi := &file_api_v1_cache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1927,7 @@ func (x *LocateObjectsResponse) String() string {
 func (*LocateObjectsResponse) ProtoMessage() {}
 
 func (x *LocateObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[27]
+	mi := &file_api_v1_cache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1940,7 @@ func (x *LocateObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateObjectsResponse.ProtoReflect.Descriptor instead.
 func (*LocateObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LocateObjectsResponse) GetBlocks() []*BlockPlacement {
@@ -1870,7 +1966,7 @@ type BlockPlacement struct {
 
 func (x *BlockPlacement) Reset() {
 	*x = BlockPlacement{}
-	mi := &file_api_v1_cache_proto_msgTypes[28]
+	mi := &file_api_v1_cache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +1978,7 @@ func (x *BlockPlacement) String() string {
 func (*BlockPlacement) ProtoMessage() {}
 
 func (x *BlockPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[28]
+	mi := &file_api_v1_cache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +1991,7 @@ func (x *BlockPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockPlacement.ProtoReflect.Descriptor instead.
 func (*BlockPlacement) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BlockPlacement) GetTier() string {
@@ -1943,7 +2039,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[29]
+	mi := &file_api_v1_cache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2051,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[29]
+	mi := &file_api_v1_cache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2064,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WarmRequest) GetKeys() []*BlockKey {
@@ -2002,7 +2098,7 @@ type WarmProgress struct {
 
 func (x *WarmProgress) Reset() {
 	*x = WarmProgress{}
-	mi := &file_api_v1_cache_proto_msgTypes[30]
+	mi := &file_api_v1_cache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2110,7 @@ func (x *WarmProgress) String() string {
 func (*WarmProgress) ProtoMessage() {}
 
 func (x *WarmProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[30]
+	mi := &file_api_v1_cache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2123,7 @@ func (x *WarmProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmProgress.ProtoReflect.Descriptor instead.
 func (*WarmProgress) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WarmProgress) GetDone() uint32 {
@@ -2104,7 +2200,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2212,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2225,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerRecord) GetUrl() string {
@@ -2205,7 +2301,7 @@ type RegisterWorkerRequest struct {
 
 func (x *RegisterWorkerRequest) Reset() {
 	*x = RegisterWorkerRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2313,7 @@ func (x *RegisterWorkerRequest) String() string {
 func (*RegisterWorkerRequest) ProtoMessage() {}
 
 func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2326,7 @@ func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RegisterWorkerRequest) GetWorker() *WorkerRecord {
@@ -2256,7 +2352,7 @@ type RegisterWorkerResponse struct {
 
 func (x *RegisterWorkerResponse) Reset() {
 	*x = RegisterWorkerResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2364,7 @@ func (x *RegisterWorkerResponse) String() string {
 func (*RegisterWorkerResponse) ProtoMessage() {}
 
 func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2377,7 @@ func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegisterWorkerResponse) GetExpiresUnixMs() int64 {
@@ -2300,7 +2396,7 @@ type DeregisterWorkerRequest struct {
 
 func (x *DeregisterWorkerRequest) Reset() {
 	*x = DeregisterWorkerRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2408,7 @@ func (x *DeregisterWorkerRequest) String() string {
 func (*DeregisterWorkerRequest) ProtoMessage() {}
 
 func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2421,7 @@ func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeregisterWorkerRequest) GetUrl() string {
@@ -2343,7 +2439,7 @@ type DeregisterWorkerResponse struct {
 
 func (x *DeregisterWorkerResponse) Reset() {
 	*x = DeregisterWorkerResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2451,7 @@ func (x *DeregisterWorkerResponse) String() string {
 func (*DeregisterWorkerResponse) ProtoMessage() {}
 
 func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2464,7 @@ func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
 }
 
 type ListWorkersRequest struct {
@@ -2379,7 +2475,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2487,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2500,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
 }
 
 type ListWorkersResponse struct {
@@ -2416,7 +2512,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2524,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2537,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerRecord {
@@ -2472,7 +2568,7 @@ type PlannerDecision struct {
 
 func (x *PlannerDecision) Reset() {
 	*x = PlannerDecision{}
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2580,7 @@ func (x *PlannerDecision) String() string {
 func (*PlannerDecision) ProtoMessage() {}
 
 func (x *PlannerDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2593,7 @@ func (x *PlannerDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerDecision.ProtoReflect.Descriptor instead.
 func (*PlannerDecision) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PlannerDecision) GetPlanner() string {
@@ -2593,7 +2689,7 @@ type PutPlannerDecisionsRequest struct {
 
 func (x *PutPlannerDecisionsRequest) Reset() {
 	*x = PutPlannerDecisionsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2701,7 @@ func (x *PutPlannerDecisionsRequest) String() string {
 func (*PutPlannerDecisionsRequest) ProtoMessage() {}
 
 func (x *PutPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2714,7 @@ func (x *PutPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPlannerDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*PutPlannerDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PutPlannerDecisionsRequest) GetDecisions() []*PlannerDecision {
@@ -2636,7 +2732,7 @@ type PutPlannerDecisionsResponse struct {
 
 func (x *PutPlannerDecisionsResponse) Reset() {
 	*x = PutPlannerDecisionsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +2744,7 @@ func (x *PutPlannerDecisionsResponse) String() string {
 func (*PutPlannerDecisionsResponse) ProtoMessage() {}
 
 func (x *PutPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +2757,7 @@ func (x *PutPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPlannerDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*PutPlannerDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
 }
 
 type AckPlannerDecisionRequest struct {
@@ -2675,7 +2771,7 @@ type AckPlannerDecisionRequest struct {
 
 func (x *AckPlannerDecisionRequest) Reset() {
 	*x = AckPlannerDecisionRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +2783,7 @@ func (x *AckPlannerDecisionRequest) String() string {
 func (*AckPlannerDecisionRequest) ProtoMessage() {}
 
 func (x *AckPlannerDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +2796,7 @@ func (x *AckPlannerDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckPlannerDecisionRequest.ProtoReflect.Descriptor instead.
 func (*AckPlannerDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AckPlannerDecisionRequest) GetPool() string {
@@ -2732,7 +2828,7 @@ type AckPlannerDecisionResponse struct {
 
 func (x *AckPlannerDecisionResponse) Reset() {
 	*x = AckPlannerDecisionResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2840,7 @@ func (x *AckPlannerDecisionResponse) String() string {
 func (*AckPlannerDecisionResponse) ProtoMessage() {}
 
 func (x *AckPlannerDecisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2853,7 @@ func (x *AckPlannerDecisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckPlannerDecisionResponse.ProtoReflect.Descriptor instead.
 func (*AckPlannerDecisionResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
 }
 
 type ListPlannerDecisionsRequest struct {
@@ -2768,7 +2864,7 @@ type ListPlannerDecisionsRequest struct {
 
 func (x *ListPlannerDecisionsRequest) Reset() {
 	*x = ListPlannerDecisionsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +2876,7 @@ func (x *ListPlannerDecisionsRequest) String() string {
 func (*ListPlannerDecisionsRequest) ProtoMessage() {}
 
 func (x *ListPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +2889,7 @@ func (x *ListPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlannerDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlannerDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
 }
 
 type ListPlannerDecisionsResponse struct {
@@ -2805,7 +2901,7 @@ type ListPlannerDecisionsResponse struct {
 
 func (x *ListPlannerDecisionsResponse) Reset() {
 	*x = ListPlannerDecisionsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2913,7 @@ func (x *ListPlannerDecisionsResponse) String() string {
 func (*ListPlannerDecisionsResponse) ProtoMessage() {}
 
 func (x *ListPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2926,7 @@ func (x *ListPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlannerDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPlannerDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListPlannerDecisionsResponse) GetDecisions() []*PlannerDecision {
@@ -2859,7 +2955,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +2967,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +2980,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Member) GetId() uint32 {
@@ -2976,7 +3072,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3084,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3097,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -3040,7 +3136,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[47]
+	mi := &file_api_v1_cache_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3148,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[47]
+	mi := &file_api_v1_cache_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3161,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{48}
 }
 
 type MembersResponse struct {
@@ -3081,7 +3177,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[48]
+	mi := &file_api_v1_cache_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3189,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[48]
+	mi := &file_api_v1_cache_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3202,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{48}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -3153,7 +3249,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[49]
+	mi := &file_api_v1_cache_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3261,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[49]
+	mi := &file_api_v1_cache_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3274,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{49}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *JoinRequest) GetMember() *Member {
@@ -3196,7 +3292,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[50]
+	mi := &file_api_v1_cache_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3208,7 +3304,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[50]
+	mi := &file_api_v1_cache_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3221,7 +3317,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{50}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{51}
 }
 
 type RemoveRequest struct {
@@ -3233,7 +3329,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[51]
+	mi := &file_api_v1_cache_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3245,7 +3341,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[51]
+	mi := &file_api_v1_cache_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3258,7 +3354,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{51}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveRequest) GetId() uint32 {
@@ -3276,7 +3372,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[52]
+	mi := &file_api_v1_cache_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3384,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[52]
+	mi := &file_api_v1_cache_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3397,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{52}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{53}
 }
 
 type ProposeRequest struct {
@@ -3313,7 +3409,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[53]
+	mi := &file_api_v1_cache_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3421,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[53]
+	mi := &file_api_v1_cache_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3434,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{53}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ProposeRequest) GetEntry() []byte {
@@ -3357,7 +3453,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[54]
+	mi := &file_api_v1_cache_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3465,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[54]
+	mi := &file_api_v1_cache_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3478,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{54}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ProposeResponse) GetIndex() uint64 {
@@ -3405,7 +3501,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[55]
+	mi := &file_api_v1_cache_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3513,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[55]
+	mi := &file_api_v1_cache_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3526,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{55}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -3465,7 +3561,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[56]
+	mi := &file_api_v1_cache_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3573,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[56]
+	mi := &file_api_v1_cache_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3586,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{56}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HeartbeatResponse) GetCommitIndex() uint64 {
@@ -3508,7 +3604,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[57]
+	mi := &file_api_v1_cache_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3616,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[57]
+	mi := &file_api_v1_cache_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3629,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{57}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{58}
 }
 
 type SyncResponse struct {
@@ -3544,7 +3640,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[58]
+	mi := &file_api_v1_cache_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3556,7 +3652,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[58]
+	mi := &file_api_v1_cache_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3569,7 +3665,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{58}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{59}
 }
 
 type LocateRequest struct {
@@ -3581,7 +3677,7 @@ type LocateRequest struct {
 
 func (x *LocateRequest) Reset() {
 	*x = LocateRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[59]
+	mi := &file_api_v1_cache_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3689,7 @@ func (x *LocateRequest) String() string {
 func (*LocateRequest) ProtoMessage() {}
 
 func (x *LocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[59]
+	mi := &file_api_v1_cache_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +3702,7 @@ func (x *LocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
 func (*LocateRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{59}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LocateRequest) GetKeys() []*BlockKey {
@@ -3626,7 +3722,7 @@ type LocateResponse struct {
 
 func (x *LocateResponse) Reset() {
 	*x = LocateResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[60]
+	mi := &file_api_v1_cache_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3638,7 +3734,7 @@ func (x *LocateResponse) String() string {
 func (*LocateResponse) ProtoMessage() {}
 
 func (x *LocateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[60]
+	mi := &file_api_v1_cache_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3651,7 +3747,7 @@ func (x *LocateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateResponse.ProtoReflect.Descriptor instead.
 func (*LocateResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{60}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LocateResponse) GetKeys() []*KeyLocations {
@@ -3677,7 +3773,7 @@ type KeyLocations struct {
 
 func (x *KeyLocations) Reset() {
 	*x = KeyLocations{}
-	mi := &file_api_v1_cache_proto_msgTypes[61]
+	mi := &file_api_v1_cache_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3785,7 @@ func (x *KeyLocations) String() string {
 func (*KeyLocations) ProtoMessage() {}
 
 func (x *KeyLocations) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[61]
+	mi := &file_api_v1_cache_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3798,7 @@ func (x *KeyLocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyLocations.ProtoReflect.Descriptor instead.
 func (*KeyLocations) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{61}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KeyLocations) GetLocations() []*TierBlocks {
@@ -3819,7 +3915,7 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x04gets\x18\x03 \x01(\x04R\x04gets\x12\x16\n" +
 	"\x06misses\x18\x04 \x01(\x04R\x06misses\x12\x12\n" +
 	"\x04keys\x18\x05 \x01(\x04R\x04keys\x12\x12\n" +
-	"\x04pins\x18\x06 \x01(\rR\x04pins\"\x9e\x04\n" +
+	"\x04pins\x18\x06 \x01(\rR\x04pins\"\xfb\x04\n" +
 	"\tTierStats\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12\x1d\n" +
@@ -3839,10 +3935,21 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\x06policy\x18\f \x01(\tR\x06policy\x12\x1c\n" +
 	"\tavailable\x18\r \x01(\bR\tavailable\x12 \n" +
 	"\vunavailable\x18\x0e \x01(\tR\vunavailable\x12:\n" +
-	"\x06detail\x18\x0f \x03(\v2\".kvstrata.v1.TierStats.DetailEntryR\x06detail\x1a9\n" +
+	"\x06detail\x18\x0f \x03(\v2\".kvstrata.v1.TierStats.DetailEntryR\x06detail\x12'\n" +
+	"\x0fquota_evictions\x18\x10 \x01(\x04R\x0equotaEvictions\x122\n" +
+	"\atenants\x18\x11 \x03(\v2\x18.kvstrata.v1.TenantUsageR\atenants\x1a9\n" +
 	"\vDetailEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"N\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa8\x01\n" +
+	"\vTenantUsage\x12\x1d\n" +
+	"\n" +
+	"tenant_tag\x18\x01 \x01(\rR\ttenantTag\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytes\x12\x16\n" +
+	"\x06blocks\x18\x04 \x01(\x04R\x06blocks\x12$\n" +
+	"\vquota_bytes\x18\x05 \x01(\x04H\x00R\n" +
+	"quotaBytes\x88\x01\x01B\x0e\n" +
+	"\f_quota_bytes\"N\n" +
 	"\n" +
 	"PinRequest\x12)\n" +
 	"\x04keys\x18\x01 \x03(\v2\x15.kvstrata.v1.BlockKeyR\x04keys\x12\x15\n" +
@@ -4014,7 +4121,7 @@ func file_api_v1_cache_proto_rawDescGZIP() []byte {
 	return file_api_v1_cache_proto_rawDescData
 }
 
-var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_api_v1_cache_proto_goTypes = []any{
 	(*BlockKey)(nil),                     // 0: kvstrata.v1.BlockKey
 	(*BlockMeta)(nil),                    // 1: kvstrata.v1.BlockMeta
@@ -4038,47 +4145,48 @@ var file_api_v1_cache_proto_goTypes = []any{
 	(*StatsRequest)(nil),                 // 19: kvstrata.v1.StatsRequest
 	(*StatsResponse)(nil),                // 20: kvstrata.v1.StatsResponse
 	(*TierStats)(nil),                    // 21: kvstrata.v1.TierStats
-	(*PinRequest)(nil),                   // 22: kvstrata.v1.PinRequest
-	(*PinResponse)(nil),                  // 23: kvstrata.v1.PinResponse
-	(*ReleaseRequest)(nil),               // 24: kvstrata.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),              // 25: kvstrata.v1.ReleaseResponse
-	(*LocateObjectsRequest)(nil),         // 26: kvstrata.v1.LocateObjectsRequest
-	(*LocateObjectsResponse)(nil),        // 27: kvstrata.v1.LocateObjectsResponse
-	(*BlockPlacement)(nil),               // 28: kvstrata.v1.BlockPlacement
-	(*WarmRequest)(nil),                  // 29: kvstrata.v1.WarmRequest
-	(*WarmProgress)(nil),                 // 30: kvstrata.v1.WarmProgress
-	(*WorkerRecord)(nil),                 // 31: kvstrata.v1.WorkerRecord
-	(*RegisterWorkerRequest)(nil),        // 32: kvstrata.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),       // 33: kvstrata.v1.RegisterWorkerResponse
-	(*DeregisterWorkerRequest)(nil),      // 34: kvstrata.v1.DeregisterWorkerRequest
-	(*DeregisterWorkerResponse)(nil),     // 35: kvstrata.v1.DeregisterWorkerResponse
-	(*ListWorkersRequest)(nil),           // 36: kvstrata.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),          // 37: kvstrata.v1.ListWorkersResponse
-	(*PlannerDecision)(nil),              // 38: kvstrata.v1.PlannerDecision
-	(*PutPlannerDecisionsRequest)(nil),   // 39: kvstrata.v1.PutPlannerDecisionsRequest
-	(*PutPlannerDecisionsResponse)(nil),  // 40: kvstrata.v1.PutPlannerDecisionsResponse
-	(*AckPlannerDecisionRequest)(nil),    // 41: kvstrata.v1.AckPlannerDecisionRequest
-	(*AckPlannerDecisionResponse)(nil),   // 42: kvstrata.v1.AckPlannerDecisionResponse
-	(*ListPlannerDecisionsRequest)(nil),  // 43: kvstrata.v1.ListPlannerDecisionsRequest
-	(*ListPlannerDecisionsResponse)(nil), // 44: kvstrata.v1.ListPlannerDecisionsResponse
-	(*Member)(nil),                       // 45: kvstrata.v1.Member
-	(*TierUsage)(nil),                    // 46: kvstrata.v1.TierUsage
-	(*MembersRequest)(nil),               // 47: kvstrata.v1.MembersRequest
-	(*MembersResponse)(nil),              // 48: kvstrata.v1.MembersResponse
-	(*JoinRequest)(nil),                  // 49: kvstrata.v1.JoinRequest
-	(*JoinResponse)(nil),                 // 50: kvstrata.v1.JoinResponse
-	(*RemoveRequest)(nil),                // 51: kvstrata.v1.RemoveRequest
-	(*RemoveResponse)(nil),               // 52: kvstrata.v1.RemoveResponse
-	(*ProposeRequest)(nil),               // 53: kvstrata.v1.ProposeRequest
-	(*ProposeResponse)(nil),              // 54: kvstrata.v1.ProposeResponse
-	(*HeartbeatRequest)(nil),             // 55: kvstrata.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),            // 56: kvstrata.v1.HeartbeatResponse
-	(*SyncRequest)(nil),                  // 57: kvstrata.v1.SyncRequest
-	(*SyncResponse)(nil),                 // 58: kvstrata.v1.SyncResponse
-	(*LocateRequest)(nil),                // 59: kvstrata.v1.LocateRequest
-	(*LocateResponse)(nil),               // 60: kvstrata.v1.LocateResponse
-	(*KeyLocations)(nil),                 // 61: kvstrata.v1.KeyLocations
-	nil,                                  // 62: kvstrata.v1.TierStats.DetailEntry
+	(*TenantUsage)(nil),                  // 22: kvstrata.v1.TenantUsage
+	(*PinRequest)(nil),                   // 23: kvstrata.v1.PinRequest
+	(*PinResponse)(nil),                  // 24: kvstrata.v1.PinResponse
+	(*ReleaseRequest)(nil),               // 25: kvstrata.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),              // 26: kvstrata.v1.ReleaseResponse
+	(*LocateObjectsRequest)(nil),         // 27: kvstrata.v1.LocateObjectsRequest
+	(*LocateObjectsResponse)(nil),        // 28: kvstrata.v1.LocateObjectsResponse
+	(*BlockPlacement)(nil),               // 29: kvstrata.v1.BlockPlacement
+	(*WarmRequest)(nil),                  // 30: kvstrata.v1.WarmRequest
+	(*WarmProgress)(nil),                 // 31: kvstrata.v1.WarmProgress
+	(*WorkerRecord)(nil),                 // 32: kvstrata.v1.WorkerRecord
+	(*RegisterWorkerRequest)(nil),        // 33: kvstrata.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),       // 34: kvstrata.v1.RegisterWorkerResponse
+	(*DeregisterWorkerRequest)(nil),      // 35: kvstrata.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil),     // 36: kvstrata.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),           // 37: kvstrata.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 38: kvstrata.v1.ListWorkersResponse
+	(*PlannerDecision)(nil),              // 39: kvstrata.v1.PlannerDecision
+	(*PutPlannerDecisionsRequest)(nil),   // 40: kvstrata.v1.PutPlannerDecisionsRequest
+	(*PutPlannerDecisionsResponse)(nil),  // 41: kvstrata.v1.PutPlannerDecisionsResponse
+	(*AckPlannerDecisionRequest)(nil),    // 42: kvstrata.v1.AckPlannerDecisionRequest
+	(*AckPlannerDecisionResponse)(nil),   // 43: kvstrata.v1.AckPlannerDecisionResponse
+	(*ListPlannerDecisionsRequest)(nil),  // 44: kvstrata.v1.ListPlannerDecisionsRequest
+	(*ListPlannerDecisionsResponse)(nil), // 45: kvstrata.v1.ListPlannerDecisionsResponse
+	(*Member)(nil),                       // 46: kvstrata.v1.Member
+	(*TierUsage)(nil),                    // 47: kvstrata.v1.TierUsage
+	(*MembersRequest)(nil),               // 48: kvstrata.v1.MembersRequest
+	(*MembersResponse)(nil),              // 49: kvstrata.v1.MembersResponse
+	(*JoinRequest)(nil),                  // 50: kvstrata.v1.JoinRequest
+	(*JoinResponse)(nil),                 // 51: kvstrata.v1.JoinResponse
+	(*RemoveRequest)(nil),                // 52: kvstrata.v1.RemoveRequest
+	(*RemoveResponse)(nil),               // 53: kvstrata.v1.RemoveResponse
+	(*ProposeRequest)(nil),               // 54: kvstrata.v1.ProposeRequest
+	(*ProposeResponse)(nil),              // 55: kvstrata.v1.ProposeResponse
+	(*HeartbeatRequest)(nil),             // 56: kvstrata.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),            // 57: kvstrata.v1.HeartbeatResponse
+	(*SyncRequest)(nil),                  // 58: kvstrata.v1.SyncRequest
+	(*SyncResponse)(nil),                 // 59: kvstrata.v1.SyncResponse
+	(*LocateRequest)(nil),                // 60: kvstrata.v1.LocateRequest
+	(*LocateResponse)(nil),               // 61: kvstrata.v1.LocateResponse
+	(*KeyLocations)(nil),                 // 62: kvstrata.v1.KeyLocations
+	nil,                                  // 63: kvstrata.v1.TierStats.DetailEntry
 }
 var file_api_v1_cache_proto_depIdxs = []int32{
 	0,  // 0: kvstrata.v1.BlockMeta.key:type_name -> kvstrata.v1.BlockKey
@@ -4095,77 +4203,78 @@ var file_api_v1_cache_proto_depIdxs = []int32{
 	1,  // 11: kvstrata.v1.EvictedBlock.meta:type_name -> kvstrata.v1.BlockMeta
 	3,  // 12: kvstrata.v1.StatsResponse.node:type_name -> kvstrata.v1.NodeInfo
 	21, // 13: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
-	62, // 14: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
-	0,  // 15: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
-	0,  // 16: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
-	28, // 17: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
-	1,  // 18: kvstrata.v1.BlockPlacement.meta:type_name -> kvstrata.v1.BlockMeta
-	0,  // 19: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
-	31, // 20: kvstrata.v1.RegisterWorkerRequest.worker:type_name -> kvstrata.v1.WorkerRecord
-	31, // 21: kvstrata.v1.ListWorkersResponse.workers:type_name -> kvstrata.v1.WorkerRecord
-	38, // 22: kvstrata.v1.PutPlannerDecisionsRequest.decisions:type_name -> kvstrata.v1.PlannerDecision
-	38, // 23: kvstrata.v1.ListPlannerDecisionsResponse.decisions:type_name -> kvstrata.v1.PlannerDecision
-	46, // 24: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
-	45, // 25: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
-	45, // 26: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
-	46, // 27: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
-	0,  // 28: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
-	61, // 29: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
-	12, // 30: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
-	13, // 31: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
-	2,  // 32: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
-	4,  // 33: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
-	8,  // 34: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
-	10, // 35: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
-	14, // 36: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
-	16, // 37: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
-	19, // 38: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
-	22, // 39: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
-	24, // 40: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
-	29, // 41: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
-	26, // 42: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
-	47, // 43: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
-	49, // 44: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
-	51, // 45: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
-	53, // 46: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
-	55, // 47: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
-	57, // 48: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
-	59, // 49: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
-	32, // 50: kvstrata.v1.Cluster.RegisterWorker:input_type -> kvstrata.v1.RegisterWorkerRequest
-	34, // 51: kvstrata.v1.Cluster.DeregisterWorker:input_type -> kvstrata.v1.DeregisterWorkerRequest
-	36, // 52: kvstrata.v1.Cluster.ListWorkers:input_type -> kvstrata.v1.ListWorkersRequest
-	39, // 53: kvstrata.v1.Cluster.PutPlannerDecisions:input_type -> kvstrata.v1.PutPlannerDecisionsRequest
-	41, // 54: kvstrata.v1.Cluster.AckPlannerDecision:input_type -> kvstrata.v1.AckPlannerDecisionRequest
-	43, // 55: kvstrata.v1.Cluster.ListPlannerDecisions:input_type -> kvstrata.v1.ListPlannerDecisionsRequest
-	3,  // 56: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
-	6,  // 57: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
-	9,  // 58: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
-	11, // 59: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
-	15, // 60: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
-	17, // 61: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
-	20, // 62: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
-	23, // 63: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
-	25, // 64: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
-	30, // 65: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
-	27, // 66: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
-	48, // 67: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
-	50, // 68: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
-	52, // 69: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
-	54, // 70: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
-	56, // 71: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
-	58, // 72: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
-	60, // 73: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
-	33, // 74: kvstrata.v1.Cluster.RegisterWorker:output_type -> kvstrata.v1.RegisterWorkerResponse
-	35, // 75: kvstrata.v1.Cluster.DeregisterWorker:output_type -> kvstrata.v1.DeregisterWorkerResponse
-	37, // 76: kvstrata.v1.Cluster.ListWorkers:output_type -> kvstrata.v1.ListWorkersResponse
-	40, // 77: kvstrata.v1.Cluster.PutPlannerDecisions:output_type -> kvstrata.v1.PutPlannerDecisionsResponse
-	42, // 78: kvstrata.v1.Cluster.AckPlannerDecision:output_type -> kvstrata.v1.AckPlannerDecisionResponse
-	44, // 79: kvstrata.v1.Cluster.ListPlannerDecisions:output_type -> kvstrata.v1.ListPlannerDecisionsResponse
-	56, // [56:80] is the sub-list for method output_type
-	32, // [32:56] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	63, // 14: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
+	22, // 15: kvstrata.v1.TierStats.tenants:type_name -> kvstrata.v1.TenantUsage
+	0,  // 16: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
+	0,  // 17: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
+	29, // 18: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
+	1,  // 19: kvstrata.v1.BlockPlacement.meta:type_name -> kvstrata.v1.BlockMeta
+	0,  // 20: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
+	32, // 21: kvstrata.v1.RegisterWorkerRequest.worker:type_name -> kvstrata.v1.WorkerRecord
+	32, // 22: kvstrata.v1.ListWorkersResponse.workers:type_name -> kvstrata.v1.WorkerRecord
+	39, // 23: kvstrata.v1.PutPlannerDecisionsRequest.decisions:type_name -> kvstrata.v1.PlannerDecision
+	39, // 24: kvstrata.v1.ListPlannerDecisionsResponse.decisions:type_name -> kvstrata.v1.PlannerDecision
+	47, // 25: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
+	46, // 26: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
+	46, // 27: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
+	47, // 28: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
+	0,  // 29: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
+	62, // 30: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
+	12, // 31: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
+	13, // 32: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
+	2,  // 33: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
+	4,  // 34: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
+	8,  // 35: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
+	10, // 36: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
+	14, // 37: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
+	16, // 38: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
+	19, // 39: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
+	23, // 40: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
+	25, // 41: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
+	30, // 42: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
+	27, // 43: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
+	48, // 44: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
+	50, // 45: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
+	52, // 46: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
+	54, // 47: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
+	56, // 48: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
+	58, // 49: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
+	60, // 50: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
+	33, // 51: kvstrata.v1.Cluster.RegisterWorker:input_type -> kvstrata.v1.RegisterWorkerRequest
+	35, // 52: kvstrata.v1.Cluster.DeregisterWorker:input_type -> kvstrata.v1.DeregisterWorkerRequest
+	37, // 53: kvstrata.v1.Cluster.ListWorkers:input_type -> kvstrata.v1.ListWorkersRequest
+	40, // 54: kvstrata.v1.Cluster.PutPlannerDecisions:input_type -> kvstrata.v1.PutPlannerDecisionsRequest
+	42, // 55: kvstrata.v1.Cluster.AckPlannerDecision:input_type -> kvstrata.v1.AckPlannerDecisionRequest
+	44, // 56: kvstrata.v1.Cluster.ListPlannerDecisions:input_type -> kvstrata.v1.ListPlannerDecisionsRequest
+	3,  // 57: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
+	6,  // 58: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
+	9,  // 59: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
+	11, // 60: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
+	15, // 61: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
+	17, // 62: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
+	20, // 63: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
+	24, // 64: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
+	26, // 65: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
+	31, // 66: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
+	28, // 67: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
+	49, // 68: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
+	51, // 69: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
+	53, // 70: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
+	55, // 71: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
+	57, // 72: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
+	59, // 73: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
+	61, // 74: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
+	34, // 75: kvstrata.v1.Cluster.RegisterWorker:output_type -> kvstrata.v1.RegisterWorkerResponse
+	36, // 76: kvstrata.v1.Cluster.DeregisterWorker:output_type -> kvstrata.v1.DeregisterWorkerResponse
+	38, // 77: kvstrata.v1.Cluster.ListWorkers:output_type -> kvstrata.v1.ListWorkersResponse
+	41, // 78: kvstrata.v1.Cluster.PutPlannerDecisions:output_type -> kvstrata.v1.PutPlannerDecisionsResponse
+	43, // 79: kvstrata.v1.Cluster.AckPlannerDecision:output_type -> kvstrata.v1.AckPlannerDecisionResponse
+	45, // 80: kvstrata.v1.Cluster.ListPlannerDecisions:output_type -> kvstrata.v1.ListPlannerDecisionsResponse
+	57, // [57:81] is the sub-list for method output_type
+	33, // [33:57] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_api_v1_cache_proto_init() }
@@ -4177,13 +4286,14 @@ func file_api_v1_cache_proto_init() {
 		(*PutRequest_Header)(nil),
 		(*PutRequest_Data)(nil),
 	}
+	file_api_v1_cache_proto_msgTypes[22].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_v1_cache_proto_rawDesc), len(file_api_v1_cache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
