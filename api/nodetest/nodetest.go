@@ -36,6 +36,10 @@ type Options struct {
 	// DataAddr, if set, is the data-plane address Info names instead of
 	// the one the node serves on.
 	DataAddr string
+	// Quotas, if set, makes the tiers count tenants (tiers.Config.Tenants)
+	// and keep them within these quotas; TenantName names them in Stats.
+	Quotas     tiers.Quotas
+	TenantName func(index.TenantTag) string
 }
 
 // Node is a served node.
@@ -70,9 +74,14 @@ func Start(t testing.TB, opts Options) *Node {
 		levels = append(levels, tiers.LevelConfig{Kind: l.kind, Tier: tr})
 	}
 	levels = append(levels, opts.Below...)
-	h, err := tiers.New(tiers.Config{Levels: levels, Inline: opts.Inline})
+	h, err := tiers.New(tiers.Config{Levels: levels, Inline: opts.Inline, Tenants: opts.Quotas != nil})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if opts.Quotas != nil {
+		if err := h.SetQuotas(opts.Quotas); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n, err := node.New(h, limits)
 	if err != nil {
@@ -92,7 +101,7 @@ func Start(t testing.TB, opts Options) *Node {
 		addrs.Data = opts.DataAddr
 	}
 	g := grpc.NewServer()
-	server.Register(g, n, server.Options{Addrs: addrs, Freshness: opts.Freshness})
+	server.Register(g, n, server.Options{Addrs: addrs, Freshness: opts.Freshness, TenantName: opts.TenantName})
 	go g.Serve(lis)
 	t.Cleanup(func() {
 		dl.Close()

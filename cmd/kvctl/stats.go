@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -30,7 +32,11 @@ func (a *app) newStatsCommand() *cobra.Command {
     HITS HIT_RATE (the tier's hits over all gets) EVICTIONS DROPS (evictions
     that kept no copy below) DEMOTIONS (blocks received from above)
     PROMOTIONS (blocks received from below) WATERMARKS (high/low fraction of
-    capacity between which the tier frees room).
+    capacity between which the tier frees room);
+  - on a node that authenticates its clients, one row per tenant and tier:
+    TENANT (its name, when the node knows it) TAG (the tenant tag the tiers
+    count by) TIER USED BLOCKS QUOTA (none: not capped) QUOTA% (of its
+    quota used), and per tier the evictions its quotas caused.
 
 Sizes are in binary units in the table and in bytes in JSON (-o json).`,
 		Example: `  # The local node
@@ -173,6 +179,20 @@ type tierOutput struct {
 	// Detail holds the tier's own counters (the object store's objects,
 	// segments, request errors …).
 	Detail map[string]int64 `json:"detail,omitempty"`
+	// QuotaEvictions counts evictions that made room within a tenant's
+	// quota, of that tenant's own blocks.
+	QuotaEvictions uint64 `json:"quota_evictions"`
+	// Tenants is each tenant's use of the tier, on a node that
+	// authenticates its clients.
+	Tenants []tenantOutput `json:"tenants,omitempty"`
+}
+
+type tenantOutput struct {
+	Tag        uint32  `json:"tenant_tag"`
+	Tenant     string  `json:"tenant,omitempty"` // its name, when the node knows it
+	Bytes      uint64  `json:"bytes"`
+	Blocks     uint64  `json:"blocks"`
+	QuotaBytes *uint64 `json:"quota_bytes"` // null: no quota on this tier
 }
 
 func (a *app) runStats(ctx context.Context) error {
@@ -211,7 +231,11 @@ func newStatsOutput(st *pb.StatsResponse, now time.Time) statsOutput {
 		to := tierOutput{Tier: t.Tier, Policy: t.Policy, CapacityBytes: t.CapacityBytes, UsedBytes: t.UsedBytes,
 			Blocks: t.Blocks, Hits: t.Hits, Evictions: t.Evictions, Drops: t.Drops, Demotions: t.Demotions,
 			Promotions: t.Promotions, HighWatermark: t.HighWatermark, LowWatermark: t.LowWatermark,
-			Available: t.Available, Unavailable: t.Unavailable, Detail: t.Detail}
+			Available: t.Available, Unavailable: t.Unavailable, Detail: t.Detail, QuotaEvictions: t.QuotaEvictions}
+		for _, u := range t.Tenants {
+			to.Tenants = append(to.Tenants, tenantOutput{Tag: u.TenantTag, Tenant: u.Tenant, Bytes: u.Bytes, Blocks: u.Blocks,
+				QuotaBytes: u.QuotaBytes})
+		}
 		if t.CapacityBytes > 0 {
 			to.UsedFraction = float64(t.UsedBytes) / float64(t.CapacityBytes)
 		}
@@ -282,6 +306,9 @@ func (a *app) writeStats(s statsOutput) error {
 	if err := writeTable(&b, header, rows); err != nil {
 		return err
 	}
+	if err := writeTenants(&b, s.Tiers); err != nil {
+		return err
+	}
 	for _, t := range s.Tiers {
 		if t.Unavailable != "" {
 			fmt.Fprintf(&b, "\n%s is unavailable: %s\n", t.Tier, t.Unavailable)
@@ -302,4 +329,57 @@ func (a *app) writeStats(s statsOutput) error {
 	}
 	_, err := fmt.Fprint(a.stdout, b.String())
 	return err
+}
+
+// writeTenants writes the tenants' use of each tier, by tenant, when the
+// node counts tenants.
+func writeTenants(w io.Writer, tiers []tierOutput) error {
+	type row struct {
+		name string
+		tag  uint32
+		tier int
+		u    tenantOutput
+	}
+	var all []row
+	evicted := map[string]uint64{}
+	for i, t := range tiers {
+		for _, u := range t.Tenants {
+			all = append(all, row{u.Tenant, u.Tag, i, u})
+		}
+		if t.QuotaEvictions > 0 {
+			evicted[t.Tier] = t.QuotaEvictions
+		}
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(all, func(a, b row) int {
+		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.tag, b.tag), cmp.Compare(a.tier, b.tier))
+	})
+	var rows [][]string
+	for _, r := range all {
+		quota, used := "none", "-"
+		if q := r.u.QuotaBytes; q != nil {
+			quota = formatBytes(*q)
+			if *q > 0 {
+				used = percent(float64(r.u.Bytes) / float64(*q))
+			}
+		}
+		name := r.name
+		if name == "" {
+			name = "-"
+		}
+		rows = append(rows, []string{name, strconv.FormatUint(uint64(r.tag), 10), tiers[r.tier].Tier, formatBytes(r.u.Bytes),
+			thousands(r.u.Blocks), quota, used})
+	}
+	fmt.Fprintln(w)
+	if err := writeTable(w, []string{"TENANT", "TAG", "TIER", "USED", "BLOCKS", "QUOTA", "QUOTA%"}, rows); err != nil {
+		return err
+	}
+	for _, t := range tiers {
+		if n := evicted[t.Tier]; n > 0 {
+			fmt.Fprintf(w, "%s: %s evictions to keep tenants within their quotas\n", t.Tier, thousands(n))
+		}
+	}
+	return nil
 }

@@ -2,10 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/kvstrata/kvstrata/api/node"
+	"github.com/kvstrata/kvstrata/api/nodetest"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
 )
 
 // statsNode starts a node and makes it hold ten 1 MiB blocks, two of them
@@ -108,5 +112,71 @@ func TestStatsJSONHasRawNumbers(t *testing.T) {
 	}
 	if d.Hits != 2 || *d.HitRate != 0.5 || s.Tier != "ssd" || s.Hits != 1 || s.Demotions != 4 || s.HighWatermark != 0.95 {
 		t.Errorf("dram hits %d (rate %v), ssd %+v: want 2 DRAM hits and 1 SSD hit of 4 gets, 4 demotions", d.Hits, *d.HitRate, s)
+	}
+}
+
+// On a node that counts tenants, stats lists each tenant's use of each
+// tier against its quota, by name where the node knows it, and as JSON.
+func TestStatsShowsEachTenantsUseAndQuota(t *testing.T) {
+	acme, other := index.TagOf("acme"), index.TagOf("other")
+	srv := nodetest.Start(t, nodetest.Options{DRAMBytes: 8 << 20, SSDBytes: 8 << 20, Inline: true,
+		Limits:     node.Config{MaxBlockSize: 1 << 20, MaxBatchBlocks: 8, MaxBatchBytes: 4 << 20},
+		Quotas:     tiers.Quotas{acme: {index.TierDRAM: 2 << 20}},
+		TenantName: func(t index.TenantTag) string { return map[index.TenantTag]string{acme: "acme"}[t] }})
+	putBlocks(t, srv.Addr, index.BindTenant("acme", 1), 1<<20, 1, 2, 3)
+	putBlocks(t, srv.Addr, index.BindTenant("other", 1), 1<<20, 1)
+	code, out, stderr := run(t, "--addr", srv.Addr, "stats")
+	if code != exitOK {
+		t.Fatalf("status %d: %s", code, stderr)
+	}
+	var rows []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && (f[0] == "TENANT" || f[0] == "acme" || f[0] == "-") {
+			rows = append(rows, strings.Join(f, " "))
+		}
+	}
+	want := []string{
+		"TENANT TAG TIER USED BLOCKS QUOTA QUOTA%",
+		fmt.Sprintf("- %d dram 1.0 MiB 1 none -", other),
+		fmt.Sprintf("acme %d dram 2.0 MiB 2 2.0 MiB 100.00%%", acme),
+		fmt.Sprintf("acme %d ssd 1.0 MiB 1 none -", acme),
+	}
+	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
+		t.Errorf("tenant table:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(out, "dram: 1 evictions to keep tenants within their quotas\n") {
+		t.Errorf("no quota evictions line:\n%s", out)
+	}
+	code, out, stderr = run(t, "--addr", srv.Addr, "stats", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("status %d: %s", code, stderr)
+	}
+	var got struct {
+		Tiers []struct {
+			Tier           string `json:"tier"`
+			QuotaEvictions uint64 `json:"quota_evictions"`
+			Tenants        []struct {
+				Tag    uint32  `json:"tenant_tag"`
+				Tenant string  `json:"tenant"`
+				Bytes  uint64  `json:"bytes"`
+				Blocks uint64  `json:"blocks"`
+				Quota  *uint64 `json:"quota_bytes"`
+			} `json:"tenants"`
+		} `json:"tiers"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	d := got.Tiers[0]
+	if d.Tier != "dram" || d.QuotaEvictions != 1 || len(d.Tenants) != 2 {
+		t.Fatalf("dram in JSON: %+v", d)
+	}
+	for _, u := range d.Tenants {
+		if u.Tag == uint32(acme) && (u.Tenant != "acme" || u.Bytes != 2<<20 || u.Quota == nil || *u.Quota != 2<<20) {
+			t.Errorf("acme on dram in JSON: %+v", u)
+		}
+		if u.Tag == uint32(other) && (u.Tenant != "" || u.Quota != nil) {
+			t.Errorf("other on dram in JSON: %+v", u)
+		}
 	}
 }
