@@ -143,7 +143,7 @@ func dataError(err error) error {
 	switch {
 	case errors.Is(err, tiers.ErrNotFound):
 		return fmt.Errorf("%w: %v", transfer.ErrNotFound, err)
-	case errors.Is(err, tiers.ErrFull), errors.Is(err, tiers.ErrNoSpace):
+	case errors.Is(err, tiers.ErrFull), errors.Is(err, tiers.ErrNoSpace), errors.Is(err, tiers.ErrQuota):
 		return fmt.Errorf("%w: %v", transfer.ErrFull, err)
 	case errors.Is(err, tiers.ErrUnavailable):
 		return fmt.Errorf("%w: %v", transfer.ErrUnavailable, err)

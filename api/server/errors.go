@@ -23,7 +23,7 @@ func Code(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, tiers.ErrNotFound), errors.Is(err, node.ErrUnknownLease):
 		return codes.NotFound
-	case errors.Is(err, tiers.ErrFull), errors.Is(err, tiers.ErrNoSpace):
+	case errors.Is(err, tiers.ErrFull), errors.Is(err, tiers.ErrNoSpace), errors.Is(err, tiers.ErrQuota):
 		return codes.ResourceExhausted
 	case errors.Is(err, tiers.ErrPinned):
 		return codes.FailedPrecondition

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -13,8 +14,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvstrata/kvstrata/api/nodetest"
+	"github.com/kvstrata/kvstrata/api/server"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
@@ -167,5 +170,14 @@ func TestPutCutShortIsInvalid(t *testing.T) {
 	resp, err := stream.CloseAndRecv()
 	if err != nil || resp.Results[0].Code != 0 {
 		t.Fatalf("whole put: %v, %v", resp, err)
+	}
+}
+
+// A block its tenant's quota refuses is ResourceExhausted, as a full
+// tier is: the client can free its own blocks or wait.
+func TestQuotaRefusalIsResourceExhausted(t *testing.T) {
+	err := fmt.Errorf("put: %w", &tiers.QuotaError{Tenant: 7, Kind: index.TierDRAM, Size: 2 << 20, Quota: 1 << 20})
+	if got := server.Code(err); got != codes.ResourceExhausted {
+		t.Errorf("Code(%v) = %v, want ResourceExhausted", err, got)
 	}
 }

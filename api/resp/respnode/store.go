@@ -287,7 +287,7 @@ func respError(err error) error {
 		return resp.Mark(err, resp.ErrNotFound)
 	case errors.Is(err, tiers.ErrTooLarge), errors.Is(err, node.ErrLimit):
 		return resp.Mark(err, resp.ErrTooLarge)
-	case errors.Is(err, tiers.ErrFull), errors.Is(err, tiers.ErrNoSpace):
+	case errors.Is(err, tiers.ErrFull), errors.Is(err, tiers.ErrNoSpace), errors.Is(err, tiers.ErrQuota):
 		return resp.Mark(err, resp.ErrFull)
 	case errors.Is(err, tiers.ErrUnavailable):
 		return resp.Mark(err, resp.ErrUnavailable)
