@@ -421,3 +421,38 @@ func TestTenantUsageMatchesUnderConcurrentPutsAndEvictions(t *testing.T) {
 		})
 	}
 }
+
+func TestReservationsCountAgainstTheQuotaUntilCommittedOrAborted(t *testing.T) {
+	h := tenantLevels(t, 16, 32, nil)
+	setQuotas(t, h, tiers.Quotas{tagA: {index.TierDRAM: 2 * blockSize, index.TierSSD: 0}})
+	m1, b1 := tenantBlock(tenantA, 1, blockSize)
+	r1, err := h.Reserve(m1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := tenantBlock(tenantA, 2, blockSize)
+	r2, err := h.Reserve(m2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both reservations hold the whole quota: a third block of the
+	// tenant finds none of its blocks to evict.
+	m3, b3 := tenantBlock(tenantA, 3, blockSize)
+	if err := h.Put(m3, b3); !errors.Is(err, tiers.ErrQuota) {
+		t.Fatalf("a put while reservations hold the quota: %v, want ErrQuota", err)
+	}
+	copy(r1.Bytes(), b1)
+	if err := r1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	r2.Abort()
+	if u := usage(h, index.TierDRAM, tagA); u.Bytes != blockSize || u.Blocks != 1 {
+		t.Errorf("after one commit and one abort: %+v, want one block", u)
+	}
+	if err := h.Put(m3, b3); err != nil {
+		t.Fatalf("a put in the room the abort gave back: %v", err)
+	}
+	if got := tierOf(t, h, tenantA, 1) + " " + tierOf(t, h, tenantA, 3); got != "dram dram" {
+		t.Errorf("a's blocks in %s, want both in dram", got)
+	}
+}
