@@ -187,6 +187,7 @@ type Hierarchy struct {
 	// overQuota is set when a tenant may be over a quota (SetQuotas ran)
 	// and cleared by the trim that brings every tenant back under.
 	overQuota atomic.Bool
+	quotas    atomic.Int32 // how many (tenant, level) quotas SetQuotas set
 
 	kick     chan struct{}
 	promoteQ chan promotion

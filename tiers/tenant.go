@@ -92,6 +92,7 @@ func (h *Hierarchy) SetQuotas(q Quotas) error {
 		}
 	}
 	h.mu.Lock()
+	n := 0
 	for i, l := range h.levels {
 		for t, s := range l.shares {
 			if _, ok := q[t][l.Kind]; !ok {
@@ -109,8 +110,10 @@ func (h *Hierarchy) SetQuotas(q Quotas) error {
 			if s.order == nil {
 				s.order = h.orderLocked(i, t)
 			}
+			n++
 		}
 	}
+	h.quotas.Store(int32(n))
 	h.mu.Unlock()
 	h.overQuota.Store(true)
 	if h.cfg.Inline {
@@ -203,7 +206,7 @@ func (h *Hierarchy) resizeLocked(e *entry, size uint32) {
 // touchOwnLocked records an access to level i's copy of key in its
 // tenant's order, if the tenant has a quota there.
 func (h *Hierarchy) touchOwnLocked(i int, key index.Key) {
-	if !h.cfg.Tenants {
+	if h.quotas.Load() == 0 {
 		return
 	}
 	if s := h.levels[i].shares[key.NS.Tenant()]; s != nil && s.order != nil {
@@ -218,8 +221,8 @@ func (h *Hierarchy) touchOwnLocked(i int, key index.Key) {
 // changed nothing, when the block alone is over the quota, or having
 // evicted some of the tenant's blocks, when the rest cannot go.
 func (h *Hierarchy) holdQuota(i int, m index.Header) error {
-	if !h.cfg.Tenants {
-		return nil
+	if h.quotas.Load() == 0 {
+		return nil // no quota anywhere: nothing to hold
 	}
 	t, size := m.Key.NS.Tenant(), int64(m.Size)
 	for {
