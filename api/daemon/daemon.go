@@ -60,6 +60,10 @@ type Options struct {
 	// listens for it (listen.data), built from the configuration by the
 	// binary, which knows which backends it has.
 	Transport transfer.Transport
+	// HBM opens the GPU-memory tier; required when the configuration
+	// asks for one (hbm.capacity), given by binaries built with the cuda
+	// tag.
+	HBM func(cfg config.HBM, maxBlockSize int64) (tiers.Tier, error)
 }
 
 // Node is a cache node as one part of a process.
@@ -94,6 +98,9 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	}
 	if cfg.Listen.Data != "" && opts.Transport == nil {
 		return nil, fmt.Errorf("daemon: the data plane is to listen on %s, but no transport is given", cfg.Listen.Data)
+	}
+	if cfg.HBM.Capacity > 0 && opts.HBM == nil {
+		return nil, errors.New("daemon: hbm.capacity is set, but this binary has no HBM tier (build it with the cuda tag)")
 	}
 	return &Node{cfg: cfg, opts: opts, log: opts.Logger, failed: make(chan error, 4)}, nil
 }
@@ -141,7 +148,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	undo = append(undo, func() { cl.Close() })
 	self := index.NodeID(cfg.NodeID)
 	cl.Publish(index.Change{Kind: index.ChangeNodeDropped, Loc: index.Location{Node: self}}) // what a crash left listed
-	h, err := openTiers(ctx, cfg, log, cl.Publish)
+	h, err := openTiers(ctx, cfg, log, d.opts.HBM, cl.Publish)
 	if err != nil {
 		return err
 	}
