@@ -136,9 +136,9 @@ type block struct {
 
 // The tiers.Tier extras a DRAM tier implements (see tiers/extras.go).
 var (
-	_ tiers.Tier     = (*Tier)(nil)
-	_ tiers.Viewer   = (*Tier)(nil)
-	_ tiers.Reserver = (*Tier)(nil)
+	_ tiers.Tier      = (*Tier)(nil)
+	_ tiers.Viewer    = (*Tier)(nil)
+	_ tiers.Reserver  = (*Tier)(nil)
 	_ tiers.HostArena = (*Tier)(nil)
 )
 
