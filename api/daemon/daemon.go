@@ -44,6 +44,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/server"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/gpu/gpustat"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/raftstore"
 	"github.com/kvstrata/kvstrata/tiers"
@@ -86,6 +87,7 @@ type Node struct {
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
 	keys       resp.Store              // the node's own RESP keys, served to the other nodes
 	healthDone chan struct{}
+	gpus       *gpustat.Devices // nil without NVML
 }
 
 // New returns a cache node of cfg (a resolved configuration), not started.
@@ -162,6 +164,10 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	undo = append(undo, func() { n.Close() })
 	m := metrics.New(h.Stats, map[string]string{"version": d.opts.Version, "node_id": fmt.Sprint(cfg.NodeID), "transport": cfg.Transport})
 	m.WatchCluster(clusterMetrics(cl))
+	gpus := openGPUs(m.Registry, log)
+	if gpus != nil {
+		undo = append(undo, func() { gpus.Close() })
+	}
 
 	// The listeners, so that every address is known before the services
 	// that report them are made.
@@ -275,7 +281,12 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	g := grpc.NewServer(grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
 		grpc.MaxRecvMsgSize(16<<20))
 	server.Register(g, n, server.Options{Addrs: addrs, Version: d.opts.Version,
-		Freshness: func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) }})
+		Freshness: func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) }, GPUs: func() []*pb.GPUDevice {
+			if gpus == nil {
+				return nil
+			}
+			return gpusToPB(gpus.Snapshot())
+		}})
 	cl.Register(g)
 	if d.keys != nil { // the other nodes' RESP servers read this node's keys
 		respcluster.Register(g, d.keys)
@@ -299,7 +310,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		log.Warn("the directory does not list this node's blocks yet", "err", err)
 	}
 	cancelSync()
-	d.cl, d.h, d.n, d.g, d.hs, d.addrs = cl, h, n, g, hs, addrs
+	d.cl, d.h, d.n, d.g, d.hs, d.addrs, d.gpus = cl, h, n, g, hs, addrs, gpus
 	d.ready.Store(true)
 	setHealth(hs.Server, healthNames, d.Ready() == nil) // right from the moment Start returns
 	d.healthDone = make(chan struct{})
@@ -335,6 +346,9 @@ func (d *Node) Stop(ctx context.Context) error {
 	err := d.n.Close()
 	if err != nil {
 		d.log.Error("closing the tiers", "err", err)
+	}
+	if d.gpus != nil {
+		_ = d.gpus.Close()
 	}
 	if cerr := d.cl.Close(); cerr != nil {
 		d.log.Error("leaving raft", "err", cerr)

@@ -42,6 +42,8 @@ type Options struct {
 	// Freshness, if set, makes Lookup say how current the directory that
 	// answers it is (a cluster member's api/membership.Agent.Freshness).
 	Freshness func() *pb.Freshness
+	// GPUs, if set, reads the node's GPUs for Stats.
+	GPUs func() []*pb.GPUDevice
 }
 
 // Addrs are the endpoints a node serves on.
@@ -335,6 +337,9 @@ func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictRespon
 func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, error) {
 	hs := s.n.Hierarchy().Stats()
 	out := &pb.StatsResponse{Node: s.info(), Gets: uint64(hs.Gets), Misses: uint64(hs.Misses), Pins: uint32(hs.Pins), Keys: uint64(hs.Keys)}
+	if s.opts.GPUs != nil {
+		out.Gpus = s.opts.GPUs()
+	}
 	for _, l := range hs.Levels {
 		out.Tiers = append(out.Tiers, &pb.TierStats{
 			Tier: l.Kind.String(), Policy: l.Policy, CapacityBytes: uint64(l.Capacity), UsedBytes: uint64(l.Used),

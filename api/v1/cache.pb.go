@@ -1340,13 +1340,15 @@ func (*StatsRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Tiers         []*TierStats           `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
-	Gets          uint64                 `protobuf:"varint,3,opt,name=gets,proto3" json:"gets,omitempty"`
-	Misses        uint64                 `protobuf:"varint,4,opt,name=misses,proto3" json:"misses,omitempty"`
-	Keys          uint64                 `protobuf:"varint,5,opt,name=keys,proto3" json:"keys,omitempty"`
-	Pins          uint32                 `protobuf:"varint,6,opt,name=pins,proto3" json:"pins,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Node   *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Tiers  []*TierStats           `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	Gets   uint64                 `protobuf:"varint,3,opt,name=gets,proto3" json:"gets,omitempty"`
+	Misses uint64                 `protobuf:"varint,4,opt,name=misses,proto3" json:"misses,omitempty"`
+	Keys   uint64                 `protobuf:"varint,5,opt,name=keys,proto3" json:"keys,omitempty"`
+	Pins   uint32                 `protobuf:"varint,6,opt,name=pins,proto3" json:"pins,omitempty"`
+	// The node's GPUs, read through NVML; empty where it has none or no NVML.
+	Gpus          []*GPUDevice `protobuf:"bytes,20,rep,name=gpus,proto3" json:"gpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1423,6 +1425,147 @@ func (x *StatsResponse) GetPins() uint32 {
 	return 0
 }
 
+func (x *StatsResponse) GetGpus() []*GPUDevice {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+// GPUDevice is one GPU at one instant; a reading the device does not give
+// is -1.
+type GPUDevice struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Index                uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Name                 string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Uuid                 string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Utilization          float64                `protobuf:"fixed64,4,opt,name=utilization,proto3" json:"utilization,omitempty"` // 0…1
+	MemoryUsedBytes      int64                  `protobuf:"varint,5,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"`
+	MemoryTotalBytes     int64                  `protobuf:"varint,6,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	PowerWatts           float64                `protobuf:"fixed64,7,opt,name=power_watts,json=powerWatts,proto3" json:"power_watts,omitempty"`
+	TemperatureCelsius   float64                `protobuf:"fixed64,8,opt,name=temperature_celsius,json=temperatureCelsius,proto3" json:"temperature_celsius,omitempty"`
+	PcieTxBytesPerSecond int64                  `protobuf:"varint,9,opt,name=pcie_tx_bytes_per_second,json=pcieTxBytesPerSecond,proto3" json:"pcie_tx_bytes_per_second,omitempty"`
+	PcieRxBytesPerSecond int64                  `protobuf:"varint,10,opt,name=pcie_rx_bytes_per_second,json=pcieRxBytesPerSecond,proto3" json:"pcie_rx_bytes_per_second,omitempty"`
+	NvlinkTxBytes        int64                  `protobuf:"varint,11,opt,name=nvlink_tx_bytes,json=nvlinkTxBytes,proto3" json:"nvlink_tx_bytes,omitempty"` // since the driver loaded, all links
+	NvlinkRxBytes        int64                  `protobuf:"varint,12,opt,name=nvlink_rx_bytes,json=nvlinkRxBytes,proto3" json:"nvlink_rx_bytes,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *GPUDevice) Reset() {
+	*x = GPUDevice{}
+	mi := &file_api_v1_cache_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GPUDevice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GPUDevice) ProtoMessage() {}
+
+func (x *GPUDevice) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GPUDevice.ProtoReflect.Descriptor instead.
+func (*GPUDevice) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GPUDevice) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GPUDevice) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *GPUDevice) GetUtilization() float64 {
+	if x != nil {
+		return x.Utilization
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetMemoryUsedBytes() int64 {
+	if x != nil {
+		return x.MemoryUsedBytes
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetMemoryTotalBytes() int64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetPowerWatts() float64 {
+	if x != nil {
+		return x.PowerWatts
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetTemperatureCelsius() float64 {
+	if x != nil {
+		return x.TemperatureCelsius
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetPcieTxBytesPerSecond() int64 {
+	if x != nil {
+		return x.PcieTxBytesPerSecond
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetPcieRxBytesPerSecond() int64 {
+	if x != nil {
+		return x.PcieRxBytesPerSecond
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetNvlinkTxBytes() int64 {
+	if x != nil {
+		return x.NvlinkTxBytes
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetNvlinkRxBytes() int64 {
+	if x != nil {
+		return x.NvlinkRxBytes
+	}
+	return 0
+}
+
 type TierStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tier          string                 `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"`
@@ -1446,7 +1589,7 @@ type TierStats struct {
 
 func (x *TierStats) Reset() {
 	*x = TierStats{}
-	mi := &file_api_v1_cache_proto_msgTypes[21]
+	mi := &file_api_v1_cache_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1601,7 @@ func (x *TierStats) String() string {
 func (*TierStats) ProtoMessage() {}
 
 func (x *TierStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[21]
+	mi := &file_api_v1_cache_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1614,7 @@ func (x *TierStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStats.ProtoReflect.Descriptor instead.
 func (*TierStats) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{21}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TierStats) GetTier() string {
@@ -1592,7 +1735,7 @@ type PinRequest struct {
 
 func (x *PinRequest) Reset() {
 	*x = PinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[22]
+	mi := &file_api_v1_cache_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1747,7 @@ func (x *PinRequest) String() string {
 func (*PinRequest) ProtoMessage() {}
 
 func (x *PinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[22]
+	mi := &file_api_v1_cache_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1760,7 @@ func (x *PinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinRequest.ProtoReflect.Descriptor instead.
 func (*PinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{22}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PinRequest) GetKeys() []*BlockKey {
@@ -1644,7 +1787,7 @@ type PinResponse struct {
 
 func (x *PinResponse) Reset() {
 	*x = PinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[23]
+	mi := &file_api_v1_cache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1799,7 @@ func (x *PinResponse) String() string {
 func (*PinResponse) ProtoMessage() {}
 
 func (x *PinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[23]
+	mi := &file_api_v1_cache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1812,7 @@ func (x *PinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinResponse.ProtoReflect.Descriptor instead.
 func (*PinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{23}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PinResponse) GetLeaseId() uint64 {
@@ -1695,7 +1838,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[24]
+	mi := &file_api_v1_cache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1850,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[24]
+	mi := &file_api_v1_cache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1863,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{24}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseRequest) GetLeaseId() uint64 {
@@ -1738,7 +1881,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[25]
+	mi := &file_api_v1_cache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +1893,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[25]
+	mi := &file_api_v1_cache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +1906,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
 }
 
 type LocateObjectsRequest struct {
@@ -1775,7 +1918,7 @@ type LocateObjectsRequest struct {
 
 func (x *LocateObjectsRequest) Reset() {
 	*x = LocateObjectsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[26]
+	mi := &file_api_v1_cache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1930,7 @@ func (x *LocateObjectsRequest) String() string {
 func (*LocateObjectsRequest) ProtoMessage() {}
 
 func (x *LocateObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[26]
+	mi := &file_api_v1_cache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1943,7 @@ func (x *LocateObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateObjectsRequest.ProtoReflect.Descriptor instead.
 func (*LocateObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LocateObjectsRequest) GetKeys() []*BlockKey {
@@ -1819,7 +1962,7 @@ type LocateObjectsResponse struct {
 
 func (x *LocateObjectsResponse) Reset() {
 	*x = LocateObjectsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[27]
+	mi := &file_api_v1_cache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1974,7 @@ func (x *LocateObjectsResponse) String() string {
 func (*LocateObjectsResponse) ProtoMessage() {}
 
 func (x *LocateObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[27]
+	mi := &file_api_v1_cache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1987,7 @@ func (x *LocateObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateObjectsResponse.ProtoReflect.Descriptor instead.
 func (*LocateObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LocateObjectsResponse) GetBlocks() []*BlockPlacement {
@@ -1870,7 +2013,7 @@ type BlockPlacement struct {
 
 func (x *BlockPlacement) Reset() {
 	*x = BlockPlacement{}
-	mi := &file_api_v1_cache_proto_msgTypes[28]
+	mi := &file_api_v1_cache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +2025,7 @@ func (x *BlockPlacement) String() string {
 func (*BlockPlacement) ProtoMessage() {}
 
 func (x *BlockPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[28]
+	mi := &file_api_v1_cache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +2038,7 @@ func (x *BlockPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockPlacement.ProtoReflect.Descriptor instead.
 func (*BlockPlacement) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BlockPlacement) GetTier() string {
@@ -1943,7 +2086,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[29]
+	mi := &file_api_v1_cache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2098,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[29]
+	mi := &file_api_v1_cache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2111,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WarmRequest) GetKeys() []*BlockKey {
@@ -2002,7 +2145,7 @@ type WarmProgress struct {
 
 func (x *WarmProgress) Reset() {
 	*x = WarmProgress{}
-	mi := &file_api_v1_cache_proto_msgTypes[30]
+	mi := &file_api_v1_cache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2157,7 @@ func (x *WarmProgress) String() string {
 func (*WarmProgress) ProtoMessage() {}
 
 func (x *WarmProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[30]
+	mi := &file_api_v1_cache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2170,7 @@ func (x *WarmProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmProgress.ProtoReflect.Descriptor instead.
 func (*WarmProgress) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WarmProgress) GetDone() uint32 {
@@ -2104,7 +2247,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2259,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2272,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerRecord) GetUrl() string {
@@ -2205,7 +2348,7 @@ type RegisterWorkerRequest struct {
 
 func (x *RegisterWorkerRequest) Reset() {
 	*x = RegisterWorkerRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2360,7 @@ func (x *RegisterWorkerRequest) String() string {
 func (*RegisterWorkerRequest) ProtoMessage() {}
 
 func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2373,7 @@ func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RegisterWorkerRequest) GetWorker() *WorkerRecord {
@@ -2256,7 +2399,7 @@ type RegisterWorkerResponse struct {
 
 func (x *RegisterWorkerResponse) Reset() {
 	*x = RegisterWorkerResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2411,7 @@ func (x *RegisterWorkerResponse) String() string {
 func (*RegisterWorkerResponse) ProtoMessage() {}
 
 func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2424,7 @@ func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegisterWorkerResponse) GetExpiresUnixMs() int64 {
@@ -2300,7 +2443,7 @@ type DeregisterWorkerRequest struct {
 
 func (x *DeregisterWorkerRequest) Reset() {
 	*x = DeregisterWorkerRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2455,7 @@ func (x *DeregisterWorkerRequest) String() string {
 func (*DeregisterWorkerRequest) ProtoMessage() {}
 
 func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2468,7 @@ func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeregisterWorkerRequest) GetUrl() string {
@@ -2343,7 +2486,7 @@ type DeregisterWorkerResponse struct {
 
 func (x *DeregisterWorkerResponse) Reset() {
 	*x = DeregisterWorkerResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2498,7 @@ func (x *DeregisterWorkerResponse) String() string {
 func (*DeregisterWorkerResponse) ProtoMessage() {}
 
 func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2511,7 @@ func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
 }
 
 type ListWorkersRequest struct {
@@ -2379,7 +2522,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2534,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2547,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
 }
 
 type ListWorkersResponse struct {
@@ -2416,7 +2559,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2571,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2584,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerRecord {
@@ -2472,7 +2615,7 @@ type PlannerDecision struct {
 
 func (x *PlannerDecision) Reset() {
 	*x = PlannerDecision{}
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2627,7 @@ func (x *PlannerDecision) String() string {
 func (*PlannerDecision) ProtoMessage() {}
 
 func (x *PlannerDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2640,7 @@ func (x *PlannerDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerDecision.ProtoReflect.Descriptor instead.
 func (*PlannerDecision) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PlannerDecision) GetPlanner() string {
@@ -2593,7 +2736,7 @@ type PutPlannerDecisionsRequest struct {
 
 func (x *PutPlannerDecisionsRequest) Reset() {
 	*x = PutPlannerDecisionsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2748,7 @@ func (x *PutPlannerDecisionsRequest) String() string {
 func (*PutPlannerDecisionsRequest) ProtoMessage() {}
 
 func (x *PutPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2761,7 @@ func (x *PutPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPlannerDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*PutPlannerDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PutPlannerDecisionsRequest) GetDecisions() []*PlannerDecision {
@@ -2636,7 +2779,7 @@ type PutPlannerDecisionsResponse struct {
 
 func (x *PutPlannerDecisionsResponse) Reset() {
 	*x = PutPlannerDecisionsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +2791,7 @@ func (x *PutPlannerDecisionsResponse) String() string {
 func (*PutPlannerDecisionsResponse) ProtoMessage() {}
 
 func (x *PutPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +2804,7 @@ func (x *PutPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPlannerDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*PutPlannerDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
 }
 
 type AckPlannerDecisionRequest struct {
@@ -2675,7 +2818,7 @@ type AckPlannerDecisionRequest struct {
 
 func (x *AckPlannerDecisionRequest) Reset() {
 	*x = AckPlannerDecisionRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +2830,7 @@ func (x *AckPlannerDecisionRequest) String() string {
 func (*AckPlannerDecisionRequest) ProtoMessage() {}
 
 func (x *AckPlannerDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +2843,7 @@ func (x *AckPlannerDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckPlannerDecisionRequest.ProtoReflect.Descriptor instead.
 func (*AckPlannerDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AckPlannerDecisionRequest) GetPool() string {
@@ -2732,7 +2875,7 @@ type AckPlannerDecisionResponse struct {
 
 func (x *AckPlannerDecisionResponse) Reset() {
 	*x = AckPlannerDecisionResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2887,7 @@ func (x *AckPlannerDecisionResponse) String() string {
 func (*AckPlannerDecisionResponse) ProtoMessage() {}
 
 func (x *AckPlannerDecisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2900,7 @@ func (x *AckPlannerDecisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckPlannerDecisionResponse.ProtoReflect.Descriptor instead.
 func (*AckPlannerDecisionResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
 }
 
 type ListPlannerDecisionsRequest struct {
@@ -2768,7 +2911,7 @@ type ListPlannerDecisionsRequest struct {
 
 func (x *ListPlannerDecisionsRequest) Reset() {
 	*x = ListPlannerDecisionsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +2923,7 @@ func (x *ListPlannerDecisionsRequest) String() string {
 func (*ListPlannerDecisionsRequest) ProtoMessage() {}
 
 func (x *ListPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +2936,7 @@ func (x *ListPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlannerDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlannerDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
 }
 
 type ListPlannerDecisionsResponse struct {
@@ -2805,7 +2948,7 @@ type ListPlannerDecisionsResponse struct {
 
 func (x *ListPlannerDecisionsResponse) Reset() {
 	*x = ListPlannerDecisionsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2960,7 @@ func (x *ListPlannerDecisionsResponse) String() string {
 func (*ListPlannerDecisionsResponse) ProtoMessage() {}
 
 func (x *ListPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2973,7 @@ func (x *ListPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlannerDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPlannerDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListPlannerDecisionsResponse) GetDecisions() []*PlannerDecision {
@@ -2859,7 +3002,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3014,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3027,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Member) GetId() uint32 {
@@ -2976,7 +3119,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3131,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3144,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -3040,7 +3183,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[47]
+	mi := &file_api_v1_cache_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3195,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[47]
+	mi := &file_api_v1_cache_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3208,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{48}
 }
 
 type MembersResponse struct {
@@ -3081,7 +3224,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[48]
+	mi := &file_api_v1_cache_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3236,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[48]
+	mi := &file_api_v1_cache_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3249,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{48}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -3153,7 +3296,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[49]
+	mi := &file_api_v1_cache_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3308,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[49]
+	mi := &file_api_v1_cache_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3321,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{49}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *JoinRequest) GetMember() *Member {
@@ -3196,7 +3339,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[50]
+	mi := &file_api_v1_cache_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3208,7 +3351,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[50]
+	mi := &file_api_v1_cache_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3221,7 +3364,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{50}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{51}
 }
 
 type RemoveRequest struct {
@@ -3233,7 +3376,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[51]
+	mi := &file_api_v1_cache_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3245,7 +3388,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[51]
+	mi := &file_api_v1_cache_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3258,7 +3401,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{51}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveRequest) GetId() uint32 {
@@ -3276,7 +3419,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[52]
+	mi := &file_api_v1_cache_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3431,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[52]
+	mi := &file_api_v1_cache_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3444,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{52}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{53}
 }
 
 type ProposeRequest struct {
@@ -3313,7 +3456,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[53]
+	mi := &file_api_v1_cache_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3468,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[53]
+	mi := &file_api_v1_cache_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3481,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{53}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ProposeRequest) GetEntry() []byte {
@@ -3357,7 +3500,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[54]
+	mi := &file_api_v1_cache_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3512,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[54]
+	mi := &file_api_v1_cache_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3525,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{54}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ProposeResponse) GetIndex() uint64 {
@@ -3405,7 +3548,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[55]
+	mi := &file_api_v1_cache_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3560,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[55]
+	mi := &file_api_v1_cache_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3573,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{55}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -3465,7 +3608,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[56]
+	mi := &file_api_v1_cache_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3620,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[56]
+	mi := &file_api_v1_cache_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3633,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{56}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HeartbeatResponse) GetCommitIndex() uint64 {
@@ -3508,7 +3651,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[57]
+	mi := &file_api_v1_cache_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3663,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[57]
+	mi := &file_api_v1_cache_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3676,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{57}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{58}
 }
 
 type SyncResponse struct {
@@ -3544,7 +3687,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[58]
+	mi := &file_api_v1_cache_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3556,7 +3699,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[58]
+	mi := &file_api_v1_cache_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3569,7 +3712,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{58}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{59}
 }
 
 type LocateRequest struct {
@@ -3581,7 +3724,7 @@ type LocateRequest struct {
 
 func (x *LocateRequest) Reset() {
 	*x = LocateRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[59]
+	mi := &file_api_v1_cache_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3736,7 @@ func (x *LocateRequest) String() string {
 func (*LocateRequest) ProtoMessage() {}
 
 func (x *LocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[59]
+	mi := &file_api_v1_cache_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +3749,7 @@ func (x *LocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
 func (*LocateRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{59}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LocateRequest) GetKeys() []*BlockKey {
@@ -3626,7 +3769,7 @@ type LocateResponse struct {
 
 func (x *LocateResponse) Reset() {
 	*x = LocateResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[60]
+	mi := &file_api_v1_cache_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3638,7 +3781,7 @@ func (x *LocateResponse) String() string {
 func (*LocateResponse) ProtoMessage() {}
 
 func (x *LocateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[60]
+	mi := &file_api_v1_cache_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3651,7 +3794,7 @@ func (x *LocateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateResponse.ProtoReflect.Descriptor instead.
 func (*LocateResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{60}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LocateResponse) GetKeys() []*KeyLocations {
@@ -3677,7 +3820,7 @@ type KeyLocations struct {
 
 func (x *KeyLocations) Reset() {
 	*x = KeyLocations{}
-	mi := &file_api_v1_cache_proto_msgTypes[61]
+	mi := &file_api_v1_cache_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3832,7 @@ func (x *KeyLocations) String() string {
 func (*KeyLocations) ProtoMessage() {}
 
 func (x *KeyLocations) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[61]
+	mi := &file_api_v1_cache_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3845,7 @@ func (x *KeyLocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyLocations.ProtoReflect.Descriptor instead.
 func (*KeyLocations) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{61}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KeyLocations) GetLocations() []*TierBlocks {
@@ -3812,14 +3955,30 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\fEvictedBlock\x12*\n" +
 	"\x04meta\x18\x01 \x01(\v2\x16.kvstrata.v1.BlockMetaR\x04meta\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\"\x0e\n" +
-	"\fStatsRequest\"\xbc\x01\n" +
+	"\fStatsRequest\"\xe8\x01\n" +
 	"\rStatsResponse\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x15.kvstrata.v1.NodeInfoR\x04node\x12,\n" +
 	"\x05tiers\x18\x02 \x03(\v2\x16.kvstrata.v1.TierStatsR\x05tiers\x12\x12\n" +
 	"\x04gets\x18\x03 \x01(\x04R\x04gets\x12\x16\n" +
 	"\x06misses\x18\x04 \x01(\x04R\x06misses\x12\x12\n" +
 	"\x04keys\x18\x05 \x01(\x04R\x04keys\x12\x12\n" +
-	"\x04pins\x18\x06 \x01(\rR\x04pins\"\x9e\x04\n" +
+	"\x04pins\x18\x06 \x01(\rR\x04pins\x12*\n" +
+	"\x04gpus\x18\x14 \x03(\v2\x16.kvstrata.v1.GPUDeviceR\x04gpus\"\xd7\x03\n" +
+	"\tGPUDevice\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12 \n" +
+	"\vutilization\x18\x04 \x01(\x01R\vutilization\x12*\n" +
+	"\x11memory_used_bytes\x18\x05 \x01(\x03R\x0fmemoryUsedBytes\x12,\n" +
+	"\x12memory_total_bytes\x18\x06 \x01(\x03R\x10memoryTotalBytes\x12\x1f\n" +
+	"\vpower_watts\x18\a \x01(\x01R\n" +
+	"powerWatts\x12/\n" +
+	"\x13temperature_celsius\x18\b \x01(\x01R\x12temperatureCelsius\x126\n" +
+	"\x18pcie_tx_bytes_per_second\x18\t \x01(\x03R\x14pcieTxBytesPerSecond\x126\n" +
+	"\x18pcie_rx_bytes_per_second\x18\n" +
+	" \x01(\x03R\x14pcieRxBytesPerSecond\x12&\n" +
+	"\x0fnvlink_tx_bytes\x18\v \x01(\x03R\rnvlinkTxBytes\x12&\n" +
+	"\x0fnvlink_rx_bytes\x18\f \x01(\x03R\rnvlinkRxBytes\"\x9e\x04\n" +
 	"\tTierStats\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12\x1d\n" +
@@ -4014,7 +4173,7 @@ func file_api_v1_cache_proto_rawDescGZIP() []byte {
 	return file_api_v1_cache_proto_rawDescData
 }
 
-var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_api_v1_cache_proto_goTypes = []any{
 	(*BlockKey)(nil),                     // 0: kvstrata.v1.BlockKey
 	(*BlockMeta)(nil),                    // 1: kvstrata.v1.BlockMeta
@@ -4037,48 +4196,49 @@ var file_api_v1_cache_proto_goTypes = []any{
 	(*EvictedBlock)(nil),                 // 18: kvstrata.v1.EvictedBlock
 	(*StatsRequest)(nil),                 // 19: kvstrata.v1.StatsRequest
 	(*StatsResponse)(nil),                // 20: kvstrata.v1.StatsResponse
-	(*TierStats)(nil),                    // 21: kvstrata.v1.TierStats
-	(*PinRequest)(nil),                   // 22: kvstrata.v1.PinRequest
-	(*PinResponse)(nil),                  // 23: kvstrata.v1.PinResponse
-	(*ReleaseRequest)(nil),               // 24: kvstrata.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),              // 25: kvstrata.v1.ReleaseResponse
-	(*LocateObjectsRequest)(nil),         // 26: kvstrata.v1.LocateObjectsRequest
-	(*LocateObjectsResponse)(nil),        // 27: kvstrata.v1.LocateObjectsResponse
-	(*BlockPlacement)(nil),               // 28: kvstrata.v1.BlockPlacement
-	(*WarmRequest)(nil),                  // 29: kvstrata.v1.WarmRequest
-	(*WarmProgress)(nil),                 // 30: kvstrata.v1.WarmProgress
-	(*WorkerRecord)(nil),                 // 31: kvstrata.v1.WorkerRecord
-	(*RegisterWorkerRequest)(nil),        // 32: kvstrata.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),       // 33: kvstrata.v1.RegisterWorkerResponse
-	(*DeregisterWorkerRequest)(nil),      // 34: kvstrata.v1.DeregisterWorkerRequest
-	(*DeregisterWorkerResponse)(nil),     // 35: kvstrata.v1.DeregisterWorkerResponse
-	(*ListWorkersRequest)(nil),           // 36: kvstrata.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),          // 37: kvstrata.v1.ListWorkersResponse
-	(*PlannerDecision)(nil),              // 38: kvstrata.v1.PlannerDecision
-	(*PutPlannerDecisionsRequest)(nil),   // 39: kvstrata.v1.PutPlannerDecisionsRequest
-	(*PutPlannerDecisionsResponse)(nil),  // 40: kvstrata.v1.PutPlannerDecisionsResponse
-	(*AckPlannerDecisionRequest)(nil),    // 41: kvstrata.v1.AckPlannerDecisionRequest
-	(*AckPlannerDecisionResponse)(nil),   // 42: kvstrata.v1.AckPlannerDecisionResponse
-	(*ListPlannerDecisionsRequest)(nil),  // 43: kvstrata.v1.ListPlannerDecisionsRequest
-	(*ListPlannerDecisionsResponse)(nil), // 44: kvstrata.v1.ListPlannerDecisionsResponse
-	(*Member)(nil),                       // 45: kvstrata.v1.Member
-	(*TierUsage)(nil),                    // 46: kvstrata.v1.TierUsage
-	(*MembersRequest)(nil),               // 47: kvstrata.v1.MembersRequest
-	(*MembersResponse)(nil),              // 48: kvstrata.v1.MembersResponse
-	(*JoinRequest)(nil),                  // 49: kvstrata.v1.JoinRequest
-	(*JoinResponse)(nil),                 // 50: kvstrata.v1.JoinResponse
-	(*RemoveRequest)(nil),                // 51: kvstrata.v1.RemoveRequest
-	(*RemoveResponse)(nil),               // 52: kvstrata.v1.RemoveResponse
-	(*ProposeRequest)(nil),               // 53: kvstrata.v1.ProposeRequest
-	(*ProposeResponse)(nil),              // 54: kvstrata.v1.ProposeResponse
-	(*HeartbeatRequest)(nil),             // 55: kvstrata.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),            // 56: kvstrata.v1.HeartbeatResponse
-	(*SyncRequest)(nil),                  // 57: kvstrata.v1.SyncRequest
-	(*SyncResponse)(nil),                 // 58: kvstrata.v1.SyncResponse
-	(*LocateRequest)(nil),                // 59: kvstrata.v1.LocateRequest
-	(*LocateResponse)(nil),               // 60: kvstrata.v1.LocateResponse
-	(*KeyLocations)(nil),                 // 61: kvstrata.v1.KeyLocations
-	nil,                                  // 62: kvstrata.v1.TierStats.DetailEntry
+	(*GPUDevice)(nil),                    // 21: kvstrata.v1.GPUDevice
+	(*TierStats)(nil),                    // 22: kvstrata.v1.TierStats
+	(*PinRequest)(nil),                   // 23: kvstrata.v1.PinRequest
+	(*PinResponse)(nil),                  // 24: kvstrata.v1.PinResponse
+	(*ReleaseRequest)(nil),               // 25: kvstrata.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),              // 26: kvstrata.v1.ReleaseResponse
+	(*LocateObjectsRequest)(nil),         // 27: kvstrata.v1.LocateObjectsRequest
+	(*LocateObjectsResponse)(nil),        // 28: kvstrata.v1.LocateObjectsResponse
+	(*BlockPlacement)(nil),               // 29: kvstrata.v1.BlockPlacement
+	(*WarmRequest)(nil),                  // 30: kvstrata.v1.WarmRequest
+	(*WarmProgress)(nil),                 // 31: kvstrata.v1.WarmProgress
+	(*WorkerRecord)(nil),                 // 32: kvstrata.v1.WorkerRecord
+	(*RegisterWorkerRequest)(nil),        // 33: kvstrata.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),       // 34: kvstrata.v1.RegisterWorkerResponse
+	(*DeregisterWorkerRequest)(nil),      // 35: kvstrata.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil),     // 36: kvstrata.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),           // 37: kvstrata.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 38: kvstrata.v1.ListWorkersResponse
+	(*PlannerDecision)(nil),              // 39: kvstrata.v1.PlannerDecision
+	(*PutPlannerDecisionsRequest)(nil),   // 40: kvstrata.v1.PutPlannerDecisionsRequest
+	(*PutPlannerDecisionsResponse)(nil),  // 41: kvstrata.v1.PutPlannerDecisionsResponse
+	(*AckPlannerDecisionRequest)(nil),    // 42: kvstrata.v1.AckPlannerDecisionRequest
+	(*AckPlannerDecisionResponse)(nil),   // 43: kvstrata.v1.AckPlannerDecisionResponse
+	(*ListPlannerDecisionsRequest)(nil),  // 44: kvstrata.v1.ListPlannerDecisionsRequest
+	(*ListPlannerDecisionsResponse)(nil), // 45: kvstrata.v1.ListPlannerDecisionsResponse
+	(*Member)(nil),                       // 46: kvstrata.v1.Member
+	(*TierUsage)(nil),                    // 47: kvstrata.v1.TierUsage
+	(*MembersRequest)(nil),               // 48: kvstrata.v1.MembersRequest
+	(*MembersResponse)(nil),              // 49: kvstrata.v1.MembersResponse
+	(*JoinRequest)(nil),                  // 50: kvstrata.v1.JoinRequest
+	(*JoinResponse)(nil),                 // 51: kvstrata.v1.JoinResponse
+	(*RemoveRequest)(nil),                // 52: kvstrata.v1.RemoveRequest
+	(*RemoveResponse)(nil),               // 53: kvstrata.v1.RemoveResponse
+	(*ProposeRequest)(nil),               // 54: kvstrata.v1.ProposeRequest
+	(*ProposeResponse)(nil),              // 55: kvstrata.v1.ProposeResponse
+	(*HeartbeatRequest)(nil),             // 56: kvstrata.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),            // 57: kvstrata.v1.HeartbeatResponse
+	(*SyncRequest)(nil),                  // 58: kvstrata.v1.SyncRequest
+	(*SyncResponse)(nil),                 // 59: kvstrata.v1.SyncResponse
+	(*LocateRequest)(nil),                // 60: kvstrata.v1.LocateRequest
+	(*LocateResponse)(nil),               // 61: kvstrata.v1.LocateResponse
+	(*KeyLocations)(nil),                 // 62: kvstrata.v1.KeyLocations
+	nil,                                  // 63: kvstrata.v1.TierStats.DetailEntry
 }
 var file_api_v1_cache_proto_depIdxs = []int32{
 	0,  // 0: kvstrata.v1.BlockMeta.key:type_name -> kvstrata.v1.BlockKey
@@ -4094,78 +4254,79 @@ var file_api_v1_cache_proto_depIdxs = []int32{
 	18, // 10: kvstrata.v1.EvictResponse.listed:type_name -> kvstrata.v1.EvictedBlock
 	1,  // 11: kvstrata.v1.EvictedBlock.meta:type_name -> kvstrata.v1.BlockMeta
 	3,  // 12: kvstrata.v1.StatsResponse.node:type_name -> kvstrata.v1.NodeInfo
-	21, // 13: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
-	62, // 14: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
-	0,  // 15: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
-	0,  // 16: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
-	28, // 17: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
-	1,  // 18: kvstrata.v1.BlockPlacement.meta:type_name -> kvstrata.v1.BlockMeta
-	0,  // 19: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
-	31, // 20: kvstrata.v1.RegisterWorkerRequest.worker:type_name -> kvstrata.v1.WorkerRecord
-	31, // 21: kvstrata.v1.ListWorkersResponse.workers:type_name -> kvstrata.v1.WorkerRecord
-	38, // 22: kvstrata.v1.PutPlannerDecisionsRequest.decisions:type_name -> kvstrata.v1.PlannerDecision
-	38, // 23: kvstrata.v1.ListPlannerDecisionsResponse.decisions:type_name -> kvstrata.v1.PlannerDecision
-	46, // 24: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
-	45, // 25: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
-	45, // 26: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
-	46, // 27: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
-	0,  // 28: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
-	61, // 29: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
-	12, // 30: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
-	13, // 31: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
-	2,  // 32: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
-	4,  // 33: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
-	8,  // 34: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
-	10, // 35: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
-	14, // 36: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
-	16, // 37: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
-	19, // 38: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
-	22, // 39: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
-	24, // 40: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
-	29, // 41: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
-	26, // 42: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
-	47, // 43: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
-	49, // 44: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
-	51, // 45: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
-	53, // 46: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
-	55, // 47: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
-	57, // 48: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
-	59, // 49: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
-	32, // 50: kvstrata.v1.Cluster.RegisterWorker:input_type -> kvstrata.v1.RegisterWorkerRequest
-	34, // 51: kvstrata.v1.Cluster.DeregisterWorker:input_type -> kvstrata.v1.DeregisterWorkerRequest
-	36, // 52: kvstrata.v1.Cluster.ListWorkers:input_type -> kvstrata.v1.ListWorkersRequest
-	39, // 53: kvstrata.v1.Cluster.PutPlannerDecisions:input_type -> kvstrata.v1.PutPlannerDecisionsRequest
-	41, // 54: kvstrata.v1.Cluster.AckPlannerDecision:input_type -> kvstrata.v1.AckPlannerDecisionRequest
-	43, // 55: kvstrata.v1.Cluster.ListPlannerDecisions:input_type -> kvstrata.v1.ListPlannerDecisionsRequest
-	3,  // 56: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
-	6,  // 57: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
-	9,  // 58: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
-	11, // 59: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
-	15, // 60: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
-	17, // 61: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
-	20, // 62: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
-	23, // 63: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
-	25, // 64: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
-	30, // 65: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
-	27, // 66: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
-	48, // 67: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
-	50, // 68: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
-	52, // 69: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
-	54, // 70: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
-	56, // 71: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
-	58, // 72: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
-	60, // 73: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
-	33, // 74: kvstrata.v1.Cluster.RegisterWorker:output_type -> kvstrata.v1.RegisterWorkerResponse
-	35, // 75: kvstrata.v1.Cluster.DeregisterWorker:output_type -> kvstrata.v1.DeregisterWorkerResponse
-	37, // 76: kvstrata.v1.Cluster.ListWorkers:output_type -> kvstrata.v1.ListWorkersResponse
-	40, // 77: kvstrata.v1.Cluster.PutPlannerDecisions:output_type -> kvstrata.v1.PutPlannerDecisionsResponse
-	42, // 78: kvstrata.v1.Cluster.AckPlannerDecision:output_type -> kvstrata.v1.AckPlannerDecisionResponse
-	44, // 79: kvstrata.v1.Cluster.ListPlannerDecisions:output_type -> kvstrata.v1.ListPlannerDecisionsResponse
-	56, // [56:80] is the sub-list for method output_type
-	32, // [32:56] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	22, // 13: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
+	21, // 14: kvstrata.v1.StatsResponse.gpus:type_name -> kvstrata.v1.GPUDevice
+	63, // 15: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
+	0,  // 16: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
+	0,  // 17: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
+	29, // 18: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
+	1,  // 19: kvstrata.v1.BlockPlacement.meta:type_name -> kvstrata.v1.BlockMeta
+	0,  // 20: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
+	32, // 21: kvstrata.v1.RegisterWorkerRequest.worker:type_name -> kvstrata.v1.WorkerRecord
+	32, // 22: kvstrata.v1.ListWorkersResponse.workers:type_name -> kvstrata.v1.WorkerRecord
+	39, // 23: kvstrata.v1.PutPlannerDecisionsRequest.decisions:type_name -> kvstrata.v1.PlannerDecision
+	39, // 24: kvstrata.v1.ListPlannerDecisionsResponse.decisions:type_name -> kvstrata.v1.PlannerDecision
+	47, // 25: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
+	46, // 26: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
+	46, // 27: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
+	47, // 28: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
+	0,  // 29: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
+	62, // 30: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
+	12, // 31: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
+	13, // 32: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
+	2,  // 33: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
+	4,  // 34: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
+	8,  // 35: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
+	10, // 36: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
+	14, // 37: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
+	16, // 38: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
+	19, // 39: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
+	23, // 40: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
+	25, // 41: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
+	30, // 42: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
+	27, // 43: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
+	48, // 44: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
+	50, // 45: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
+	52, // 46: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
+	54, // 47: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
+	56, // 48: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
+	58, // 49: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
+	60, // 50: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
+	33, // 51: kvstrata.v1.Cluster.RegisterWorker:input_type -> kvstrata.v1.RegisterWorkerRequest
+	35, // 52: kvstrata.v1.Cluster.DeregisterWorker:input_type -> kvstrata.v1.DeregisterWorkerRequest
+	37, // 53: kvstrata.v1.Cluster.ListWorkers:input_type -> kvstrata.v1.ListWorkersRequest
+	40, // 54: kvstrata.v1.Cluster.PutPlannerDecisions:input_type -> kvstrata.v1.PutPlannerDecisionsRequest
+	42, // 55: kvstrata.v1.Cluster.AckPlannerDecision:input_type -> kvstrata.v1.AckPlannerDecisionRequest
+	44, // 56: kvstrata.v1.Cluster.ListPlannerDecisions:input_type -> kvstrata.v1.ListPlannerDecisionsRequest
+	3,  // 57: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
+	6,  // 58: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
+	9,  // 59: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
+	11, // 60: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
+	15, // 61: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
+	17, // 62: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
+	20, // 63: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
+	24, // 64: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
+	26, // 65: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
+	31, // 66: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
+	28, // 67: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
+	49, // 68: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
+	51, // 69: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
+	53, // 70: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
+	55, // 71: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
+	57, // 72: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
+	59, // 73: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
+	61, // 74: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
+	34, // 75: kvstrata.v1.Cluster.RegisterWorker:output_type -> kvstrata.v1.RegisterWorkerResponse
+	36, // 76: kvstrata.v1.Cluster.DeregisterWorker:output_type -> kvstrata.v1.DeregisterWorkerResponse
+	38, // 77: kvstrata.v1.Cluster.ListWorkers:output_type -> kvstrata.v1.ListWorkersResponse
+	41, // 78: kvstrata.v1.Cluster.PutPlannerDecisions:output_type -> kvstrata.v1.PutPlannerDecisionsResponse
+	43, // 79: kvstrata.v1.Cluster.AckPlannerDecision:output_type -> kvstrata.v1.AckPlannerDecisionResponse
+	45, // 80: kvstrata.v1.Cluster.ListPlannerDecisions:output_type -> kvstrata.v1.ListPlannerDecisionsResponse
+	57, // [57:81] is the sub-list for method output_type
+	33, // [33:57] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_api_v1_cache_proto_init() }
@@ -4183,7 +4344,7 @@ func file_api_v1_cache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_v1_cache_proto_rawDesc), len(file_api_v1_cache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
