@@ -31,6 +31,7 @@ type Config struct {
 	// "./data".
 	DataDir string
 	Listen  Listen
+	HBM     HBM
 	DRAM    DRAM
 	SSD     SSD
 	S3      S3
@@ -112,6 +113,27 @@ type Listen struct {
 	// needs tls.cert-file. Default empty: off.
 	RESPTLS string
 }
+
+// HBM configures the GPU-memory tier, above DRAM. It is off until a
+// capacity is set, and exists only in binaries built with the cuda tag
+// (make build-cuda), which load the CUDA driver at run time.
+type HBM struct {
+	// Capacity is the device memory the tier allocates at start. Default
+	// 0: no HBM tier.
+	Capacity ByteSize
+	// Device is the GPU's ordinal. Default 0.
+	Device int
+	// PageSize is the tier's allocation unit. Default 64KiB.
+	PageSize ByteSize
+	// Policy is the tier's eviction policy, as for DRAM. Default lru.
+	Policy string
+	// HighWatermark and LowWatermark as for DRAM. Defaults 0.95 and 0.85.
+	HighWatermark, LowWatermark float64
+}
+
+// HBMBuilt says whether this binary has the HBM tier (the cuda tag); the
+// daemon's cuda build sets it.
+var HBMBuilt = false
 
 // DRAM configures the host-memory tier.
 type DRAM struct {
@@ -303,6 +325,7 @@ func Default() Config {
 			GRPC: "127.0.0.1:7070", Data: "127.0.0.1:7071",
 			RESP: "127.0.0.1:6380", HTTP: "127.0.0.1:9090",
 		},
+		HBM:  HBM{PageSize: 64 << 10, Policy: "lru", HighWatermark: 0.95, LowWatermark: 0.85},
 		DRAM: DRAM{PageSize: 4 << 10, Policy: "lru", HighWatermark: 0.95, LowWatermark: 0.85},
 		SSD: SSD{Enabled: true, Policy: "lru", AdmitMinSeen: 1,
 			HighWatermark: 0.95, LowWatermark: 0.85},
@@ -376,6 +399,23 @@ func (c *Config) Validate() error {
 		}
 	}
 	checkTier("dram", c.DRAM.Policy, c.DRAM.HighWatermark, c.DRAM.LowWatermark)
+	switch h := c.HBM; {
+	case h.Capacity < 0:
+		bad("hbm.capacity %d is negative", h.Capacity)
+	case h.Capacity > 0 && !HBMBuilt:
+		bad("hbm.capacity is %v, but this binary was built without the HBM tier: build it with the cuda tag (make build-cuda)", h.Capacity)
+	case h.Capacity > 0:
+		checkTier("hbm", h.Policy, h.HighWatermark, h.LowWatermark)
+		if ps := h.PageSize; ps < 4<<10 || ps > 2<<20 || ps&(ps-1) != 0 {
+			bad("hbm.page-size %v must be a power of two from 4KiB to 2MiB", ps)
+		}
+		if h.Device < 0 {
+			bad("hbm.device %d is negative", h.Device)
+		}
+		if h.Capacity < c.Limits.MaxBlockSize {
+			bad("hbm.capacity %v is below limits.max-block-size %v", h.Capacity, c.Limits.MaxBlockSize)
+		}
+	}
 	if c.SSD.Enabled {
 		checkTier("ssd", c.SSD.Policy, c.SSD.HighWatermark, c.SSD.LowWatermark)
 		if c.SSD.Capacity < 0 {

@@ -22,6 +22,9 @@ import (
 //	AvailabilityReporter              ✓   Hierarchy.Stats (LevelStats.Unavailable)
 //	DegradationReporter          ✓        Hierarchy.Stats (LevelStats.Degraded)
 //	DetailReporter               ✓    ✓   Hierarchy.Stats (LevelStats.Detail)
+//	HostArena              ✓              New: pinned for a HostPinner level's DMA
+//	HostPinner                             New (hbm: registers HostArena memory)
+//	DeviceViewer                           callers in the process (hbm: device addresses)
 
 // View is a pinned, zero-copy window on one block's bytes inside a tier.
 type View interface {
@@ -116,4 +119,36 @@ type DegradationReporter interface {
 // statistics and metrics.
 type DetailReporter interface {
 	Detail() map[string]int64
+}
+
+// HostArena is implemented by tiers whose blocks live in one region of
+// host memory outside the Go heap (dram): a device tier registers it for
+// DMA, so copies between the two run at the bus's speed.
+type HostArena interface {
+	HostArena() []byte
+}
+
+// HostPinner is implemented by device tiers (hbm) that can register host
+// memory for DMA. New pins every HostArena level into every HostPinner
+// level; a failure to pin is not fatal (copies are then staged by the
+// driver), and shows in the level's Detail.
+type HostPinner interface {
+	PinHost(region []byte) error
+}
+
+// DeviceView is a pinned block in device memory: its address stays the
+// block's until Release.
+type DeviceView interface {
+	// Pointer is the block's device address (a CUdeviceptr).
+	Pointer() uint64
+	// Device is the ordinal of the GPU holding it.
+	Device() int
+	Meta() index.Header
+	Release() error
+}
+
+// DeviceViewer is implemented by tiers in device memory (hbm), for a
+// caller in the same process that hands blocks to its own kernels.
+type DeviceViewer interface {
+	DeviceView(key index.Key, lease time.Duration) (DeviceView, error)
 }

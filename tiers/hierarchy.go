@@ -270,6 +270,7 @@ func New(cfg Config) (*Hierarchy, error) {
 			h.sketch = policy.NewSketch(1 << 16)
 		}
 	}
+	h.pinHostArenas()
 	if err := h.load(); err != nil {
 		return nil, err
 	}
@@ -278,6 +279,24 @@ func New(cfg Config) (*Hierarchy, error) {
 		go h.run()
 	}
 	return h, nil
+}
+
+// pinHostArenas registers every host-memory level's arena with every
+// device level, so that demotion and promotion between them run as DMA. A
+// region that cannot be pinned is left to the driver's staged copies; the
+// device level's Detail says how much host memory it pinned.
+func (h *Hierarchy) pinHostArenas() {
+	for _, d := range h.levels {
+		p, ok := d.Tier.(HostPinner)
+		if !ok {
+			continue
+		}
+		for _, l := range h.levels {
+			if a, ok := l.Tier.(HostArena); ok {
+				_ = p.PinHost(a.HostArena())
+			}
+		}
+	}
 }
 
 // load registers the blocks the levels already hold, fastest level first.

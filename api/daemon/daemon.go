@@ -44,6 +44,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/server"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/gpu/gpustat"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/raftstore"
 	"github.com/kvstrata/kvstrata/tiers"
@@ -60,6 +61,10 @@ type Options struct {
 	// listens for it (listen.data), built from the configuration by the
 	// binary, which knows which backends it has.
 	Transport transfer.Transport
+	// HBM opens the GPU-memory tier; required when the configuration
+	// asks for one (hbm.capacity), given by binaries built with the cuda
+	// tag.
+	HBM func(cfg config.HBM, maxBlockSize int64) (tiers.Tier, error)
 }
 
 // Node is a cache node as one part of a process.
@@ -84,6 +89,7 @@ type Node struct {
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
 	keys       resp.Store              // the node's own RESP keys, served to the other nodes
 	healthDone chan struct{}
+	gpus       *gpustat.Devices // nil without NVML
 }
 
 // New returns a cache node of cfg (a resolved configuration), not started.
@@ -96,6 +102,9 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	}
 	if cfg.Listen.Data != "" && opts.Transport == nil {
 		return nil, fmt.Errorf("daemon: the data plane is to listen on %s, but no transport is given", cfg.Listen.Data)
+	}
+	if cfg.HBM.Capacity > 0 && opts.HBM == nil {
+		return nil, errors.New("daemon: hbm.capacity is set, but this binary has no HBM tier (build it with the cuda tag)")
 	}
 	return &Node{cfg: cfg, opts: opts, log: opts.Logger, failed: make(chan error, 4)}, nil
 }
@@ -143,7 +152,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	undo = append(undo, func() { cl.Close() })
 	self := index.NodeID(cfg.NodeID)
 	cl.Publish(index.Change{Kind: index.ChangeNodeDropped, Loc: index.Location{Node: self}}) // what a crash left listed
-	h, err := openTiers(ctx, cfg, log, cl.Publish)
+	h, err := openTiers(ctx, cfg, log, d.opts.HBM, cl.Publish)
 	if err != nil {
 		return err
 	}
@@ -162,6 +171,10 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	m := metrics.New(h.Stats, map[string]string{"version": d.opts.Version, "node_id": fmt.Sprint(cfg.NodeID), "transport": cfg.Transport})
 	m.WatchCluster(clusterMetrics(cl))
 	m.NameTenants(d.tenants.name)
+	gpus := openGPUs(m.Registry, log)
+	if gpus != nil {
+		undo = append(undo, func() { gpus.Close() })
+	}
 
 	// The listeners, so that every address is known before the services
 	// that report them are made.
@@ -276,7 +289,12 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		grpc.MaxRecvMsgSize(16<<20))
 	server.Register(g, n, server.Options{Addrs: addrs, Version: d.opts.Version,
 		Freshness:  func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) },
-		TenantName: d.tenants.name})
+		TenantName: d.tenants.name, GPUs: func() []*pb.GPUDevice {
+			if gpus == nil {
+				return nil
+			}
+			return gpusToPB(gpus.Snapshot())
+		}})
 	cl.Register(g)
 	if d.keys != nil { // the other nodes' RESP servers read this node's keys
 		respcluster.Register(g, d.keys)
@@ -300,7 +318,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		log.Warn("the directory does not list this node's blocks yet", "err", err)
 	}
 	cancelSync()
-	d.cl, d.h, d.n, d.g, d.hs, d.addrs = cl, h, n, g, hs, addrs
+	d.cl, d.h, d.n, d.g, d.hs, d.addrs, d.gpus = cl, h, n, g, hs, addrs, gpus
 	d.ready.Store(true)
 	setHealth(hs.Server, healthNames, d.Ready() == nil) // right from the moment Start returns
 	d.healthDone = make(chan struct{})
@@ -336,6 +354,9 @@ func (d *Node) Stop(ctx context.Context) error {
 	err := d.n.Close()
 	if err != nil {
 		d.log.Error("closing the tiers", "err", err)
+	}
+	if d.gpus != nil {
+		_ = d.gpus.Close()
 	}
 	if cerr := d.cl.Close(); cerr != nil {
 		d.log.Error("leaving raft", "err", cerr)

@@ -47,16 +47,31 @@ func openCluster(cfg config.Config, log *slog.Logger) (*membership.Agent, error)
 }
 
 // openTiers opens the tiers the configuration asks for and stacks them;
-// onChange hears every change of their contents.
-func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger, onChange func(index.Change)) (*tiers.Hierarchy, error) {
+// onChange hears every change of their contents. openHBM opens the
+// GPU-memory tier when there is one.
+func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger,
+	openHBM func(config.HBM, int64) (tiers.Tier, error), onChange func(index.Change)) (*tiers.Hierarchy, error) {
 	maxBlock := int64(cfg.Limits.MaxBlockSize)
+	var levels []tiers.LevelConfig
+	if cfg.HBM.Capacity > 0 {
+		t, err := openHBM(cfg.HBM, maxBlock)
+		if err != nil {
+			return nil, fmt.Errorf("hbm tier on GPU %d: %w", cfg.HBM.Device, err)
+		}
+		p, _ := policy.New(cfg.HBM.Policy) // validated
+		levels = append(levels, tiers.LevelConfig{Kind: index.TierHBM, Tier: t, Policy: p,
+			HighWatermark: cfg.HBM.HighWatermark, LowWatermark: cfg.HBM.LowWatermark})
+	}
 	d, err := dram.New(dram.Config{Capacity: int64(cfg.DRAM.Capacity), PageSize: int(cfg.DRAM.PageSize), MaxBlockSize: maxBlock})
 	if err != nil {
+		for _, l := range levels {
+			l.Tier.Close()
+		}
 		return nil, err
 	}
 	dramPolicy, _ := policy.New(cfg.DRAM.Policy) // validated
-	levels := []tiers.LevelConfig{{Kind: index.TierDRAM, Tier: d, Policy: dramPolicy,
-		HighWatermark: cfg.DRAM.HighWatermark, LowWatermark: cfg.DRAM.LowWatermark}}
+	levels = append(levels, tiers.LevelConfig{Kind: index.TierDRAM, Tier: d, Policy: dramPolicy,
+		HighWatermark: cfg.DRAM.HighWatermark, LowWatermark: cfg.DRAM.LowWatermark})
 	if cfg.SSD.Enabled {
 		durability := ssd.DurabilityFlush
 		if cfg.SSD.WAL {
@@ -65,7 +80,9 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger, onChang
 		s, err := ssd.Open(ssd.Config{Dir: cfg.SSD.Dir, Capacity: int64(cfg.SSD.Capacity), MaxBlockSize: maxBlock,
 			Durability: durability, Logger: log.With("tier", "ssd")})
 		if err != nil {
-			d.Close()
+			for _, l := range levels {
+				l.Tier.Close()
+			}
 			return nil, err
 		}
 		ssdPolicy, _ := policy.New(cfg.SSD.Policy)

@@ -45,6 +45,8 @@ type Options struct {
 	// TenantName, if set, names tenants by their tags in Stats (the users
 	// file's tenants); without it Stats gives tags alone.
 	TenantName func(index.TenantTag) string
+	// GPUs, if set, reads the node's GPUs for Stats.
+	GPUs func() []*pb.GPUDevice
 }
 
 // Addrs are the endpoints a node serves on.
@@ -338,6 +340,9 @@ func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictRespon
 func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, error) {
 	hs := s.n.Hierarchy().Stats()
 	out := &pb.StatsResponse{Node: s.info(), Gets: uint64(hs.Gets), Misses: uint64(hs.Misses), Pins: uint32(hs.Pins), Keys: uint64(hs.Keys)}
+	if s.opts.GPUs != nil {
+		out.Gpus = s.opts.GPUs()
+	}
 	for _, l := range hs.Levels {
 		out.Tiers = append(out.Tiers, &pb.TierStats{
 			Tier: l.Kind.String(), Policy: l.Policy, CapacityBytes: uint64(l.Capacity), UsedBytes: uint64(l.Used),

@@ -1340,13 +1340,15 @@ func (*StatsRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Tiers         []*TierStats           `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
-	Gets          uint64                 `protobuf:"varint,3,opt,name=gets,proto3" json:"gets,omitempty"`
-	Misses        uint64                 `protobuf:"varint,4,opt,name=misses,proto3" json:"misses,omitempty"`
-	Keys          uint64                 `protobuf:"varint,5,opt,name=keys,proto3" json:"keys,omitempty"`
-	Pins          uint32                 `protobuf:"varint,6,opt,name=pins,proto3" json:"pins,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Node   *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Tiers  []*TierStats           `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	Gets   uint64                 `protobuf:"varint,3,opt,name=gets,proto3" json:"gets,omitempty"`
+	Misses uint64                 `protobuf:"varint,4,opt,name=misses,proto3" json:"misses,omitempty"`
+	Keys   uint64                 `protobuf:"varint,5,opt,name=keys,proto3" json:"keys,omitempty"`
+	Pins   uint32                 `protobuf:"varint,6,opt,name=pins,proto3" json:"pins,omitempty"`
+	// The node's GPUs, read through NVML; empty where it has none or no NVML.
+	Gpus          []*GPUDevice `protobuf:"bytes,20,rep,name=gpus,proto3" json:"gpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1423,6 +1425,147 @@ func (x *StatsResponse) GetPins() uint32 {
 	return 0
 }
 
+func (x *StatsResponse) GetGpus() []*GPUDevice {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+// GPUDevice is one GPU at one instant; a reading the device does not give
+// is -1.
+type GPUDevice struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Index                uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Name                 string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Uuid                 string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Utilization          float64                `protobuf:"fixed64,4,opt,name=utilization,proto3" json:"utilization,omitempty"` // 0…1
+	MemoryUsedBytes      int64                  `protobuf:"varint,5,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"`
+	MemoryTotalBytes     int64                  `protobuf:"varint,6,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	PowerWatts           float64                `protobuf:"fixed64,7,opt,name=power_watts,json=powerWatts,proto3" json:"power_watts,omitempty"`
+	TemperatureCelsius   float64                `protobuf:"fixed64,8,opt,name=temperature_celsius,json=temperatureCelsius,proto3" json:"temperature_celsius,omitempty"`
+	PcieTxBytesPerSecond int64                  `protobuf:"varint,9,opt,name=pcie_tx_bytes_per_second,json=pcieTxBytesPerSecond,proto3" json:"pcie_tx_bytes_per_second,omitempty"`
+	PcieRxBytesPerSecond int64                  `protobuf:"varint,10,opt,name=pcie_rx_bytes_per_second,json=pcieRxBytesPerSecond,proto3" json:"pcie_rx_bytes_per_second,omitempty"`
+	NvlinkTxBytes        int64                  `protobuf:"varint,11,opt,name=nvlink_tx_bytes,json=nvlinkTxBytes,proto3" json:"nvlink_tx_bytes,omitempty"` // since the driver loaded, all links
+	NvlinkRxBytes        int64                  `protobuf:"varint,12,opt,name=nvlink_rx_bytes,json=nvlinkRxBytes,proto3" json:"nvlink_rx_bytes,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *GPUDevice) Reset() {
+	*x = GPUDevice{}
+	mi := &file_api_v1_cache_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GPUDevice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GPUDevice) ProtoMessage() {}
+
+func (x *GPUDevice) ProtoReflect() protoreflect.Message {
+	mi := &file_api_v1_cache_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GPUDevice.ProtoReflect.Descriptor instead.
+func (*GPUDevice) Descriptor() ([]byte, []int) {
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GPUDevice) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GPUDevice) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *GPUDevice) GetUtilization() float64 {
+	if x != nil {
+		return x.Utilization
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetMemoryUsedBytes() int64 {
+	if x != nil {
+		return x.MemoryUsedBytes
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetMemoryTotalBytes() int64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetPowerWatts() float64 {
+	if x != nil {
+		return x.PowerWatts
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetTemperatureCelsius() float64 {
+	if x != nil {
+		return x.TemperatureCelsius
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetPcieTxBytesPerSecond() int64 {
+	if x != nil {
+		return x.PcieTxBytesPerSecond
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetPcieRxBytesPerSecond() int64 {
+	if x != nil {
+		return x.PcieRxBytesPerSecond
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetNvlinkTxBytes() int64 {
+	if x != nil {
+		return x.NvlinkTxBytes
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetNvlinkRxBytes() int64 {
+	if x != nil {
+		return x.NvlinkRxBytes
+	}
+	return 0
+}
+
 type TierStats struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Tier           string                 `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"`
@@ -1451,7 +1594,7 @@ type TierStats struct {
 
 func (x *TierStats) Reset() {
 	*x = TierStats{}
-	mi := &file_api_v1_cache_proto_msgTypes[21]
+	mi := &file_api_v1_cache_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1606,7 @@ func (x *TierStats) String() string {
 func (*TierStats) ProtoMessage() {}
 
 func (x *TierStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[21]
+	mi := &file_api_v1_cache_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1619,7 @@ func (x *TierStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStats.ProtoReflect.Descriptor instead.
 func (*TierStats) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{21}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TierStats) GetTier() string {
@@ -1612,7 +1755,7 @@ type TenantUsage struct {
 
 func (x *TenantUsage) Reset() {
 	*x = TenantUsage{}
-	mi := &file_api_v1_cache_proto_msgTypes[22]
+	mi := &file_api_v1_cache_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1767,7 @@ func (x *TenantUsage) String() string {
 func (*TenantUsage) ProtoMessage() {}
 
 func (x *TenantUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[22]
+	mi := &file_api_v1_cache_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1780,7 @@ func (x *TenantUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
 func (*TenantUsage) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{22}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TenantUsage) GetTenantTag() uint32 {
@@ -1688,7 +1831,7 @@ type PinRequest struct {
 
 func (x *PinRequest) Reset() {
 	*x = PinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[23]
+	mi := &file_api_v1_cache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1843,7 @@ func (x *PinRequest) String() string {
 func (*PinRequest) ProtoMessage() {}
 
 func (x *PinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[23]
+	mi := &file_api_v1_cache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1856,7 @@ func (x *PinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinRequest.ProtoReflect.Descriptor instead.
 func (*PinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{23}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PinRequest) GetKeys() []*BlockKey {
@@ -1740,7 +1883,7 @@ type PinResponse struct {
 
 func (x *PinResponse) Reset() {
 	*x = PinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[24]
+	mi := &file_api_v1_cache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1895,7 @@ func (x *PinResponse) String() string {
 func (*PinResponse) ProtoMessage() {}
 
 func (x *PinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[24]
+	mi := &file_api_v1_cache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1908,7 @@ func (x *PinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinResponse.ProtoReflect.Descriptor instead.
 func (*PinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{24}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PinResponse) GetLeaseId() uint64 {
@@ -1791,7 +1934,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[25]
+	mi := &file_api_v1_cache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1946,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[25]
+	mi := &file_api_v1_cache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1959,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{25}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReleaseRequest) GetLeaseId() uint64 {
@@ -1834,7 +1977,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[26]
+	mi := &file_api_v1_cache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1989,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[26]
+	mi := &file_api_v1_cache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2002,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{26}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
 }
 
 type LocateObjectsRequest struct {
@@ -1871,7 +2014,7 @@ type LocateObjectsRequest struct {
 
 func (x *LocateObjectsRequest) Reset() {
 	*x = LocateObjectsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[27]
+	mi := &file_api_v1_cache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2026,7 @@ func (x *LocateObjectsRequest) String() string {
 func (*LocateObjectsRequest) ProtoMessage() {}
 
 func (x *LocateObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[27]
+	mi := &file_api_v1_cache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2039,7 @@ func (x *LocateObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateObjectsRequest.ProtoReflect.Descriptor instead.
 func (*LocateObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{27}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LocateObjectsRequest) GetKeys() []*BlockKey {
@@ -1915,7 +2058,7 @@ type LocateObjectsResponse struct {
 
 func (x *LocateObjectsResponse) Reset() {
 	*x = LocateObjectsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[28]
+	mi := &file_api_v1_cache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2070,7 @@ func (x *LocateObjectsResponse) String() string {
 func (*LocateObjectsResponse) ProtoMessage() {}
 
 func (x *LocateObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[28]
+	mi := &file_api_v1_cache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2083,7 @@ func (x *LocateObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateObjectsResponse.ProtoReflect.Descriptor instead.
 func (*LocateObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{28}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LocateObjectsResponse) GetBlocks() []*BlockPlacement {
@@ -1966,7 +2109,7 @@ type BlockPlacement struct {
 
 func (x *BlockPlacement) Reset() {
 	*x = BlockPlacement{}
-	mi := &file_api_v1_cache_proto_msgTypes[29]
+	mi := &file_api_v1_cache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2121,7 @@ func (x *BlockPlacement) String() string {
 func (*BlockPlacement) ProtoMessage() {}
 
 func (x *BlockPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[29]
+	mi := &file_api_v1_cache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2134,7 @@ func (x *BlockPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockPlacement.ProtoReflect.Descriptor instead.
 func (*BlockPlacement) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{29}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BlockPlacement) GetTier() string {
@@ -2039,7 +2182,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[30]
+	mi := &file_api_v1_cache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2194,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[30]
+	mi := &file_api_v1_cache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2207,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{30}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WarmRequest) GetKeys() []*BlockKey {
@@ -2098,7 +2241,7 @@ type WarmProgress struct {
 
 func (x *WarmProgress) Reset() {
 	*x = WarmProgress{}
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2253,7 @@ func (x *WarmProgress) String() string {
 func (*WarmProgress) ProtoMessage() {}
 
 func (x *WarmProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[31]
+	mi := &file_api_v1_cache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2266,7 @@ func (x *WarmProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmProgress.ProtoReflect.Descriptor instead.
 func (*WarmProgress) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{31}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WarmProgress) GetDone() uint32 {
@@ -2200,7 +2343,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2355,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[32]
+	mi := &file_api_v1_cache_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2368,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{32}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WorkerRecord) GetUrl() string {
@@ -2301,7 +2444,7 @@ type RegisterWorkerRequest struct {
 
 func (x *RegisterWorkerRequest) Reset() {
 	*x = RegisterWorkerRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2456,7 @@ func (x *RegisterWorkerRequest) String() string {
 func (*RegisterWorkerRequest) ProtoMessage() {}
 
 func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[33]
+	mi := &file_api_v1_cache_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2469,7 @@ func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{33}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegisterWorkerRequest) GetWorker() *WorkerRecord {
@@ -2352,7 +2495,7 @@ type RegisterWorkerResponse struct {
 
 func (x *RegisterWorkerResponse) Reset() {
 	*x = RegisterWorkerResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2507,7 @@ func (x *RegisterWorkerResponse) String() string {
 func (*RegisterWorkerResponse) ProtoMessage() {}
 
 func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[34]
+	mi := &file_api_v1_cache_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2520,7 @@ func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{34}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RegisterWorkerResponse) GetExpiresUnixMs() int64 {
@@ -2396,7 +2539,7 @@ type DeregisterWorkerRequest struct {
 
 func (x *DeregisterWorkerRequest) Reset() {
 	*x = DeregisterWorkerRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2551,7 @@ func (x *DeregisterWorkerRequest) String() string {
 func (*DeregisterWorkerRequest) ProtoMessage() {}
 
 func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[35]
+	mi := &file_api_v1_cache_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2564,7 @@ func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{35}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeregisterWorkerRequest) GetUrl() string {
@@ -2439,7 +2582,7 @@ type DeregisterWorkerResponse struct {
 
 func (x *DeregisterWorkerResponse) Reset() {
 	*x = DeregisterWorkerResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2594,7 @@ func (x *DeregisterWorkerResponse) String() string {
 func (*DeregisterWorkerResponse) ProtoMessage() {}
 
 func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[36]
+	mi := &file_api_v1_cache_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2607,7 @@ func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{36}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
 }
 
 type ListWorkersRequest struct {
@@ -2475,7 +2618,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2630,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[37]
+	mi := &file_api_v1_cache_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2643,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{37}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
 }
 
 type ListWorkersResponse struct {
@@ -2512,7 +2655,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2667,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[38]
+	mi := &file_api_v1_cache_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2680,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{38}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerRecord {
@@ -2568,7 +2711,7 @@ type PlannerDecision struct {
 
 func (x *PlannerDecision) Reset() {
 	*x = PlannerDecision{}
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2723,7 @@ func (x *PlannerDecision) String() string {
 func (*PlannerDecision) ProtoMessage() {}
 
 func (x *PlannerDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[39]
+	mi := &file_api_v1_cache_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2736,7 @@ func (x *PlannerDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerDecision.ProtoReflect.Descriptor instead.
 func (*PlannerDecision) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{39}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PlannerDecision) GetPlanner() string {
@@ -2689,7 +2832,7 @@ type PutPlannerDecisionsRequest struct {
 
 func (x *PutPlannerDecisionsRequest) Reset() {
 	*x = PutPlannerDecisionsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2701,7 +2844,7 @@ func (x *PutPlannerDecisionsRequest) String() string {
 func (*PutPlannerDecisionsRequest) ProtoMessage() {}
 
 func (x *PutPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[40]
+	mi := &file_api_v1_cache_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2714,7 +2857,7 @@ func (x *PutPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPlannerDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*PutPlannerDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{40}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PutPlannerDecisionsRequest) GetDecisions() []*PlannerDecision {
@@ -2732,7 +2875,7 @@ type PutPlannerDecisionsResponse struct {
 
 func (x *PutPlannerDecisionsResponse) Reset() {
 	*x = PutPlannerDecisionsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2887,7 @@ func (x *PutPlannerDecisionsResponse) String() string {
 func (*PutPlannerDecisionsResponse) ProtoMessage() {}
 
 func (x *PutPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[41]
+	mi := &file_api_v1_cache_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2900,7 @@ func (x *PutPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPlannerDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*PutPlannerDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{41}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
 }
 
 type AckPlannerDecisionRequest struct {
@@ -2771,7 +2914,7 @@ type AckPlannerDecisionRequest struct {
 
 func (x *AckPlannerDecisionRequest) Reset() {
 	*x = AckPlannerDecisionRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +2926,7 @@ func (x *AckPlannerDecisionRequest) String() string {
 func (*AckPlannerDecisionRequest) ProtoMessage() {}
 
 func (x *AckPlannerDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[42]
+	mi := &file_api_v1_cache_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +2939,7 @@ func (x *AckPlannerDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckPlannerDecisionRequest.ProtoReflect.Descriptor instead.
 func (*AckPlannerDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{42}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AckPlannerDecisionRequest) GetPool() string {
@@ -2828,7 +2971,7 @@ type AckPlannerDecisionResponse struct {
 
 func (x *AckPlannerDecisionResponse) Reset() {
 	*x = AckPlannerDecisionResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2983,7 @@ func (x *AckPlannerDecisionResponse) String() string {
 func (*AckPlannerDecisionResponse) ProtoMessage() {}
 
 func (x *AckPlannerDecisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[43]
+	mi := &file_api_v1_cache_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +2996,7 @@ func (x *AckPlannerDecisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckPlannerDecisionResponse.ProtoReflect.Descriptor instead.
 func (*AckPlannerDecisionResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{43}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
 }
 
 type ListPlannerDecisionsRequest struct {
@@ -2864,7 +3007,7 @@ type ListPlannerDecisionsRequest struct {
 
 func (x *ListPlannerDecisionsRequest) Reset() {
 	*x = ListPlannerDecisionsRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2876,7 +3019,7 @@ func (x *ListPlannerDecisionsRequest) String() string {
 func (*ListPlannerDecisionsRequest) ProtoMessage() {}
 
 func (x *ListPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[44]
+	mi := &file_api_v1_cache_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2889,7 +3032,7 @@ func (x *ListPlannerDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlannerDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlannerDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{44}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
 }
 
 type ListPlannerDecisionsResponse struct {
@@ -2901,7 +3044,7 @@ type ListPlannerDecisionsResponse struct {
 
 func (x *ListPlannerDecisionsResponse) Reset() {
 	*x = ListPlannerDecisionsResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +3056,7 @@ func (x *ListPlannerDecisionsResponse) String() string {
 func (*ListPlannerDecisionsResponse) ProtoMessage() {}
 
 func (x *ListPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[45]
+	mi := &file_api_v1_cache_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3069,7 @@ func (x *ListPlannerDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlannerDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPlannerDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{45}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListPlannerDecisionsResponse) GetDecisions() []*PlannerDecision {
@@ -2955,7 +3098,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3110,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[46]
+	mi := &file_api_v1_cache_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3123,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{46}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Member) GetId() uint32 {
@@ -3072,7 +3215,7 @@ type TierUsage struct {
 
 func (x *TierUsage) Reset() {
 	*x = TierUsage{}
-	mi := &file_api_v1_cache_proto_msgTypes[47]
+	mi := &file_api_v1_cache_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3227,7 @@ func (x *TierUsage) String() string {
 func (*TierUsage) ProtoMessage() {}
 
 func (x *TierUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[47]
+	mi := &file_api_v1_cache_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3240,7 @@ func (x *TierUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierUsage.ProtoReflect.Descriptor instead.
 func (*TierUsage) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{47}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TierUsage) GetTier() string {
@@ -3136,7 +3279,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[48]
+	mi := &file_api_v1_cache_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3291,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[48]
+	mi := &file_api_v1_cache_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3304,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{48}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{49}
 }
 
 type MembersResponse struct {
@@ -3177,7 +3320,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[49]
+	mi := &file_api_v1_cache_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3332,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[49]
+	mi := &file_api_v1_cache_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3345,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{49}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -3249,7 +3392,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[50]
+	mi := &file_api_v1_cache_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3261,7 +3404,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[50]
+	mi := &file_api_v1_cache_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3274,7 +3417,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{50}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *JoinRequest) GetMember() *Member {
@@ -3292,7 +3435,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[51]
+	mi := &file_api_v1_cache_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3447,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[51]
+	mi := &file_api_v1_cache_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +3460,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{51}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{52}
 }
 
 type RemoveRequest struct {
@@ -3329,7 +3472,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[52]
+	mi := &file_api_v1_cache_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3484,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[52]
+	mi := &file_api_v1_cache_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3497,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{52}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoveRequest) GetId() uint32 {
@@ -3372,7 +3515,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[53]
+	mi := &file_api_v1_cache_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3527,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[53]
+	mi := &file_api_v1_cache_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3540,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{53}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{54}
 }
 
 type ProposeRequest struct {
@@ -3409,7 +3552,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[54]
+	mi := &file_api_v1_cache_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3564,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[54]
+	mi := &file_api_v1_cache_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3577,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{54}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ProposeRequest) GetEntry() []byte {
@@ -3453,7 +3596,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[55]
+	mi := &file_api_v1_cache_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3608,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[55]
+	mi := &file_api_v1_cache_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3621,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{55}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ProposeResponse) GetIndex() uint64 {
@@ -3501,7 +3644,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[56]
+	mi := &file_api_v1_cache_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +3656,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[56]
+	mi := &file_api_v1_cache_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +3669,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{56}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -3561,7 +3704,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[57]
+	mi := &file_api_v1_cache_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +3716,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[57]
+	mi := &file_api_v1_cache_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +3729,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{57}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *HeartbeatResponse) GetCommitIndex() uint64 {
@@ -3604,7 +3747,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[58]
+	mi := &file_api_v1_cache_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3616,7 +3759,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[58]
+	mi := &file_api_v1_cache_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3629,7 +3772,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{58}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{59}
 }
 
 type SyncResponse struct {
@@ -3640,7 +3783,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[59]
+	mi := &file_api_v1_cache_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3795,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[59]
+	mi := &file_api_v1_cache_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3808,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{59}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{60}
 }
 
 type LocateRequest struct {
@@ -3677,7 +3820,7 @@ type LocateRequest struct {
 
 func (x *LocateRequest) Reset() {
 	*x = LocateRequest{}
-	mi := &file_api_v1_cache_proto_msgTypes[60]
+	mi := &file_api_v1_cache_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3832,7 @@ func (x *LocateRequest) String() string {
 func (*LocateRequest) ProtoMessage() {}
 
 func (x *LocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[60]
+	mi := &file_api_v1_cache_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3845,7 @@ func (x *LocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
 func (*LocateRequest) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{60}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LocateRequest) GetKeys() []*BlockKey {
@@ -3722,7 +3865,7 @@ type LocateResponse struct {
 
 func (x *LocateResponse) Reset() {
 	*x = LocateResponse{}
-	mi := &file_api_v1_cache_proto_msgTypes[61]
+	mi := &file_api_v1_cache_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3734,7 +3877,7 @@ func (x *LocateResponse) String() string {
 func (*LocateResponse) ProtoMessage() {}
 
 func (x *LocateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[61]
+	mi := &file_api_v1_cache_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3747,7 +3890,7 @@ func (x *LocateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocateResponse.ProtoReflect.Descriptor instead.
 func (*LocateResponse) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{61}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LocateResponse) GetKeys() []*KeyLocations {
@@ -3773,7 +3916,7 @@ type KeyLocations struct {
 
 func (x *KeyLocations) Reset() {
 	*x = KeyLocations{}
-	mi := &file_api_v1_cache_proto_msgTypes[62]
+	mi := &file_api_v1_cache_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3785,7 +3928,7 @@ func (x *KeyLocations) String() string {
 func (*KeyLocations) ProtoMessage() {}
 
 func (x *KeyLocations) ProtoReflect() protoreflect.Message {
-	mi := &file_api_v1_cache_proto_msgTypes[62]
+	mi := &file_api_v1_cache_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3798,7 +3941,7 @@ func (x *KeyLocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyLocations.ProtoReflect.Descriptor instead.
 func (*KeyLocations) Descriptor() ([]byte, []int) {
-	return file_api_v1_cache_proto_rawDescGZIP(), []int{62}
+	return file_api_v1_cache_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KeyLocations) GetLocations() []*TierBlocks {
@@ -3908,14 +4051,30 @@ const file_api_v1_cache_proto_rawDesc = "" +
 	"\fEvictedBlock\x12*\n" +
 	"\x04meta\x18\x01 \x01(\v2\x16.kvstrata.v1.BlockMetaR\x04meta\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\"\x0e\n" +
-	"\fStatsRequest\"\xbc\x01\n" +
+	"\fStatsRequest\"\xe8\x01\n" +
 	"\rStatsResponse\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x15.kvstrata.v1.NodeInfoR\x04node\x12,\n" +
 	"\x05tiers\x18\x02 \x03(\v2\x16.kvstrata.v1.TierStatsR\x05tiers\x12\x12\n" +
 	"\x04gets\x18\x03 \x01(\x04R\x04gets\x12\x16\n" +
 	"\x06misses\x18\x04 \x01(\x04R\x06misses\x12\x12\n" +
 	"\x04keys\x18\x05 \x01(\x04R\x04keys\x12\x12\n" +
-	"\x04pins\x18\x06 \x01(\rR\x04pins\"\xfb\x04\n" +
+	"\x04pins\x18\x06 \x01(\rR\x04pins\x12*\n" +
+	"\x04gpus\x18\x14 \x03(\v2\x16.kvstrata.v1.GPUDeviceR\x04gpus\"\xd7\x03\n" +
+	"\tGPUDevice\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12 \n" +
+	"\vutilization\x18\x04 \x01(\x01R\vutilization\x12*\n" +
+	"\x11memory_used_bytes\x18\x05 \x01(\x03R\x0fmemoryUsedBytes\x12,\n" +
+	"\x12memory_total_bytes\x18\x06 \x01(\x03R\x10memoryTotalBytes\x12\x1f\n" +
+	"\vpower_watts\x18\a \x01(\x01R\n" +
+	"powerWatts\x12/\n" +
+	"\x13temperature_celsius\x18\b \x01(\x01R\x12temperatureCelsius\x126\n" +
+	"\x18pcie_tx_bytes_per_second\x18\t \x01(\x03R\x14pcieTxBytesPerSecond\x126\n" +
+	"\x18pcie_rx_bytes_per_second\x18\n" +
+	" \x01(\x03R\x14pcieRxBytesPerSecond\x12&\n" +
+	"\x0fnvlink_tx_bytes\x18\v \x01(\x03R\rnvlinkTxBytes\x12&\n" +
+	"\x0fnvlink_rx_bytes\x18\f \x01(\x03R\rnvlinkRxBytes\"\xfb\x04\n" +
 	"\tTierStats\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12\x1d\n" +
@@ -4121,7 +4280,7 @@ func file_api_v1_cache_proto_rawDescGZIP() []byte {
 	return file_api_v1_cache_proto_rawDescData
 }
 
-var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_api_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_api_v1_cache_proto_goTypes = []any{
 	(*BlockKey)(nil),                     // 0: kvstrata.v1.BlockKey
 	(*BlockMeta)(nil),                    // 1: kvstrata.v1.BlockMeta
@@ -4144,49 +4303,50 @@ var file_api_v1_cache_proto_goTypes = []any{
 	(*EvictedBlock)(nil),                 // 18: kvstrata.v1.EvictedBlock
 	(*StatsRequest)(nil),                 // 19: kvstrata.v1.StatsRequest
 	(*StatsResponse)(nil),                // 20: kvstrata.v1.StatsResponse
-	(*TierStats)(nil),                    // 21: kvstrata.v1.TierStats
-	(*TenantUsage)(nil),                  // 22: kvstrata.v1.TenantUsage
-	(*PinRequest)(nil),                   // 23: kvstrata.v1.PinRequest
-	(*PinResponse)(nil),                  // 24: kvstrata.v1.PinResponse
-	(*ReleaseRequest)(nil),               // 25: kvstrata.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),              // 26: kvstrata.v1.ReleaseResponse
-	(*LocateObjectsRequest)(nil),         // 27: kvstrata.v1.LocateObjectsRequest
-	(*LocateObjectsResponse)(nil),        // 28: kvstrata.v1.LocateObjectsResponse
-	(*BlockPlacement)(nil),               // 29: kvstrata.v1.BlockPlacement
-	(*WarmRequest)(nil),                  // 30: kvstrata.v1.WarmRequest
-	(*WarmProgress)(nil),                 // 31: kvstrata.v1.WarmProgress
-	(*WorkerRecord)(nil),                 // 32: kvstrata.v1.WorkerRecord
-	(*RegisterWorkerRequest)(nil),        // 33: kvstrata.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),       // 34: kvstrata.v1.RegisterWorkerResponse
-	(*DeregisterWorkerRequest)(nil),      // 35: kvstrata.v1.DeregisterWorkerRequest
-	(*DeregisterWorkerResponse)(nil),     // 36: kvstrata.v1.DeregisterWorkerResponse
-	(*ListWorkersRequest)(nil),           // 37: kvstrata.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),          // 38: kvstrata.v1.ListWorkersResponse
-	(*PlannerDecision)(nil),              // 39: kvstrata.v1.PlannerDecision
-	(*PutPlannerDecisionsRequest)(nil),   // 40: kvstrata.v1.PutPlannerDecisionsRequest
-	(*PutPlannerDecisionsResponse)(nil),  // 41: kvstrata.v1.PutPlannerDecisionsResponse
-	(*AckPlannerDecisionRequest)(nil),    // 42: kvstrata.v1.AckPlannerDecisionRequest
-	(*AckPlannerDecisionResponse)(nil),   // 43: kvstrata.v1.AckPlannerDecisionResponse
-	(*ListPlannerDecisionsRequest)(nil),  // 44: kvstrata.v1.ListPlannerDecisionsRequest
-	(*ListPlannerDecisionsResponse)(nil), // 45: kvstrata.v1.ListPlannerDecisionsResponse
-	(*Member)(nil),                       // 46: kvstrata.v1.Member
-	(*TierUsage)(nil),                    // 47: kvstrata.v1.TierUsage
-	(*MembersRequest)(nil),               // 48: kvstrata.v1.MembersRequest
-	(*MembersResponse)(nil),              // 49: kvstrata.v1.MembersResponse
-	(*JoinRequest)(nil),                  // 50: kvstrata.v1.JoinRequest
-	(*JoinResponse)(nil),                 // 51: kvstrata.v1.JoinResponse
-	(*RemoveRequest)(nil),                // 52: kvstrata.v1.RemoveRequest
-	(*RemoveResponse)(nil),               // 53: kvstrata.v1.RemoveResponse
-	(*ProposeRequest)(nil),               // 54: kvstrata.v1.ProposeRequest
-	(*ProposeResponse)(nil),              // 55: kvstrata.v1.ProposeResponse
-	(*HeartbeatRequest)(nil),             // 56: kvstrata.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),            // 57: kvstrata.v1.HeartbeatResponse
-	(*SyncRequest)(nil),                  // 58: kvstrata.v1.SyncRequest
-	(*SyncResponse)(nil),                 // 59: kvstrata.v1.SyncResponse
-	(*LocateRequest)(nil),                // 60: kvstrata.v1.LocateRequest
-	(*LocateResponse)(nil),               // 61: kvstrata.v1.LocateResponse
-	(*KeyLocations)(nil),                 // 62: kvstrata.v1.KeyLocations
-	nil,                                  // 63: kvstrata.v1.TierStats.DetailEntry
+	(*GPUDevice)(nil),                    // 21: kvstrata.v1.GPUDevice
+	(*TierStats)(nil),                    // 22: kvstrata.v1.TierStats
+	(*TenantUsage)(nil),                  // 23: kvstrata.v1.TenantUsage
+	(*PinRequest)(nil),                   // 24: kvstrata.v1.PinRequest
+	(*PinResponse)(nil),                  // 25: kvstrata.v1.PinResponse
+	(*ReleaseRequest)(nil),               // 26: kvstrata.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),              // 27: kvstrata.v1.ReleaseResponse
+	(*LocateObjectsRequest)(nil),         // 28: kvstrata.v1.LocateObjectsRequest
+	(*LocateObjectsResponse)(nil),        // 29: kvstrata.v1.LocateObjectsResponse
+	(*BlockPlacement)(nil),               // 30: kvstrata.v1.BlockPlacement
+	(*WarmRequest)(nil),                  // 31: kvstrata.v1.WarmRequest
+	(*WarmProgress)(nil),                 // 32: kvstrata.v1.WarmProgress
+	(*WorkerRecord)(nil),                 // 33: kvstrata.v1.WorkerRecord
+	(*RegisterWorkerRequest)(nil),        // 34: kvstrata.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),       // 35: kvstrata.v1.RegisterWorkerResponse
+	(*DeregisterWorkerRequest)(nil),      // 36: kvstrata.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil),     // 37: kvstrata.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),           // 38: kvstrata.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 39: kvstrata.v1.ListWorkersResponse
+	(*PlannerDecision)(nil),              // 40: kvstrata.v1.PlannerDecision
+	(*PutPlannerDecisionsRequest)(nil),   // 41: kvstrata.v1.PutPlannerDecisionsRequest
+	(*PutPlannerDecisionsResponse)(nil),  // 42: kvstrata.v1.PutPlannerDecisionsResponse
+	(*AckPlannerDecisionRequest)(nil),    // 43: kvstrata.v1.AckPlannerDecisionRequest
+	(*AckPlannerDecisionResponse)(nil),   // 44: kvstrata.v1.AckPlannerDecisionResponse
+	(*ListPlannerDecisionsRequest)(nil),  // 45: kvstrata.v1.ListPlannerDecisionsRequest
+	(*ListPlannerDecisionsResponse)(nil), // 46: kvstrata.v1.ListPlannerDecisionsResponse
+	(*Member)(nil),                       // 47: kvstrata.v1.Member
+	(*TierUsage)(nil),                    // 48: kvstrata.v1.TierUsage
+	(*MembersRequest)(nil),               // 49: kvstrata.v1.MembersRequest
+	(*MembersResponse)(nil),              // 50: kvstrata.v1.MembersResponse
+	(*JoinRequest)(nil),                  // 51: kvstrata.v1.JoinRequest
+	(*JoinResponse)(nil),                 // 52: kvstrata.v1.JoinResponse
+	(*RemoveRequest)(nil),                // 53: kvstrata.v1.RemoveRequest
+	(*RemoveResponse)(nil),               // 54: kvstrata.v1.RemoveResponse
+	(*ProposeRequest)(nil),               // 55: kvstrata.v1.ProposeRequest
+	(*ProposeResponse)(nil),              // 56: kvstrata.v1.ProposeResponse
+	(*HeartbeatRequest)(nil),             // 57: kvstrata.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),            // 58: kvstrata.v1.HeartbeatResponse
+	(*SyncRequest)(nil),                  // 59: kvstrata.v1.SyncRequest
+	(*SyncResponse)(nil),                 // 60: kvstrata.v1.SyncResponse
+	(*LocateRequest)(nil),                // 61: kvstrata.v1.LocateRequest
+	(*LocateResponse)(nil),               // 62: kvstrata.v1.LocateResponse
+	(*KeyLocations)(nil),                 // 63: kvstrata.v1.KeyLocations
+	nil,                                  // 64: kvstrata.v1.TierStats.DetailEntry
 }
 var file_api_v1_cache_proto_depIdxs = []int32{
 	0,  // 0: kvstrata.v1.BlockMeta.key:type_name -> kvstrata.v1.BlockKey
@@ -4202,79 +4362,80 @@ var file_api_v1_cache_proto_depIdxs = []int32{
 	18, // 10: kvstrata.v1.EvictResponse.listed:type_name -> kvstrata.v1.EvictedBlock
 	1,  // 11: kvstrata.v1.EvictedBlock.meta:type_name -> kvstrata.v1.BlockMeta
 	3,  // 12: kvstrata.v1.StatsResponse.node:type_name -> kvstrata.v1.NodeInfo
-	21, // 13: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
-	63, // 14: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
-	22, // 15: kvstrata.v1.TierStats.tenants:type_name -> kvstrata.v1.TenantUsage
-	0,  // 16: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
-	0,  // 17: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
-	29, // 18: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
-	1,  // 19: kvstrata.v1.BlockPlacement.meta:type_name -> kvstrata.v1.BlockMeta
-	0,  // 20: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
-	32, // 21: kvstrata.v1.RegisterWorkerRequest.worker:type_name -> kvstrata.v1.WorkerRecord
-	32, // 22: kvstrata.v1.ListWorkersResponse.workers:type_name -> kvstrata.v1.WorkerRecord
-	39, // 23: kvstrata.v1.PutPlannerDecisionsRequest.decisions:type_name -> kvstrata.v1.PlannerDecision
-	39, // 24: kvstrata.v1.ListPlannerDecisionsResponse.decisions:type_name -> kvstrata.v1.PlannerDecision
-	47, // 25: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
-	46, // 26: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
-	46, // 27: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
-	47, // 28: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
-	0,  // 29: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
-	62, // 30: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
-	12, // 31: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
-	13, // 32: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
-	2,  // 33: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
-	4,  // 34: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
-	8,  // 35: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
-	10, // 36: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
-	14, // 37: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
-	16, // 38: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
-	19, // 39: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
-	23, // 40: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
-	25, // 41: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
-	30, // 42: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
-	27, // 43: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
-	48, // 44: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
-	50, // 45: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
-	52, // 46: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
-	54, // 47: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
-	56, // 48: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
-	58, // 49: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
-	60, // 50: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
-	33, // 51: kvstrata.v1.Cluster.RegisterWorker:input_type -> kvstrata.v1.RegisterWorkerRequest
-	35, // 52: kvstrata.v1.Cluster.DeregisterWorker:input_type -> kvstrata.v1.DeregisterWorkerRequest
-	37, // 53: kvstrata.v1.Cluster.ListWorkers:input_type -> kvstrata.v1.ListWorkersRequest
-	40, // 54: kvstrata.v1.Cluster.PutPlannerDecisions:input_type -> kvstrata.v1.PutPlannerDecisionsRequest
-	42, // 55: kvstrata.v1.Cluster.AckPlannerDecision:input_type -> kvstrata.v1.AckPlannerDecisionRequest
-	44, // 56: kvstrata.v1.Cluster.ListPlannerDecisions:input_type -> kvstrata.v1.ListPlannerDecisionsRequest
-	3,  // 57: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
-	6,  // 58: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
-	9,  // 59: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
-	11, // 60: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
-	15, // 61: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
-	17, // 62: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
-	20, // 63: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
-	24, // 64: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
-	26, // 65: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
-	31, // 66: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
-	28, // 67: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
-	49, // 68: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
-	51, // 69: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
-	53, // 70: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
-	55, // 71: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
-	57, // 72: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
-	59, // 73: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
-	61, // 74: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
-	34, // 75: kvstrata.v1.Cluster.RegisterWorker:output_type -> kvstrata.v1.RegisterWorkerResponse
-	36, // 76: kvstrata.v1.Cluster.DeregisterWorker:output_type -> kvstrata.v1.DeregisterWorkerResponse
-	38, // 77: kvstrata.v1.Cluster.ListWorkers:output_type -> kvstrata.v1.ListWorkersResponse
-	41, // 78: kvstrata.v1.Cluster.PutPlannerDecisions:output_type -> kvstrata.v1.PutPlannerDecisionsResponse
-	43, // 79: kvstrata.v1.Cluster.AckPlannerDecision:output_type -> kvstrata.v1.AckPlannerDecisionResponse
-	45, // 80: kvstrata.v1.Cluster.ListPlannerDecisions:output_type -> kvstrata.v1.ListPlannerDecisionsResponse
-	57, // [57:81] is the sub-list for method output_type
-	33, // [33:57] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	22, // 13: kvstrata.v1.StatsResponse.tiers:type_name -> kvstrata.v1.TierStats
+	21, // 14: kvstrata.v1.StatsResponse.gpus:type_name -> kvstrata.v1.GPUDevice
+	64, // 15: kvstrata.v1.TierStats.detail:type_name -> kvstrata.v1.TierStats.DetailEntry
+	23, // 16: kvstrata.v1.TierStats.tenants:type_name -> kvstrata.v1.TenantUsage
+	0,  // 17: kvstrata.v1.PinRequest.keys:type_name -> kvstrata.v1.BlockKey
+	0,  // 18: kvstrata.v1.LocateObjectsRequest.keys:type_name -> kvstrata.v1.BlockKey
+	30, // 19: kvstrata.v1.LocateObjectsResponse.blocks:type_name -> kvstrata.v1.BlockPlacement
+	1,  // 20: kvstrata.v1.BlockPlacement.meta:type_name -> kvstrata.v1.BlockMeta
+	0,  // 21: kvstrata.v1.WarmRequest.keys:type_name -> kvstrata.v1.BlockKey
+	33, // 22: kvstrata.v1.RegisterWorkerRequest.worker:type_name -> kvstrata.v1.WorkerRecord
+	33, // 23: kvstrata.v1.ListWorkersResponse.workers:type_name -> kvstrata.v1.WorkerRecord
+	40, // 24: kvstrata.v1.PutPlannerDecisionsRequest.decisions:type_name -> kvstrata.v1.PlannerDecision
+	40, // 25: kvstrata.v1.ListPlannerDecisionsResponse.decisions:type_name -> kvstrata.v1.PlannerDecision
+	48, // 26: kvstrata.v1.Member.tiers:type_name -> kvstrata.v1.TierUsage
+	47, // 27: kvstrata.v1.MembersResponse.members:type_name -> kvstrata.v1.Member
+	47, // 28: kvstrata.v1.JoinRequest.member:type_name -> kvstrata.v1.Member
+	48, // 29: kvstrata.v1.HeartbeatRequest.tiers:type_name -> kvstrata.v1.TierUsage
+	0,  // 30: kvstrata.v1.LocateRequest.keys:type_name -> kvstrata.v1.BlockKey
+	63, // 31: kvstrata.v1.LocateResponse.keys:type_name -> kvstrata.v1.KeyLocations
+	12, // 32: kvstrata.v1.LocateResponse.freshness:type_name -> kvstrata.v1.Freshness
+	13, // 33: kvstrata.v1.KeyLocations.locations:type_name -> kvstrata.v1.TierBlocks
+	2,  // 34: kvstrata.v1.Cache.Info:input_type -> kvstrata.v1.InfoRequest
+	4,  // 35: kvstrata.v1.Cache.Put:input_type -> kvstrata.v1.PutRequest
+	8,  // 36: kvstrata.v1.Cache.Get:input_type -> kvstrata.v1.GetRequest
+	10, // 37: kvstrata.v1.Cache.Lookup:input_type -> kvstrata.v1.LookupRequest
+	14, // 38: kvstrata.v1.Cache.Exists:input_type -> kvstrata.v1.ExistsRequest
+	16, // 39: kvstrata.v1.Cache.Evict:input_type -> kvstrata.v1.EvictRequest
+	19, // 40: kvstrata.v1.Cache.Stats:input_type -> kvstrata.v1.StatsRequest
+	24, // 41: kvstrata.v1.Cache.Pin:input_type -> kvstrata.v1.PinRequest
+	26, // 42: kvstrata.v1.Cache.Release:input_type -> kvstrata.v1.ReleaseRequest
+	31, // 43: kvstrata.v1.Cache.Warm:input_type -> kvstrata.v1.WarmRequest
+	28, // 44: kvstrata.v1.Cache.LocateObjects:input_type -> kvstrata.v1.LocateObjectsRequest
+	49, // 45: kvstrata.v1.Cluster.Members:input_type -> kvstrata.v1.MembersRequest
+	51, // 46: kvstrata.v1.Cluster.Join:input_type -> kvstrata.v1.JoinRequest
+	53, // 47: kvstrata.v1.Cluster.Remove:input_type -> kvstrata.v1.RemoveRequest
+	55, // 48: kvstrata.v1.Cluster.Propose:input_type -> kvstrata.v1.ProposeRequest
+	57, // 49: kvstrata.v1.Cluster.Heartbeat:input_type -> kvstrata.v1.HeartbeatRequest
+	59, // 50: kvstrata.v1.Cluster.Sync:input_type -> kvstrata.v1.SyncRequest
+	61, // 51: kvstrata.v1.Cluster.Locate:input_type -> kvstrata.v1.LocateRequest
+	34, // 52: kvstrata.v1.Cluster.RegisterWorker:input_type -> kvstrata.v1.RegisterWorkerRequest
+	36, // 53: kvstrata.v1.Cluster.DeregisterWorker:input_type -> kvstrata.v1.DeregisterWorkerRequest
+	38, // 54: kvstrata.v1.Cluster.ListWorkers:input_type -> kvstrata.v1.ListWorkersRequest
+	41, // 55: kvstrata.v1.Cluster.PutPlannerDecisions:input_type -> kvstrata.v1.PutPlannerDecisionsRequest
+	43, // 56: kvstrata.v1.Cluster.AckPlannerDecision:input_type -> kvstrata.v1.AckPlannerDecisionRequest
+	45, // 57: kvstrata.v1.Cluster.ListPlannerDecisions:input_type -> kvstrata.v1.ListPlannerDecisionsRequest
+	3,  // 58: kvstrata.v1.Cache.Info:output_type -> kvstrata.v1.NodeInfo
+	6,  // 59: kvstrata.v1.Cache.Put:output_type -> kvstrata.v1.PutResponse
+	9,  // 60: kvstrata.v1.Cache.Get:output_type -> kvstrata.v1.GetResponse
+	11, // 61: kvstrata.v1.Cache.Lookup:output_type -> kvstrata.v1.LookupResponse
+	15, // 62: kvstrata.v1.Cache.Exists:output_type -> kvstrata.v1.ExistsResponse
+	17, // 63: kvstrata.v1.Cache.Evict:output_type -> kvstrata.v1.EvictResponse
+	20, // 64: kvstrata.v1.Cache.Stats:output_type -> kvstrata.v1.StatsResponse
+	25, // 65: kvstrata.v1.Cache.Pin:output_type -> kvstrata.v1.PinResponse
+	27, // 66: kvstrata.v1.Cache.Release:output_type -> kvstrata.v1.ReleaseResponse
+	32, // 67: kvstrata.v1.Cache.Warm:output_type -> kvstrata.v1.WarmProgress
+	29, // 68: kvstrata.v1.Cache.LocateObjects:output_type -> kvstrata.v1.LocateObjectsResponse
+	50, // 69: kvstrata.v1.Cluster.Members:output_type -> kvstrata.v1.MembersResponse
+	52, // 70: kvstrata.v1.Cluster.Join:output_type -> kvstrata.v1.JoinResponse
+	54, // 71: kvstrata.v1.Cluster.Remove:output_type -> kvstrata.v1.RemoveResponse
+	56, // 72: kvstrata.v1.Cluster.Propose:output_type -> kvstrata.v1.ProposeResponse
+	58, // 73: kvstrata.v1.Cluster.Heartbeat:output_type -> kvstrata.v1.HeartbeatResponse
+	60, // 74: kvstrata.v1.Cluster.Sync:output_type -> kvstrata.v1.SyncResponse
+	62, // 75: kvstrata.v1.Cluster.Locate:output_type -> kvstrata.v1.LocateResponse
+	35, // 76: kvstrata.v1.Cluster.RegisterWorker:output_type -> kvstrata.v1.RegisterWorkerResponse
+	37, // 77: kvstrata.v1.Cluster.DeregisterWorker:output_type -> kvstrata.v1.DeregisterWorkerResponse
+	39, // 78: kvstrata.v1.Cluster.ListWorkers:output_type -> kvstrata.v1.ListWorkersResponse
+	42, // 79: kvstrata.v1.Cluster.PutPlannerDecisions:output_type -> kvstrata.v1.PutPlannerDecisionsResponse
+	44, // 80: kvstrata.v1.Cluster.AckPlannerDecision:output_type -> kvstrata.v1.AckPlannerDecisionResponse
+	46, // 81: kvstrata.v1.Cluster.ListPlannerDecisions:output_type -> kvstrata.v1.ListPlannerDecisionsResponse
+	58, // [58:82] is the sub-list for method output_type
+	34, // [34:58] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_api_v1_cache_proto_init() }
@@ -4286,14 +4447,14 @@ func file_api_v1_cache_proto_init() {
 		(*PutRequest_Header)(nil),
 		(*PutRequest_Data)(nil),
 	}
-	file_api_v1_cache_proto_msgTypes[22].OneofWrappers = []any{}
+	file_api_v1_cache_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_v1_cache_proto_rawDesc), len(file_api_v1_cache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   64,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

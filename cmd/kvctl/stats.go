@@ -134,7 +134,24 @@ type statsOutput struct {
 	Keys    uint64        `json:"keys"`
 	Pinned  uint32        `json:"pinned"`
 	Tiers   []tierOutput  `json:"tiers"`
+	GPUs    []gpuOutput   `json:"gpus,omitempty"`
 	uptime  time.Duration // for the table
+}
+
+// gpuOutput is one of the node's GPUs; -1 marks a reading it does not give.
+type gpuOutput struct {
+	Index       uint32  `json:"index"`
+	Name        string  `json:"name"`
+	UUID        string  `json:"uuid"`
+	Utilization float64 `json:"utilization"`
+	MemoryUsed  int64   `json:"memory_used_bytes"`
+	MemoryTotal int64   `json:"memory_total_bytes"`
+	PowerWatts  float64 `json:"power_watts"`
+	Temperature float64 `json:"temperature_celsius"`
+	PCIeTx      int64   `json:"pcie_tx_bytes_per_second"`
+	PCIeRx      int64   `json:"pcie_rx_bytes_per_second"`
+	NVLinkTx    int64   `json:"nvlink_tx_bytes"`
+	NVLinkRx    int64   `json:"nvlink_rx_bytes"`
 }
 
 type nodeOutput struct {
@@ -245,6 +262,12 @@ func newStatsOutput(st *pb.StatsResponse, now time.Time) statsOutput {
 		}
 		out.Tiers = append(out.Tiers, to)
 	}
+	for _, g := range st.GetGpus() {
+		out.GPUs = append(out.GPUs, gpuOutput{Index: g.Index, Name: g.Name, UUID: g.Uuid, Utilization: g.Utilization,
+			MemoryUsed: g.MemoryUsedBytes, MemoryTotal: g.MemoryTotalBytes, PowerWatts: g.PowerWatts,
+			Temperature: g.TemperatureCelsius, PCIeTx: g.PcieTxBytesPerSecond, PCIeRx: g.PcieRxBytesPerSecond,
+			NVLinkTx: g.NvlinkTxBytes, NVLinkRx: g.NvlinkRxBytes})
+	}
 	return out
 }
 
@@ -327,6 +350,12 @@ func (a *app) writeStats(s statsOutput) error {
 		}
 		fmt.Fprintln(&b)
 	}
+	if len(s.GPUs) > 0 {
+		fmt.Fprintln(&b)
+		if err := writeTable(&b, []string{"GPU", "NAME", "UTIL", "MEMORY", "POWER", "TEMP", "PCIE_TX/RX"}, gpuRows(s.GPUs)); err != nil {
+			return err
+		}
+	}
 	_, err := fmt.Fprint(a.stdout, b.String())
 	return err
 }
@@ -382,4 +411,25 @@ func writeTenants(w io.Writer, tiers []tierOutput) error {
 		}
 	}
 	return nil
+}
+
+// gpuRows formats the GPUs' readings; "-" where a device gives none.
+func gpuRows(gs []gpuOutput) [][]string {
+	known := func(v float64, f func(float64) string) string {
+		if v < 0 {
+			return "-"
+		}
+		return f(v)
+	}
+	bytes := func(v int64) string { return known(float64(v), func(float64) string { return formatBytes(v) }) }
+	var rows [][]string
+	for _, g := range gs {
+		rows = append(rows, []string{strconv.FormatUint(uint64(g.Index), 10), g.Name,
+			known(g.Utilization, percent),
+			bytes(g.MemoryUsed) + "/" + bytes(g.MemoryTotal),
+			known(g.PowerWatts, func(w float64) string { return strconv.FormatFloat(w, 'f', 0, 64) + " W" }),
+			known(g.Temperature, func(c float64) string { return strconv.FormatFloat(c, 'f', 0, 64) + " °C" }),
+			known(float64(g.PCIeTx), func(float64) string { return formatBytes(g.PCIeTx) + "/s / " + formatBytes(g.PCIeRx) + "/s" })})
+	}
+	return rows
 }

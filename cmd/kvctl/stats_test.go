@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/nodetest"
+	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 )
@@ -177,6 +179,31 @@ func TestStatsShowsEachTenantsUseAndQuota(t *testing.T) {
 		}
 		if u.Tag == uint32(other) && (u.Tenant != "" || u.Quota != nil) {
 			t.Errorf("other on dram in JSON: %+v", u)
+		}
+	}
+}
+
+// A node's GPUs are listed under its tiers, "-" for readings a device
+// does not give (a GPU without NVLink, a power sensor it lacks).
+func TestStatsListsTheNodesGPUs(t *testing.T) {
+	st := &pb.StatsResponse{Node: &pb.NodeInfo{}, Gpus: []*pb.GPUDevice{
+		{Index: 0, Name: "NVIDIA H200", Utilization: 0.5, MemoryUsedBytes: 70 << 30, MemoryTotalBytes: 141 << 30,
+			PowerWatts: 450, TemperatureCelsius: 61, PcieTxBytesPerSecond: 1 << 30, PcieRxBytesPerSecond: 2 << 30},
+		{Index: 1, Name: "NVIDIA L4", Utilization: -1, MemoryUsedBytes: 0, MemoryTotalBytes: 24 << 30,
+			PowerWatts: -1, TemperatureCelsius: -1, PcieTxBytesPerSecond: -1, PcieRxBytesPerSecond: -1},
+	}}
+	var out strings.Builder
+	a := &app{stdout: &out}
+	if err := a.writeStats(newStatsOutput(st, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"GPU  NAME         UTIL    MEMORY              POWER  TEMP   PCIE_TX/RX",
+		"0    NVIDIA H200  50.00%  70.0 GiB/141.0 GiB  450 W  61 °C  1.0 GiB/s / 2.0 GiB/s",
+		"1    NVIDIA L4    -       0 B/24.0 GiB        -      -      -\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/daemon"
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/internal/lifecycle"
+	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/transfer"
 )
 
@@ -105,7 +106,7 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 			return err
 		}
 	}
-	n, err := daemon.New(cfg.Config, daemon.Options{Logger: log, Version: version(), Transport: t})
+	n, err := daemon.New(cfg.Config, daemon.Options{Logger: log, Version: version(), Transport: t, HBM: openHBM})
 	if err != nil {
 		return err
 	}
@@ -115,6 +116,10 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 	}
 	return r.Run(ctx)
 }
+
+// openHBM opens the GPU-memory tier; nil in binaries built without the
+// cuda tag (hbm_cuda.go).
+var openHBM func(config.HBM, int64) (tiers.Tier, error)
 
 // newTransport builds the configured data-plane transport.
 func newTransport(cfg config.Config) (transfer.Transport, error) {

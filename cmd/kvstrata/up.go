@@ -187,7 +187,7 @@ tier held.
 					return err
 				}
 			}
-			d, err := daemon.New(node.Config, daemon.Options{Logger: log, Version: version(), Transport: tr})
+			d, err := daemon.New(node.Config, daemon.Options{Logger: log, Version: version(), Transport: tr, HBM: openHBM})
 			if err != nil {
 				return err
 			}

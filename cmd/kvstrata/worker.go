@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvstrata/kvstrata/gpu/gpustat"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -85,6 +87,12 @@ finish (up to --shutdown-timeout), sends its last KV events and exits 0.`,
 				return usageError{fmt.Errorf("bad flags:\n  %s", strings.Join(probs, "\n  "))}
 			}
 			cfg.Logger = proc.logger(stderr)
+			if gpus, err := gpustat.Open(); err != nil {
+				cfg.Logger.Info("no GPU metrics", "why", err)
+			} else {
+				defer gpus.Close()
+				cfg.Collectors = append(cfg.Collectors, gpus)
+			}
 			w, err := worker.New(cfg)
 			if err != nil {
 				return usageError{err}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvstrata/kvstrata/engine/kvevents"
 	"github.com/kvstrata/kvstrata/engine/openai"
 )
@@ -151,6 +153,9 @@ type Config struct {
 
 	// Logger receives the worker's lines. The default is slog.Default().
 	Logger *slog.Logger
+	// Collectors are more metrics /metrics serves beside the worker's own
+	// (the GPUs', which the binary reads). Default none.
+	Collectors []prometheus.Collector
 }
 
 // DefaultConfig is a worker with every default: an aggregated sim worker

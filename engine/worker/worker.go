@@ -167,6 +167,11 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}, []string{"block_size", "num_gpu_blocks"})
 	cacheInfo.WithLabelValues(strconv.Itoa(blockTokens), strconv.Itoa(cfg.Blocks)).Set(1)
 	w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), info, cacheInfo)
+	for _, c := range cfg.Collectors {
+		if err := w.reg.Register(c); err != nil {
+			return fmt.Errorf("worker: metrics: %w", err)
+		}
+	}
 
 	scfg := sched.Config{
 		Model: w.model, Blocks: cfg.Blocks, MaxNumSeqs: cfg.MaxNumSeqs, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,

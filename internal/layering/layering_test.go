@@ -27,7 +27,7 @@ func TestModuleKeepsTheLayeringRules(t *testing.T) {
 		t.Fatalf("docs/architecture.md: %v", err)
 	}
 	g := Graph{}
-	for _, tags := range []string{"", "ucx"} {
+	for _, tags := range []string{"", "ucx", "cuda"} {
 		loadGraph(t, g, tags)
 	}
 	for _, msg := range Check(g, rules) {

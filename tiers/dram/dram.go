@@ -136,10 +136,16 @@ type block struct {
 
 // The tiers.Tier extras a DRAM tier implements (see tiers/extras.go).
 var (
-	_ tiers.Tier     = (*Tier)(nil)
-	_ tiers.Viewer   = (*Tier)(nil)
-	_ tiers.Reserver = (*Tier)(nil)
+	_ tiers.Tier      = (*Tier)(nil)
+	_ tiers.Viewer    = (*Tier)(nil)
+	_ tiers.Reserver  = (*Tier)(nil)
+	_ tiers.HostArena = (*Tier)(nil)
 )
+
+// HostArena returns the arena's memory, for a device tier to register for
+// DMA (tiers.HostArena). It stays mapped until the tier is closed and
+// every view released.
+func (t *Tier) HostArena() []byte { return t.mem }
 
 // New maps an arena of cfg.Capacity bytes. It fills cfg's zero fields
 // with their defaults and fails with an error wrapping

@@ -41,6 +41,7 @@ typedef struct {
 	int           efd;
 	kv_event     *ev;
 	size_t        nev, cap;
+	uint64_t      memtypes; // the memory types the context can move (UCS_MEMORY_TYPE_*)
 } kv_worker;
 
 // Steps of kv_open, for the error that says which one failed.
@@ -139,6 +140,12 @@ static ucs_status_t kv_open(kv_worker **out, char **keys, char **vals, int n, in
 		free(w);
 		*step = KV_STEP_INIT;
 		return st;
+	}
+	ucp_context_attr_t attr;
+	memset(&attr, 0, sizeof(attr));
+	attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+	if (ucp_context_query(w->ctx, &attr) == UCS_OK) {
+		w->memtypes = attr.memory_types;
 	}
 	ucp_worker_params_t wp;
 	memset(&wp, 0, sizeof(wp));
@@ -404,6 +411,10 @@ func openWorker(settings [][2]string) (*cworker, error) {
 }
 
 func closeWorker(w *cworker) { C.kv_close(w) }
+
+// deviceMemory reports whether the UCX in use can move CUDA device memory
+// (a build with cuda_copy / cuda_ipc): Debian's is built without.
+func deviceMemory(w *cworker) bool { return w.memtypes&(1<<C.UCS_MEMORY_TYPE_CUDA) != 0 }
 
 func workerFD(w *cworker) int { return int(w.efd) }
 

@@ -4,6 +4,8 @@ package ucx_test
 
 import (
 	"context"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/kvstrata/kvstrata/transfer"
@@ -46,5 +48,23 @@ func TestGetAllocatesNothingPerBlock(t *testing.T) {
 	})
 	if allocs > 12 {
 		t.Errorf("a Get of 16 blocks allocates %.1f times, want at most 12", allocs)
+	}
+}
+
+// The listener says whether the UCX in use moves GPU memory itself; where
+// ucx_info lists no CUDA transport (Debian's build), blocks in GPU memory
+// are staged through host memory, and the listener says so.
+func TestTheListenerSaysHowGPUMemoryTravels(t *testing.T) {
+	h := transfertest.NewStatic(1, 4096)
+	tr := ucx.New(ucx.Options{TLS: "posix,cma,self"})
+	l := transfertest.Listen(t, tr, h)
+	got := l.(interface{ Describe() string }).Describe()
+	out, _ := exec.Command("ucx_info", "-d").Output() // ucx-utils, where installed
+	want := ucx.DeviceMemoryDetail(false)
+	if strings.Contains(string(out), "cuda_copy") {
+		want = ucx.DeviceMemoryDetail(true)
+	}
+	if !strings.Contains(got, want) {
+		t.Fatalf("Describe: %q; want it to say %q", got, want)
 	}
 }

@@ -97,6 +97,9 @@ type worker struct {
 	name string
 	busy time.Duration
 	addr []byte // the worker's UCX address
+	// cuda: the UCX in use moves CUDA device memory itself; else blocks in
+	// GPU memory are staged through host memory.
+	cuda bool
 
 	sigMu sync.Mutex
 	wake  int // eventfd that wakes a sleeping driver; -1 once closed
@@ -134,7 +137,7 @@ func newWorker(name string, settings [][2]string, busy time.Duration) (*worker, 
 		_ = unix.Close(fd)
 		return nil, err
 	}
-	return &worker{name: name, busy: busy, addr: addr, wake: fd, c: c,
+	return &worker{name: name, busy: busy, addr: addr, wake: fd, c: c, cuda: deviceMemory(c),
 		ops: make(map[uint64]*op), eps: make(map[uint64]*epState)}, nil
 }
 
