@@ -100,6 +100,7 @@ import (
 var (
 	_ tiers.Tier                = (*Tier)(nil)
 	_ tiers.Invalidator         = (*Tier)(nil)
+	_ tiers.ManyGetter          = (*Tier)(nil)
 	_ tiers.DegradationReporter = (*Tier)(nil)
 )
 
@@ -282,6 +283,11 @@ func (t *Tier) Get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 	if t.closed {
 		return nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, tiers.ErrClosed)
 	}
+	return t.get(key, dst)
+}
+
+// get is Get for a caller that holds t.life shared.
+func (t *Tier) get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 	s := t.stripe(key)
 	s.RLock()
 	m, err := t.record(key)
