@@ -55,7 +55,7 @@ const (
 	DefaultMemTableSize           = 64 << 20
 	DefaultCacheSize              = 64 << 20
 	DefaultValueSeparationMinSize = 1 << 10
-	DefaultReadWindow             = 8
+	DefaultReadWindow             = 4
 
 	// MaxBlockLimit is the largest MaxBlockSize allowed.
 	MaxBlockLimit = 1 << 30
@@ -110,7 +110,9 @@ type Config struct {
 	// reads a block with one synchronous read and no kernel readahead, so
 	// a chain read one block after another leaves the disk idle between
 	// reads; a window of parallel reads keeps it busy. Each read in flight
-	// holds one block in memory. The default is 8.
+	// holds one block in memory. The default is 4: a node reads a context
+	// ahead in up to FetchConcurrency/4 chunks at once (api/node), so with
+	// its default of 16 the SSD sees 16 reads in flight.
 	ReadWindow int
 	// DiskReserve is the free space, in bytes, the tier leaves on its file
 	// system for Pebble's own upkeep (flushes of what is already accepted,
