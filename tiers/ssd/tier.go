@@ -31,6 +31,14 @@
 // that fails, or whose record fails its own checks, is deleted and reported
 // as an error wrapping tiers.ErrCorrupt: damaged bytes are never returned.
 //
+// # Reads
+//
+// Pebble reads a block's bytes from its blob file with one synchronous
+// read, kernel readahead off. The tier keeps the disk busy two ways: a
+// large read is split into pieces read in parallel (readsplit.go), and
+// GetMany — how the hierarchy's ReadMany, and so a node's get of a
+// context, reads a chain — keeps Config.ReadWindow block reads in flight.
+//
 // # Durability
 //
 // Config.Durability chooses between DurabilityFlush (the default: Pebble
