@@ -17,7 +17,7 @@ import (
 //	Viewer                 ✓              Hierarchy.View, demotion (zero-copy reads)
 //	Reserver               ✓              Hierarchy.Reserve (writes in place)
 //	Invalidator                  ✓    ✓   Hierarchy.Put of a key a level may bring back
-//	ManyGetter                        ✓   Hierarchy.ReadMany (batched reads)
+//	ManyGetter                   ✓    ✓   Hierarchy.ReadMany (batched reads)
 //	ObjectLocator                     ✓   Hierarchy.Locate (reads straight from the store)
 //	AvailabilityReporter              ✓   Hierarchy.Stats (LevelStats.Unavailable)
 //	DegradationReporter          ✓        Hierarchy.Stats (LevelStats.Degraded)
@@ -84,7 +84,7 @@ type Invalidator interface {
 
 // ManyGetter is implemented by tiers that read a batch of blocks faster
 // than one after another (an object store coalesces adjacent blocks into
-// one request). fn is called once per key, one call at a time, in any
+// one request; an SSD keeps several reads in flight). fn is called once per key, one call at a time, in any
 // order, with the block's bytes or the error Get would return for it;
 // value is the caller's to keep. GetMany itself fails only when the whole
 // batch does (the tier is closed, ctx is done).

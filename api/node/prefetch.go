@@ -13,7 +13,7 @@ import (
 // whose fastest copy is not in the top tier (an SSD, an object store) are
 // read in chunks of prefetchChunk blocks through the hierarchy's ReadMany —
 // which turns a chunk of a chain stored together in an object store into
-// one ranged GET — with up to FetchConcurrency/4 chunks in flight ahead of
+// one ranged GET, and reads a chunk on an SSD with several reads in flight — with up to FetchConcurrency/4 chunks in flight ahead of
 // the block being sent; blocks already in the top tier are opened in place
 // when their turn comes. A long context thus streams back in order at the
 // pace of a few large parallel reads, holding at most the chunks in flight

@@ -1,6 +1,7 @@
 package ssd
 
 import (
+	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
@@ -226,6 +228,61 @@ func BenchmarkGetCold1MiB(b *testing.B) {
 			b.Fatal(err)
 		}
 		buf = got
+	}
+}
+
+// benchChain is the length of the chains BenchmarkChainCold1MiB reads: a
+// 64 MiB context of 1 MiB blocks.
+const benchChain = 64
+
+// BenchmarkChainCold1MiB restores chains of benchChain blocks from the
+// disk: each chain with one GetMany where the tier has it (the hierarchy's
+// ReadMany, which a node's get of a context uses, reads a level so), else
+// with one Get after another, as ReadMany does then. The blocks of a chain
+// are wherever their random hashes put them in the blob files.
+func BenchmarkChainCold1MiB(b *testing.B) {
+	vals, sums := benchBlocks(benchValues)
+	tr := openBench(b, DurabilityFlush)
+	for i := range benchReadBlocks {
+		if err := tr.Put(benchMeta(i, sums[i%benchValues]), vals[i%benchValues]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tr = reopen(b, tr)
+	dir := tr.cfg.Dir
+	keys := make([]index.Key, benchReadBlocks)
+	for i := range keys {
+		keys[i] = benchMeta(i, sums[i%benchValues]).Key
+	}
+	mg, batched := any(tr).(tiers.ManyGetter)
+	b.ReportMetric(map[bool]float64{false: 0, true: 1}[batched], "batched")
+	b.SetBytes(benchBlock)
+	b.ResetTimer()
+	for i := 0; i < b.N; i += benchChain {
+		j := i % benchReadBlocks
+		if j == 0 {
+			b.StopTimer()
+			dropCache(b, dir)
+			b.StartTimer()
+		}
+		chain := keys[j:min(j+benchChain, j+b.N-i)]
+		if !batched {
+			for _, k := range chain {
+				if _, _, err := tr.Get(k, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			continue
+		}
+		var failed error
+		err := mg.GetMany(context.Background(), chain, func(_ int, _ []byte, _ index.Header, err error) {
+			if err != nil {
+				failed = err
+			}
+		})
+		if err != nil || failed != nil {
+			b.Fatal(err, failed)
+		}
 	}
 }
 

@@ -55,6 +55,7 @@ const (
 	DefaultMemTableSize           = 64 << 20
 	DefaultCacheSize              = 64 << 20
 	DefaultValueSeparationMinSize = 1 << 10
+	DefaultReadWindow             = 4
 
 	// MaxBlockLimit is the largest MaxBlockSize allowed.
 	MaxBlockLimit = 1 << 30
@@ -105,6 +106,14 @@ type Config struct {
 	// files are written once and not rewritten by compactions. The default
 	// is 1 KiB.
 	ValueSeparationMinSize int
+	// ReadWindow is how many block reads GetMany keeps in flight: Pebble
+	// reads a block with one synchronous read and no kernel readahead, so
+	// a chain read one block after another leaves the disk idle between
+	// reads; a window of parallel reads keeps it busy. Each read in flight
+	// holds one block in memory. The default is 4: a node reads a context
+	// ahead in up to FetchConcurrency/4 chunks at once (api/node), so with
+	// its default of 16 the SSD sees 16 reads in flight.
+	ReadWindow int
 	// DiskReserve is the free space, in bytes, the tier leaves on its file
 	// system for Pebble's own upkeep (flushes of what is already accepted,
 	// compactions, its manifest) and for whatever else shares the file
@@ -147,6 +156,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.ValueSeparationMinSize == 0 {
 		c.ValueSeparationMinSize = DefaultValueSeparationMinSize
+	}
+	if c.ReadWindow == 0 {
+		c.ReadWindow = DefaultReadWindow
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -194,6 +206,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ValueSeparationMinSize <= 0 {
 		bad("ValueSeparationMinSize is %d, want > 0", c.ValueSeparationMinSize)
+	}
+	if c.ReadWindow <= 0 {
+		bad("ReadWindow is %d, want > 0", c.ReadWindow)
 	}
 	if c.DiskReserve < -1 {
 		bad("DiskReserve is %d, want ≥ 0, or -1 for none", c.DiskReserve)

@@ -136,7 +136,8 @@ func TestConfigDefaults(t *testing.T) {
 		Dir: "x", Capacity: 1 << 30, MaxBlockSize: DefaultMaxBlockSize,
 		Durability: DurabilityFlush, FlushInterval: DefaultFlushInterval,
 		MemTableSize: DefaultMemTableSize, CacheSize: DefaultCacheSize,
-		ValueSeparationMinSize: DefaultValueSeparationMinSize, Logger: slog.Default(), FS: vfs.Default,
+		ValueSeparationMinSize: DefaultValueSeparationMinSize, ReadWindow: DefaultReadWindow,
+		Logger: slog.Default(), FS: vfs.Default,
 	}
 	if cfg != want {
 		t.Fatalf("defaults %+v, want %+v", cfg, want)

@@ -81,7 +81,10 @@ func readError(what string, err error) error {
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 		return tiers.ErrNotFound
-	case errors.Is(err, pebble.ErrCorruption):
+	case pebble.IsCorruptionError(err):
+		// Pebble marks its corruption errors (a block whose checksum
+		// fails, say) with cockroachdb/errors, which the standard
+		// library's errors.Is does not see.
 		return fmt.Errorf("%s: %w: %w", what, tiers.ErrCorrupt, err)
 	}
 	return fmt.Errorf("read %s: %w", what, err)

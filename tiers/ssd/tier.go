@@ -31,6 +31,14 @@
 // that fails, or whose record fails its own checks, is deleted and reported
 // as an error wrapping tiers.ErrCorrupt: damaged bytes are never returned.
 //
+// # Reads
+//
+// Pebble reads a block's bytes from its blob file with one synchronous
+// read, kernel readahead off. The tier keeps the disk busy two ways: a
+// large read is split into pieces read in parallel (readsplit.go), and
+// GetMany — how the hierarchy's ReadMany, and so a node's get of a
+// context, reads a chain — keeps Config.ReadWindow block reads in flight.
+//
 // # Durability
 //
 // Config.Durability chooses between DurabilityFlush (the default: Pebble
@@ -100,6 +108,7 @@ import (
 var (
 	_ tiers.Tier                = (*Tier)(nil)
 	_ tiers.Invalidator         = (*Tier)(nil)
+	_ tiers.ManyGetter          = (*Tier)(nil)
 	_ tiers.DegradationReporter = (*Tier)(nil)
 )
 
@@ -282,6 +291,11 @@ func (t *Tier) Get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 	if t.closed {
 		return nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, tiers.ErrClosed)
 	}
+	return t.get(key, dst)
+}
+
+// get is Get for a caller that holds t.life shared.
+func (t *Tier) get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 	s := t.stripe(key)
 	s.RLock()
 	m, err := t.record(key)

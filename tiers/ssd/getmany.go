@@ -1,0 +1,109 @@
+package ssd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/tiers"
+)
+
+// GetMany reads keys' blocks with up to Config.ReadWindow reads in flight
+// and calls fn once per key, one call at a time, from the calling
+// goroutine, as the reads complete: with the block's bytes (fn's to keep)
+// and Header, or the error Get would return for it. Reads start in the
+// order of keys, so that the blocks of a chain arrive roughly in order
+// while the disk serves several at once. Each block is checked against
+// its record as Get checks it, and a corrupt block is dropped and reported
+// with an error wrapping tiers.ErrCorrupt. GetMany fails only as a whole:
+// with tiers.ErrClosed, or with ctx's error once ctx is done, after which
+// it starts no more reads and fn hears of no more keys.
+func (t *Tier) GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, err error)) error {
+	// t.life is taken by each read, not across the batch: fn may call the
+	// tier (the hierarchy reads a block again after an error), and a read
+	// lock taken again while Close waits for the lock would deadlock.
+	t.life.RLock()
+	closed := t.closed
+	t.life.RUnlock()
+	if closed {
+		return fmt.Errorf("ssd: get many: %w", tiers.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ssd: get many: %w", err)
+	}
+	type result struct {
+		i   int
+		v   []byte
+		m   index.Header
+		err error
+	}
+	window := min(t.cfg.ReadWindow, len(keys))
+	// The readers take keys in order from next; a finished read waits in
+	// results until fn has had the ones before it, so that at most
+	// 2×window blocks are held at once.
+	var (
+		mu   sync.Mutex
+		next int
+	)
+	claim := func() (int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if next == len(keys) || ctx.Err() != nil {
+			return 0, false
+		}
+		next++
+		return next - 1, true
+	}
+	results := make(chan result, window)
+	stop := make(chan struct{}) // closed when GetMany gives up early
+	var readers sync.WaitGroup
+	for range window {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				i, ok := claim()
+				if !ok {
+					return
+				}
+				v, m, err := t.Get(keys[i], nil)
+				select {
+				case results <- result{i, v, m, err}:
+				case <-stop:
+					return
+				}
+				if errors.Is(err, tiers.ErrClosed) {
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		readers.Wait()
+		close(results)
+	}()
+	var failed error
+	delivered := 0
+	for r := range results {
+		if errors.Is(r.err, tiers.ErrClosed) {
+			failed = tiers.ErrClosed
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		fn(r.i, r.v, r.m, r.err)
+		delivered++
+	}
+	if delivered == len(keys) {
+		return nil
+	}
+	close(stop)
+	readers.Wait()
+	if failed == nil {
+		failed = ctx.Err() // the only other reason to stop short
+	}
+	return fmt.Errorf("ssd: get many: %w", failed)
+}
