@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/tiers/policy"
 )
 
@@ -180,6 +182,7 @@ type Hierarchy struct {
 
 	kick     chan struct{}
 	promoteQ chan promotion
+	queued   atomic.Int64 // bytes of data held by the promotions in promoteQ
 	settle   chan chan struct{}
 	stop     chan struct{}
 	mover    sync.WaitGroup
@@ -207,6 +210,9 @@ type promotion struct {
 	// data, when set, holds the block's bytes as a reader just got them
 	// (read-only, shared), so the promotion need not read them again.
 	data []byte
+	// ref, when set, is the promotion's own reference on the pooled
+	// buffer holding data, released once the promotion is done with it.
+	ref  *bufpool.Buffer
 	meta index.Header
 }
 

@@ -286,6 +286,46 @@ func (s *store) getRange(ctx context.Context, name string, off, size int64, dst 
 	return out[:len(dst)+int(size)], nil
 }
 
+// getRangeInto reads bytes [off, off+len(dst)) of object name into dst
+// with a ranged GET, calling reached(i) in order as soon as dst[:marks[i]]
+// is filled (marks ascend to len(dst)), so that a caller can use the
+// first blocks of a long range while the rest is still on its way. A
+// retried attempt asks only for the bytes not read yet. It fails with
+// errMissing when the object is gone and errShort when it does not hold
+// those bytes; the marks reached before a failure stay reached.
+func (s *store) getRangeInto(ctx context.Context, name string, off int64, dst []byte, marks []int, reached func(i int)) error {
+	filled, next := 0, 0
+	return s.do(ctx, "get "+name, s.cfg.RequestTimeout, func(ctx context.Context) error {
+		var opts minio.GetObjectOptions
+		if err := opts.SetRange(off+int64(filled), off+int64(len(dst))-1); err != nil {
+			return err
+		}
+		s.ctr.rangedGets.Add(1)
+		body, info, hdr, err := s.core.GetObject(ctx, s.bucket, name, opts)
+		if err != nil {
+			return classify(err)
+		}
+		defer body.Close()
+		storeAnswers(ctx)
+		if hdr.Get("Content-Range") == "" {
+			return fmt.Errorf("the store ignored the range header of a ranged GET")
+		}
+		if want := int64(len(dst) - filled); info.Size != want {
+			return fmt.Errorf("%w: bytes [%d, %d) asked, %d returned", errShort, off+int64(filled), off+int64(len(dst)), info.Size)
+		}
+		for ; next < len(marks); next++ {
+			n, err := io.ReadFull(body, dst[filled:marks[next]])
+			filled += n
+			s.ctr.rangedGetBytes.Add(int64(n))
+			if err != nil {
+				return err
+			}
+			reached(next)
+		}
+		return nil
+	})
+}
+
 // getAll reads a whole small object of at most limit bytes and returns
 // its bytes and ETag.
 func (s *store) getAll(ctx context.Context, name string, limit int64) ([]byte, string, error) {
