@@ -92,7 +92,7 @@ func TestReadAheadLetsGoOfBlocksOnlyOnceSentOrAbandoned(t *testing.T) {
 		got = append(got, b)
 		releases = append(releases, release)
 	}
-	waitForReads(t, bottom, 2) // the read ahead has started every chunk: 1, 2, 4 and 1 blocks (the single ones unpooled)
+	waitForReads(t, bottom, 6) // the read ahead has started every chunk: 1, 2, 4 and 1 blocks (the single ones unpooled)
 	ra.Close()                 // blocks 3 to 7 are never sent
 	waitForChunks(t, ra)
 	for i, b := range got {

@@ -28,20 +28,22 @@ import (
 	"testing"
 )
 
-// minClass is the smallest buffer the pool keeps: 64 KiB.
+// minClass is log2 of the smallest buffer the pool lends: 64 KiB.
 const minClass = 16
 
 // Poison is the byte a returned buffer is filled with in test binaries.
 const Poison = 0xDB
 
-// Pool keeps released buffers, by power-of-two capacity, up to a bound on
-// the bytes it keeps idle.
+// Pool keeps released buffers, by size class, up to a bound on the bytes
+// it keeps idle. Classes step by an eighth of a power of two (3 MiB, 3.25
+// MiB, 3.5 MiB, …), so a buffer wastes at most an eighth of its size, and
+// reads of one block size share one class.
 type Pool struct {
 	maxIdle int64
 	poison  bool
 
 	mu   sync.Mutex
-	free map[int][][]byte // by log2 of capacity
+	free map[int][][]byte // by capacity
 	idle int64
 
 	gets, reused atomic.Int64
@@ -65,7 +67,7 @@ type Buffer struct {
 // Get lends a buffer of n bytes (n > 0) holding one reference. Its
 // contents are whatever they were: the caller overwrites them.
 func (p *Pool) Get(n int) *Buffer {
-	class := max(minClass, bits.Len(uint(n-1)))
+	class := classOf(n)
 	p.gets.Add(1)
 	var b []byte
 	p.mu.Lock()
@@ -77,7 +79,7 @@ func (p *Pool) Get(n int) *Buffer {
 	}
 	p.mu.Unlock()
 	if b == nil {
-		b = make([]byte, 1<<class)
+		b = make([]byte, class)
 	} else {
 		p.reused.Add(1)
 		if p.poison {
@@ -97,7 +99,7 @@ func (p *Pool) put(b []byte) {
 			b[i] = Poison
 		}
 	}
-	class := bits.Len(uint(cap(b) - 1))
+	class := cap(b)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.idle+int64(cap(b)) > p.maxIdle {
@@ -105,6 +107,15 @@ func (p *Pool) put(b []byte) {
 	}
 	p.free[class] = append(p.free[class], b)
 	p.idle += int64(cap(b))
+}
+
+// classOf returns the capacity of the class of buffers of n bytes, n > 0.
+func classOf(n int) int {
+	if n <= 1<<minClass {
+		return 1 << minClass
+	}
+	step := 1 << (bits.Len(uint(n-1)) - 4) // an eighth of the power of two below
+	return (n + step - 1) / step * step
 }
 
 // Stats says how many buffers the pool lent and how many of them were

@@ -37,10 +37,10 @@ func TestABufferGoesBackOnlyWithItsLastReference(t *testing.T) {
 		t.Fatal("the bytes changed while a reference is still held")
 	}
 	b.Release()
-	if _, _, idle := p.Stats(); idle != 128<<10 {
-		t.Fatalf("%d bytes idle after the last release, want the 128 KiB buffer", idle)
+	if _, _, idle := p.Stats(); idle != 104<<10 {
+		t.Fatalf("%d bytes idle after the last release, want the buffer of its class, 104 KiB", idle)
 	}
-	c := p.Get(128 << 10)
+	c := p.Get(97 << 10)
 	if gets, reused, idle := p.Stats(); gets != 2 || reused != 1 || idle != 0 {
 		t.Fatalf("second Get: %d gets, %d reused, %d idle; want the released buffer again", gets, reused, idle)
 	}
@@ -92,5 +92,21 @@ func TestIdleBytesAreBounded(t *testing.T) {
 	b.Release() // over the bound: left to the garbage collector
 	if _, _, idle := p.Stats(); idle != 1<<20 {
 		t.Fatalf("%d bytes idle, want the 1 MiB bound", idle)
+	}
+}
+
+func TestSizeClassesWasteAtMostAnEighth(t *testing.T) {
+	for _, c := range []struct{ n, class int }{
+		{1, 64 << 10}, {64 << 10, 64 << 10}, {64<<10 + 1, 72 << 10},
+		{3 << 20, 3 << 20}, {3<<20 + 1, 3<<20 + 256<<10}, {48 << 20, 48 << 20}, {64 << 20, 64 << 20},
+	} {
+		if got := classOf(c.n); got != c.class {
+			t.Errorf("class of %d bytes: %d, want %d", c.n, got, c.class)
+		}
+	}
+	for n := 1; n < 1<<26; n = n*3/2 + 7 {
+		if c := classOf(n); c < n || (n > 64<<10 && c-n > n/8) {
+			t.Fatalf("class of %d bytes is %d", n, c)
+		}
 	}
 }

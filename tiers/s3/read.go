@@ -142,11 +142,15 @@ func (t *Tier) runs(ctx context.Context, keys []index.Key) []run {
 	return out
 }
 
-// readRun reads one run with one request, into a buffer from pool (or a
-// fresh one when pool is nil), and hands out each block as soon as its
-// bytes are in, with a reference on the buffer for each. Blocks the
-// request did not deliver are read again one by one, so that each gets
-// its own answer.
+// errNoRange sends a run that needs no ranged GET (a block in memory, or
+// empty blocks) to the reads one by one.
+var errNoRange = errors.New("no range to read")
+
+// readRun reads one run with one request, each block into a buffer of
+// its own from pool (or a fresh one when pool is nil), and hands out each
+// block as soon as its bytes are in, with the reference on its buffer.
+// Blocks the request did not deliver are read again one by one, so that
+// each gets its own answer.
 func (t *Tier) readRun(ctx context.Context, keys []index.Key, r run, pool *bufpool.Pool, emit func(int, []byte, *bufpool.Buffer, index.Header, error)) {
 	if err := ctx.Err(); err != nil {
 		for i := range r.n {
@@ -158,49 +162,46 @@ func (t *Tier) readRun(ctx context.Context, keys []index.Key, r run, pool *bufpo
 		emit(r.first, nil, nil, index.Header{}, r.err)
 		return
 	}
-	first, last := r.found[0], r.found[len(r.found)-1]
-	size := last.off + int64(last.meta.Size) - first.off
-	if first.inMemory || size == 0 { // in memory, or nothing to read: a plain copy
-		rctx, cancel := t.requestContext(ctx)
-		v, m, err := t.get(rctx, keys[r.first], nil)
-		cancel()
-		emit(r.first, v, nil, m, err)
-		return
-	}
-	var ref *bufpool.Buffer
-	var buf []byte
-	if pool != nil {
-		ref = pool.Get(int(size))
-		buf = ref.Bytes()
-	} else {
-		buf = make([]byte, size)
-	}
-	marks := make([]int, len(r.found))
+	refs := make([]*bufpool.Buffer, len(r.found))
+	dsts := make([][]byte, len(r.found))
+	var size int64
 	for i, f := range r.found {
-		marks[i] = int(f.off - first.off + int64(f.meta.Size))
+		if pool != nil && f.meta.Size > 0 {
+			refs[i] = pool.Get(int(f.meta.Size))
+			dsts[i] = refs[i].Bytes()
+		} else {
+			dsts[i] = make([]byte, f.meta.Size)
+		}
+		size += int64(f.meta.Size)
 	}
 	done := 0 // blocks handed out
+	var err error
+	if r.found[0].inMemory || size == 0 { // nothing to ask the store for
+		err = errNoRange
+	}
 	rctx, cancel := t.requestContext(ctx)
-	err := t.getSlot(rctx)
 	if err == nil {
-		err = t.store.getRangeInto(rctx, first.name, first.off, buf, marks, func(i int) {
-			f := r.found[i]
-			v := buf[f.off-first.off : marks[i] : marks[i]]
+		err = t.getSlot(rctx)
+	}
+	if err == nil {
+		err = t.store.getRangeInto(rctx, r.found[0].name, r.found[0].off, dsts, func(i int) {
+			f, v, ref := r.found[i], dsts[i], refs[i]
 			done = i + 1
 			if sum := index.Checksum(v); sum != f.meta.Sum {
+				ref.Release()
 				emit(r.first+i, nil, nil, index.Header{}, t.dropCorrupt(f, corruptf("checksum %016x, want %016x", sum, f.meta.Sum)))
 				return
 			}
-			emit(r.first+i, v, ref.Retain(), f.meta, nil)
+			emit(r.first+i, v, ref, f.meta, nil) // the reference is the caller's now
 		})
 		<-t.getSlots
 	}
 	cancel()
-	ref.Release()
 	if err == nil {
 		return
 	}
-	for i := done; i < r.n; i++ { // one by one, so that each block gets its own answer
+	for i := done; i < r.n; i++ { // one by one, so that each block gets its own answer (a copy for a block in memory)
+		refs[i].Release()
 		rctx, cancel := t.requestContext(ctx)
 		v, m, err := t.get(rctx, keys[r.first+i], nil)
 		cancel()
