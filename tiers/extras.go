@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 )
 
 // The optional extras of a Tier. A backend implements those its storage
@@ -18,6 +19,7 @@ import (
 //	Reserver               ✓              Hierarchy.Reserve (writes in place)
 //	Invalidator                  ✓    ✓   Hierarchy.Put of a key a level may bring back
 //	ManyGetter                   ✓    ✓   Hierarchy.ReadMany (batched reads)
+//	PooledManyGetter                  ✓   Hierarchy.ReadManyPooled (batched reads into reused buffers)
 //	ObjectLocator                     ✓   Hierarchy.Locate (reads straight from the store)
 //	AvailabilityReporter              ✓   Hierarchy.Stats (LevelStats.Unavailable)
 //	DegradationReporter          ✓        Hierarchy.Stats (LevelStats.Degraded)
@@ -90,6 +92,16 @@ type Invalidator interface {
 // batch does (the tier is closed, ctx is done).
 type ManyGetter interface {
 	GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, err error)) error
+}
+
+// PooledManyGetter is a ManyGetter that can read into buffers it reuses
+// rather than fresh ones: fn gets with each block's value a reference on
+// the buffer holding it (nil when value is the caller's to keep), owns
+// that reference, and must Release it once done with value — after which
+// the bytes may be overwritten by a later read. A holder that hands value
+// on (to a socket, to a promotion) Retains a reference for each.
+type PooledManyGetter interface {
+	GetManyPooled(ctx context.Context, keys []index.Key, fn func(i int, value []byte, ref *bufpool.Buffer, m index.Header, err error)) error
 }
 
 // ObjectLocator is implemented by object-store tiers whose stored blocks a

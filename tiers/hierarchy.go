@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/tiers/policy"
 )
 
@@ -191,6 +192,7 @@ type Hierarchy struct {
 
 	kick     chan struct{}
 	promoteQ chan promotion
+	queued   atomic.Int64 // bytes of data held by the promotions in promoteQ
 	settle   chan chan struct{}
 	stop     chan struct{}
 	mover    sync.WaitGroup
@@ -224,6 +226,9 @@ type promotion struct {
 	// data, when set, holds the block's bytes as a reader just got them
 	// (read-only, shared), so the promotion need not read them again.
 	data []byte
+	// ref, when set, is the promotion's own reference on the pooled
+	// buffer holding data, released once the promotion is done with it.
+	ref  *bufpool.Buffer
 	meta index.Header
 }
 

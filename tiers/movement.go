@@ -189,23 +189,45 @@ func (h *Hierarchy) moreFrequentThanVictimLocked(i int, key index.Key) bool {
 	return !ok || h.sketch.Estimate(key) > h.sketch.Estimate(victim)
 }
 
+// maxQueuedPromotion bounds the bytes that promotions waiting for the
+// mover may hold (their data, read-only copies of hits): past it, further
+// hits are not promoted, as when the queue is full.
+const maxQueuedPromotion = 256 << 20
+
 // promoteLater copies a lower-level hit up to level 0: now when the
-// hierarchy is inline, else through the mover (dropped if it is busy).
+// hierarchy is inline, else through the mover, off the reader's path
+// (dropped if the mover is behind by a full queue or maxQueuedPromotion
+// bytes). A promotion that is dropped or done releases p.ref.
 func (h *Hierarchy) promoteLater(p promotion) {
 	if h.cfg.Inline {
 		h.promote(p)
 		return
 	}
+	n := int64(len(p.data))
+	if h.queued.Add(n) > maxQueuedPromotion && n > 0 {
+		h.queued.Add(-n)
+		p.ref.Release()
+		return
+	}
 	select {
 	case h.promoteQ <- p:
 	default:
+		h.queued.Add(-n)
+		p.ref.Release()
 	}
+}
+
+// dequeued counts out of the queued bytes a promotion the mover took.
+func (h *Hierarchy) dequeued(p promotion) promotion {
+	h.queued.Add(-int64(len(p.data)))
+	return p
 }
 
 // promote copies a lower level's copy of a key into the levels its hits
 // go to (LevelConfig.PromoteInto) that do not hold it yet, unless another
 // writer owns the key: the mover's work.
 func (h *Hierarchy) promote(p promotion) {
+	defer p.ref.Release()
 	h.mu.Lock()
 	e := h.entries[p.key]
 	if e == nil || e.busy || e.in&(1<<p.from) == 0 || h.closed ||
@@ -418,12 +440,12 @@ func (h *Hierarchy) run() {
 		case <-h.stop:
 			return
 		case p := <-h.promoteQ:
-			h.promote(p)
+			h.promote(h.dequeued(p))
 		case <-h.kick:
 			h.drain()
 		case done := <-h.settle:
 			for n := len(h.promoteQ); n > 0; n-- {
-				h.promote(<-h.promoteQ)
+				h.promote(h.dequeued(<-h.promoteQ))
 			}
 			h.drain()
 			close(done)

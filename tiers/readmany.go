@@ -7,6 +7,7 @@ import (
 	"math/bits"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 )
 
 // ReadMany reads keys from the fastest level holding each, a level that is
@@ -17,6 +18,24 @@ import (
 // count and promote as Get's do. It is how a long chain is restored from
 // an object store.
 func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, kind index.TierKind, err error)) error {
+	return h.readMany(ctx, keys, false, func(i int, v []byte, _ *bufpool.Buffer, m index.Header, kind index.TierKind, err error) {
+		fn(i, v, m, kind, err)
+	})
+}
+
+// ReadManyPooled is ReadMany for a caller that hands the bytes on and then
+// lets them go (the data plane sending a restore): a level that is a
+// PooledManyGetter reads into buffers it reuses, and fn gets with each
+// block's bytes a reference on the buffer holding them (nil for bytes that
+// are fn's to keep), which it must Release once done with them. A
+// promotion of the block holds its own reference until it has copied the
+// bytes up, so that the buffer is reused only once both are done.
+func (h *Hierarchy) ReadManyPooled(ctx context.Context, keys []index.Key, fn func(i int, value []byte, ref *bufpool.Buffer, m index.Header, kind index.TierKind, err error)) error {
+	return h.readMany(ctx, keys, true, fn)
+}
+
+// readMany is ReadMany, and ReadManyPooled when pooled is set.
+func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool, fn func(i int, value []byte, ref *bufpool.Buffer, m index.Header, kind index.TierKind, err error)) error {
 	byLevel := make([][]int, len(h.levels))
 	var missing []int
 	h.mu.Lock()
@@ -37,7 +56,7 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 	for _, i := range missing { // maybe in a shared level another node filled
 		found, down, err := h.discover(keys[i])
 		if !found && err != nil {
-			fn(i, nil, index.Header{}, h.levels[down].Kind, h.unreachable(down, keys[i], err))
+			fn(i, nil, nil, index.Header{}, h.levels[down].Kind, h.unreachable(down, keys[i], err))
 			continue
 		}
 		if !found {
@@ -45,7 +64,7 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 			h.gets++
 			h.misses++
 			h.mu.Unlock()
-			fn(i, nil, index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", keys[i], ErrNotFound))
+			fn(i, nil, nil, index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", keys[i], ErrNotFound))
 			continue
 		}
 		h.mu.Lock()
@@ -59,11 +78,11 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 		if len(idx) == 0 {
 			continue
 		}
-		mg, ok := h.levels[lvl].Tier.(ManyGetter)
-		if !ok || len(idx) == 1 {
+		getMany := h.manyGetter(lvl, pooled)
+		if getMany == nil || len(idx) == 1 {
 			for _, i := range idx {
 				v, m, kind, err := h.Get(keys[i], nil)
-				fn(i, v, m, kind, err)
+				fn(i, v, nil, m, kind, err)
 			}
 			continue
 		}
@@ -71,15 +90,15 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 		for j, i := range idx {
 			sub[j] = keys[i]
 		}
-		err := mg.GetMany(ctx, sub, func(j int, v []byte, m index.Header, err error) {
+		err := getMany(ctx, sub, func(j int, v []byte, ref *bufpool.Buffer, m index.Header, err error) {
 			i := idx[j]
 			if err == nil {
-				h.hit(keys[i], lvl, v, m)
-				fn(i, v, m, h.levels[lvl].Kind, nil)
+				h.hit(keys[i], lvl, v, ref, m)
+				fn(i, v, ref, m, h.levels[lvl].Kind, nil)
 				return
 			}
 			if errors.Is(err, ErrUnavailable) { // reading it again would wait for the store again
-				fn(i, nil, index.Header{}, h.levels[lvl].Kind, h.unreachable(lvl, keys[i], err))
+				fn(i, nil, nil, index.Header{}, h.levels[lvl].Kind, h.unreachable(lvl, keys[i], err))
 				return
 			}
 			if errors.Is(err, ErrCorrupt) {
@@ -87,7 +106,7 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 			}
 			// Moved, dropped or out of reach: one more try the usual way.
 			v, m, kind, err := h.Get(keys[i], nil)
-			fn(i, v, m, kind, err)
+			fn(i, v, nil, m, kind, err)
 		})
 		if err != nil {
 			return err
@@ -96,9 +115,26 @@ func (h *Hierarchy) ReadMany(ctx context.Context, keys []index.Key, fn func(i in
 	return nil
 }
 
+// manyGetter returns level lvl's batched read — into reused buffers when
+// pooled is set and the tier can — or nil when its tier has none.
+func (h *Hierarchy) manyGetter(lvl int, pooled bool) func(context.Context, []index.Key, func(int, []byte, *bufpool.Buffer, index.Header, error)) error {
+	tier := h.levels[lvl].Tier
+	if pg, ok := tier.(PooledManyGetter); ok && pooled {
+		return pg.GetManyPooled
+	}
+	mg, ok := tier.(ManyGetter)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context, keys []index.Key, fn func(int, []byte, *bufpool.Buffer, index.Header, error)) error {
+		return mg.GetMany(ctx, keys, func(i int, v []byte, m index.Header, err error) { fn(i, v, nil, m, err) })
+	}
+}
+
 // hit counts a hit on level lvl for a block read outside read and
-// schedules its promotion with the bytes read.
-func (h *Hierarchy) hit(key index.Key, lvl int, v []byte, m index.Header) {
+// schedules its promotion with the bytes read; the promotion takes its own
+// reference on ref, the buffer holding them, if any.
+func (h *Hierarchy) hit(key index.Key, lvl int, v []byte, ref *bufpool.Buffer, m index.Header) {
 	h.mu.Lock()
 	if e := h.entries[key]; e != nil {
 		h.levels[lvl].Policy.Touch(key)
@@ -109,6 +145,6 @@ func (h *Hierarchy) hit(key index.Key, lvl int, v []byte, m index.Header) {
 	h.levels[lvl].hits++
 	h.mu.Unlock()
 	if lvl > 0 && !h.cfg.NoPromote {
-		h.promoteLater(promotion{key: key, from: lvl, data: v, meta: m})
+		h.promoteLater(promotion{key: key, from: lvl, data: v, ref: ref.Retain(), meta: m})
 	}
 }

@@ -2,11 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 )
 
 // ReadAhead reads the blocks of a Get, in order, ahead of their sending. Blocks
@@ -17,7 +19,9 @@ import (
 // the block being sent; blocks already in the top tier are opened in place
 // when their turn comes. A long context thus streams back in order at the
 // pace of a few large parallel reads, holding at most the chunks in flight
-// in memory.
+// in memory. The chunks are read into buffers the object store's tier
+// reuses: a block's buffer goes back once the block is sent (the release
+// Next returns) and its promotion, if any, has copied it up.
 // Hand the blocks out with Next, then Close it.
 func (n *Node) ReadAhead(keys []index.Key) *ReadAhead {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -60,6 +64,7 @@ type ReadAhead struct {
 type slot struct {
 	done  chan struct{}
 	data  []byte
+	ref   *bufpool.Buffer // the reference on data's pooled buffer, until Next or Close takes it
 	meta  index.Header
 	err   error
 	start time.Time
@@ -98,10 +103,14 @@ func (p *ReadAhead) read(idx []int) {
 		keys[j] = p.keys[i]
 	}
 	delivered := make([]bool, len(idx))
-	err := p.n.h.ReadMany(p.ctx, keys, func(j int, v []byte, m index.Header, _ index.TierKind, err error) {
+	err := p.n.h.ReadManyPooled(p.ctx, keys, func(j int, v []byte, ref *bufpool.Buffer, m index.Header, _ index.TierKind, err error) {
 		p.mu.Lock()
 		s := &p.slots[idx[j]]
-		s.data, s.meta, s.err = v, m, err
+		if p.closed { // no one will send it
+			ref.Release()
+			v, ref, err = nil, nil, errClosed
+		}
+		s.data, s.ref, s.meta, s.err = v, ref, m, err
 		p.mu.Unlock()
 		delivered[j] = true
 		close(s.done)
@@ -145,19 +154,32 @@ func (p *ReadAhead) Next(key index.Key) (index.Header, []byte, func(), time.Time
 	}
 	<-s.done
 	p.mu.Lock()
-	data, m, err := s.data, s.meta, s.err
-	s.data = nil // the transport owns it now
+	data, ref, m, err := s.data, s.ref, s.meta, s.err
+	s.data, s.ref = nil, nil // the transport owns them now
+	if err == nil && p.closed {
+		err = errClosed
+	}
 	p.mu.Unlock()
 	if err != nil {
+		ref.Release()
 		return index.Header{}, nil, nil, time.Time{}, err
 	}
-	return m, data, func() {}, s.start, nil
+	return m, data, ref.Release, s.start, nil
 }
 
-// Close ends the Get: reads ahead still in flight are cancelled.
+// errClosed fails the blocks of a Get that ended before they were sent.
+var errClosed = errors.New("node: the get ended before this block was sent")
+
+// Close ends the Get: reads ahead still in flight are cancelled, and the
+// buffers of blocks read but not handed out are let go.
 func (p *ReadAhead) Close() {
 	p.mu.Lock()
 	p.closed = true
+	for i := range p.slots {
+		s := &p.slots[i]
+		s.ref.Release()
+		s.data, s.ref = nil, nil
+	}
 	p.mu.Unlock()
 	p.cancel()
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
@@ -49,24 +50,45 @@ func (t *Tier) Stat(key index.Key) (index.Header, error) {
 // chain demoted together) are read with ONE ranged GET of up to
 // Config.SegmentSize bytes, which an object store serves far faster than
 // many small ones; up to Config.Concurrency such reads are in flight. Each
-// block is checked against its checksum on its own. Calls of fn come one at
-// a time, in no particular order; value is the caller's to keep (it may
-// share memory with other blocks of its read, never with later calls).
-// When ctx ends, the keys not yet read get ctx's error. GetMany returns
-// ctx.Err(), or tiers.ErrClosed.
+// block is checked against its checksum on its own, and handed out as soon
+// as its bytes are in, while the rest of its range is still arriving.
+// Calls of fn come one at a time, in no particular order; value is the
+// caller's to keep (it may share memory with other blocks of its read,
+// never with later calls). When ctx ends, the keys not yet read get ctx's
+// error. GetMany returns ctx.Err(), or tiers.ErrClosed.
 func (t *Tier) GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, err error)) error {
+	return t.getMany(ctx, keys, nil, func(i int, v []byte, _ *bufpool.Buffer, m index.Header, err error) {
+		fn(i, v, m, err)
+	})
+}
+
+// GetManyPooled is GetMany reading stored blocks into buffers the tier
+// reuses (see tiers.PooledManyGetter): fn gets with each block's bytes a
+// reference on the buffer holding them, or nil for bytes that are the
+// caller's to keep, and releases it once done with them.
+func (t *Tier) GetManyPooled(ctx context.Context, keys []index.Key, fn func(i int, value []byte, ref *bufpool.Buffer, m index.Header, err error)) error {
+	return t.getMany(ctx, keys, t.bufs, fn)
+}
+
+// pooledIdle is how many bytes of released read buffers a tier keeps for
+// reuse: a few segments' worth.
+func pooledIdle(cfg Config) int64 { return 4 * cfg.SegmentSize }
+
+// getMany is GetMany reading into buffers from pool, or freshly allocated
+// ones when pool is nil.
+func (t *Tier) getMany(ctx context.Context, keys []index.Key, pool *bufpool.Pool, fn func(i int, value []byte, ref *bufpool.Buffer, m index.Header, err error)) error {
 	if t.isClosed() {
 		return fmt.Errorf("s3: get many: %w", tiers.ErrClosed)
 	}
 	runs := t.runs(ctx, keys)
 	var next atomic.Int64
 	var fnMu sync.Mutex
-	emit := func(i int, v []byte, m index.Header, err error) {
+	emit := func(i int, v []byte, ref *bufpool.Buffer, m index.Header, err error) {
 		if err != nil {
 			err = fmt.Errorf("s3: get %v: %w", keys[i], err)
 		}
 		fnMu.Lock()
-		fn(i, v, m, err)
+		fn(i, v, ref, m, err)
 		fnMu.Unlock()
 	}
 	var wg sync.WaitGroup
@@ -77,7 +99,7 @@ func (t *Tier) GetMany(ctx context.Context, keys []index.Key, fn func(i int, val
 				if r >= len(runs) {
 					return
 				}
-				t.readRun(ctx, keys, runs[r], emit)
+				t.readRun(ctx, keys, runs[r], pool, emit)
 			}
 		})
 	}
@@ -120,58 +142,71 @@ func (t *Tier) runs(ctx context.Context, keys []index.Key) []run {
 	return out
 }
 
-// readRun reads one run with one request and hands out each block.
-func (t *Tier) readRun(ctx context.Context, keys []index.Key, r run, emit func(int, []byte, index.Header, error)) {
+// errNoRange sends a run that needs no ranged GET (a block in memory, or
+// empty blocks) to the reads one by one.
+var errNoRange = errors.New("no range to read")
+
+// readRun reads one run with one request, each block into a buffer of
+// its own from pool (or a fresh one when pool is nil), and hands out each
+// block as soon as its bytes are in, with the reference on its buffer.
+// Blocks the request did not deliver are read again one by one, so that
+// each gets its own answer.
+func (t *Tier) readRun(ctx context.Context, keys []index.Key, r run, pool *bufpool.Pool, emit func(int, []byte, *bufpool.Buffer, index.Header, error)) {
 	if err := ctx.Err(); err != nil {
 		for i := range r.n {
-			emit(r.first+i, nil, index.Header{}, err)
+			emit(r.first+i, nil, nil, index.Header{}, err)
 		}
 		return
 	}
 	if r.err != nil {
-		emit(r.first, nil, index.Header{}, r.err)
+		emit(r.first, nil, nil, index.Header{}, r.err)
 		return
 	}
-	if r.n == 1 {
-		rctx, cancel := t.requestContext(ctx)
-		v, m, err := t.get(rctx, keys[r.first], nil)
-		cancel()
-		emit(r.first, v, m, err)
-		return
-	}
-	first, last := r.found[0], r.found[len(r.found)-1]
-	whole := found{seg: first.seg, name: first.name, off: first.off}
-	whole.meta.Size = uint32(last.off + int64(last.meta.Size) - first.off)
-	rctx, cancel := t.requestContext(ctx)
-	buf, err := t.readRange(rctx, whole)
-	cancel()
-	if err != nil { // one by one, so that each block gets its own answer
-		for i := range r.n {
-			rctx, cancel := t.requestContext(ctx)
-			v, m, err := t.get(rctx, keys[r.first+i], nil)
-			cancel()
-			emit(r.first+i, v, m, err)
-		}
-		return
-	}
+	refs := make([]*bufpool.Buffer, len(r.found))
+	dsts := make([][]byte, len(r.found))
+	var size int64
 	for i, f := range r.found {
-		v := buf[f.off-first.off : f.off-first.off+int64(f.meta.Size) : f.off-first.off+int64(f.meta.Size)]
-		if sum := index.Checksum(v); sum != f.meta.Sum {
-			emit(r.first+i, nil, index.Header{}, t.dropCorrupt(f, corruptf("checksum %016x, want %016x", sum, f.meta.Sum)))
-			continue
+		if pool != nil && f.meta.Size > 0 {
+			refs[i] = pool.Get(int(f.meta.Size))
+			dsts[i] = refs[i].Bytes()
+		} else {
+			dsts[i] = make([]byte, f.meta.Size)
 		}
-		emit(r.first+i, v, f.meta, nil)
+		size += int64(f.meta.Size)
 	}
-}
-
-// readRange reads the stored bytes a found covers, without checking them.
-func (t *Tier) readRange(ctx context.Context, f found) ([]byte, error) {
-	if err := t.getSlot(ctx); err != nil {
-		return nil, err
+	done := 0 // blocks handed out
+	var err error
+	if r.found[0].inMemory || size == 0 { // nothing to ask the store for
+		err = errNoRange
 	}
-	v, err := t.store.getRange(ctx, f.name, f.off, int64(f.meta.Size), nil)
-	<-t.getSlots
-	return v, err
+	rctx, cancel := t.requestContext(ctx)
+	if err == nil {
+		err = t.getSlot(rctx)
+	}
+	if err == nil {
+		err = t.store.getRangeInto(rctx, r.found[0].name, r.found[0].off, dsts, func(i int) {
+			f, v, ref := r.found[i], dsts[i], refs[i]
+			done = i + 1
+			if sum := index.Checksum(v); sum != f.meta.Sum {
+				ref.Release()
+				emit(r.first+i, nil, nil, index.Header{}, t.dropCorrupt(f, corruptf("checksum %016x, want %016x", sum, f.meta.Sum)))
+				return
+			}
+			emit(r.first+i, v, ref, f.meta, nil) // the reference is the caller's now
+		})
+		<-t.getSlots
+	}
+	cancel()
+	if err == nil {
+		return
+	}
+	for i := done; i < r.n; i++ { // one by one, so that each block gets its own answer (a copy for a block in memory)
+		refs[i].Release()
+		rctx, cancel := t.requestContext(ctx)
+		v, m, err := t.get(rctx, keys[r.first+i], nil)
+		cancel()
+		emit(r.first+i, v, nil, m, err)
+	}
 }
 
 // getSlot takes one of the Concurrency slots of ranged GETs; the caller

@@ -15,6 +15,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/s3"
 	"github.com/kvstrata/kvstrata/tiers/s3/s3test"
@@ -340,6 +341,7 @@ func TestOpenReadsOnlyIndexes(t *testing.T) {
 	srv := s3test.Start(t)
 	cfg := srv.Config("reopen")
 	cfg.SegmentSize = 1 << 20
+	cfg.FlushInterval = time.Hour // segments sealed by size alone, however slow the puts
 	tr := openTier(t, cfg)
 	for i := range 40 {
 		must(t, tr.Put(block(1, index.Hash(i+1), 100<<10)))
@@ -372,5 +374,77 @@ func TestOpenReadsOnlyIndexes(t *testing.T) {
 	// 4 segments of 10 blocks, 4 requests, not 40.
 	if got := tr.S3Stats().RangedGets - s.RangedGets; got != 4 {
 		t.Fatalf("GetMany of 40 blocks in 4 segments sent %d ranged GETs, want 4", got)
+	}
+}
+
+// TestGetManyPooledReusesABufferOnlyOnceEveryHolderReleasedIt reads the
+// same stored blocks three times into pooled buffers. While the first
+// read's blocks are still held, the second read must not get their
+// buffers; once they are released, the third read reuses them. Buffers
+// are poisoned on release in tests, so a reuse (or a release) that came
+// too soon would show as held blocks failing their checksums.
+func TestGetManyPooledReusesABufferOnlyOnceEveryHolderReleasedIt(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := srv.Config("pooled")
+	cfg.SegmentSize = 1 << 20
+	cfg.FlushInterval = time.Hour // segments sealed by size alone, uploaded by flush
+	tr := openTier(t, cfg)
+	keys := make([]index.Key, 24)
+	for i := range keys {
+		m, b := block(1, index.Hash(i+1), 100<<10)
+		must(t, tr.Put(m, b))
+		keys[i] = m.Key
+	}
+	flush(t, tr)
+
+	type held struct {
+		v   []byte
+		ref *bufpool.Buffer
+		m   index.Header
+	}
+	read := func() []held {
+		out := make([]held, len(keys))
+		must(t, tr.GetManyPooled(context.Background(), keys, func(i int, v []byte, ref *bufpool.Buffer, m index.Header, err error) {
+			must(t, err)
+			if ref == nil {
+				t.Errorf("block %d of a stored segment came without a pooled buffer", i)
+			}
+			out[i] = held{v, ref, m}
+		}))
+		return out
+	}
+	intact := func(what string, hs []held) {
+		t.Helper()
+		for i, h := range hs {
+			if h.m.Key != keys[i] || index.Checksum(h.v) != h.m.Sum {
+				t.Fatalf("%s: block %d no longer holds its bytes", what, i)
+			}
+		}
+	}
+	first := read()
+	buffers := tr.S3Stats().ReadBuffers // one a block
+	second := read()
+	intact("first read, held during the second", first)
+	intact("second read", second)
+	if s := tr.S3Stats(); buffers != int64(len(keys)) || s.ReusedBuffers != 0 || s.ReadBuffers != 2*buffers {
+		t.Fatalf("two reads of %d blocks with every block held: %d then %d buffers, %d reused; want %d fresh",
+			len(keys), buffers, s.ReadBuffers, s.ReusedBuffers, 2*len(keys))
+	}
+	for _, h := range first {
+		h.ref.Release()
+	}
+	if !bytes.Equal(first[0].v, bytes.Repeat([]byte{bufpool.Poison}, len(first[0].v))) {
+		t.Fatal("a released buffer still holds its block: poisoning is off in this test binary")
+	}
+	third := read()
+	intact("second read, held during the third", second)
+	intact("third read", third)
+	if s := tr.S3Stats(); s.ReusedBuffers != buffers {
+		t.Fatalf("a read after the first one's blocks were released reused %d buffers, want its %d", s.ReusedBuffers, buffers)
+	}
+	for _, hs := range [][]held{second, third} {
+		for _, h := range hs {
+			h.ref.Release()
+		}
 	}
 }

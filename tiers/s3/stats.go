@@ -58,6 +58,8 @@ type S3Stats struct {
 	IndexRewrites  int64 // index objects rewritten without deleted blocks
 	SegmentDeletes int64 // segments deleted once all their blocks were
 	GarbageDeletes int64 // data objects no index named, deleted (Config.GarbageAge)
+	ReadBuffers    int64 // buffers GetManyPooled read ranges into
+	ReusedBuffers  int64 // of them, released buffers filled again rather than allocated
 
 	Available bool      // whether the store is reachable (see Tier.Available)
 	Since     time.Time // since when it is (or is not)
@@ -108,6 +110,7 @@ func (t *Tier) S3Stats() S3Stats {
 	s.CorruptBlocks, s.CorruptIndexes = c.corruptBlocks.Load(), c.corruptIndexes.Load()
 	s.IndexRewrites, s.SegmentDeletes = c.indexRewrites.Load(), c.segmentDeletes.Load()
 	s.GarbageDeletes = c.garbageDeletes.Load()
+	s.ReadBuffers, s.ReusedBuffers, _ = t.bufs.Stats()
 	var cause error
 	s.Available, s.Since, cause = t.avail.state()
 	if cause != nil {

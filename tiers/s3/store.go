@@ -286,6 +286,53 @@ func (s *store) getRange(ctx context.Context, name string, off, size int64, dst 
 	return out[:len(dst)+int(size)], nil
 }
 
+// getRangeInto reads the bytes of object name from off on into the
+// buffers of dsts, one after another, with a ranged GET of their total
+// length, calling reached(i) in order as soon as dsts[i] is filled, so
+// that a caller can use the first blocks of a long range while the rest
+// is still on its way. A retried attempt asks only for the bytes not read
+// yet. It fails with errMissing when the object is gone and errShort when
+// it does not hold those bytes; the buffers reached before a failure stay
+// reached.
+func (s *store) getRangeInto(ctx context.Context, name string, off int64, dsts [][]byte, reached func(i int)) error {
+	var size int64
+	for _, d := range dsts {
+		size += int64(len(d))
+	}
+	var filled int64 // bytes read: dsts[:next] and part of dsts[next]
+	next, in := 0, 0
+	return s.do(ctx, "get "+name, s.cfg.RequestTimeout, func(ctx context.Context) error {
+		var opts minio.GetObjectOptions
+		if err := opts.SetRange(off+filled, off+size-1); err != nil {
+			return err
+		}
+		s.ctr.rangedGets.Add(1)
+		body, info, hdr, err := s.core.GetObject(ctx, s.bucket, name, opts)
+		if err != nil {
+			return classify(err)
+		}
+		defer body.Close()
+		storeAnswers(ctx)
+		if hdr.Get("Content-Range") == "" {
+			return fmt.Errorf("the store ignored the range header of a ranged GET")
+		}
+		if info.Size != size-filled {
+			return fmt.Errorf("%w: bytes [%d, %d) asked, %d returned", errShort, off+filled, off+size, info.Size)
+		}
+		for ; next < len(dsts); next, in = next+1, 0 {
+			n, err := io.ReadFull(body, dsts[next][in:])
+			in += n
+			filled += int64(n)
+			s.ctr.rangedGetBytes.Add(int64(n))
+			if err != nil {
+				return err
+			}
+			reached(next)
+		}
+		return nil
+	})
+}
+
 // getAll reads a whole small object of at most limit bytes and returns
 // its bytes and ETag.
 func (s *store) getAll(ctx context.Context, name string, limit int64) ([]byte, string, error) {

@@ -118,6 +118,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
@@ -127,6 +128,7 @@ var (
 	_ tiers.Tier                 = (*Tier)(nil)
 	_ tiers.Invalidator          = (*Tier)(nil)
 	_ tiers.ManyGetter           = (*Tier)(nil)
+	_ tiers.PooledManyGetter     = (*Tier)(nil)
 	_ tiers.ObjectLocator        = (*Tier)(nil)
 	_ tiers.AvailabilityReporter = (*Tier)(nil)
 	_ tiers.DetailReporter       = (*Tier)(nil)
@@ -177,6 +179,7 @@ type Tier struct {
 	missLast time.Time
 
 	getSlots    chan struct{} // ranged GETs in flight
+	bufs        *bufpool.Pool // buffers of GetManyPooled's reads
 	uploadSlots chan struct{} // background uploads in flight
 	uploadWake  chan struct{}
 	deleteWake  chan struct{}
@@ -208,6 +211,7 @@ func Open(ctx context.Context, cfg Config) (*Tier, error) {
 		unsure:      map[index.Key]int{},
 		deleteSem:   make(chan struct{}, 1),
 		getSlots:    make(chan struct{}, cfg.Concurrency),
+		bufs:        bufpool.New(pooledIdle(cfg)),
 		uploadSlots: make(chan struct{}, cfg.Concurrency),
 		uploadWake:  make(chan struct{}, 1),
 		deleteWake:  make(chan struct{}, 1),
