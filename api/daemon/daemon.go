@@ -43,6 +43,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/resp/respnode"
 	"github.com/kvstrata/kvstrata/api/server"
 	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/auth"
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/raftstore"
@@ -81,6 +82,7 @@ type Node struct {
 	addrs      server.Addrs
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
 	keys       resp.Store              // the node's own RESP keys, served to the other nodes
+	users      *auth.Holder            // the users file; nil: no authentication
 	healthDone chan struct{}
 }
 
@@ -132,9 +134,14 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		}
 	}()
 
-	// The cluster first: the tiers publish their changes to it from the
-	// moment they load.
-	cl, err := openCluster(cfg, log)
+	// Who may come in; then the cluster: the tiers publish their changes
+	// to it from the moment they load.
+	gk, users, clusterToken, err := openAuth(cfg)
+	if err != nil {
+		return err
+	}
+	d.users = users
+	cl, err := openCluster(cfg, log, peerDialOptions(clusterToken))
 	if err != nil {
 		return err
 	}
@@ -172,7 +179,11 @@ func (d *Node) Start(ctx context.Context) (err error) {
 
 	// Data plane.
 	if cfg.Listen.Data != "" {
-		l, err := d.opts.Transport.Listen(cfg.Listen.Data, dataplane.NewHandler(n, m.ObserveData))
+		dh := dataplane.NewHandler(n, m.ObserveData)
+		if gk != nil {
+			dh = dh.WithAuth(gk)
+		}
+		l, err := d.opts.Transport.Listen(cfg.Listen.Data, dh)
 		if err != nil {
 			return fmt.Errorf("listen data %s: %w", cfg.Listen.Data, err)
 		}
@@ -203,7 +214,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		// MaxCommandBytes+MaxBulkLen ≤ pending, as config checks.
 		maxBulk, pending := int64(cfg.Limits.MaxValueSize), int64(cfg.Limits.MaxPendingRESPBytes)
 		local := respnode.New(n)
-		store, peers, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"))
+		store, peers, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"), peerDialOptions(clusterToken))
 		if err != nil {
 			return err
 		}
@@ -265,7 +276,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	}
 
 	// Control plane.
-	g := grpc.NewServer(grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
+	g := newGRPCServer(gk, grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
 		grpc.MaxRecvMsgSize(16<<20))
 	server.Register(g, n, server.Options{Addrs: addrs, Version: d.opts.Version,
 		Freshness: func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) }})
@@ -276,6 +287,9 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	hs := newHealthServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
+	if err := checkGate(g); err != nil {
+		return err
+	}
 	healthNames := healthServices(g)
 	setHealth(hs.Server, healthNames, false) // until ready
 	go func() { d.failed <- fmt.Errorf("grpc: %w", g.Serve(glis)) }()

@@ -27,6 +27,11 @@ const (
 	// out of reach, as in an object store that is down. In a server hello:
 	// the server serves its limit of connections.
 	StatusUnavailable
+	// StatusUnauthenticated, in a server hello only: the node
+	// authenticates its clients, and the client's hello carried no valid
+	// credential (transfer.ErrUnauthenticated); the server closes the
+	// connection after it.
+	StatusUnauthenticated
 	numStatus
 )
 
