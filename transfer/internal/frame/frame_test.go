@@ -60,7 +60,7 @@ func TestDecodeHeaderRejects(t *testing.T) {
 	}{
 		{"unknown flag", func(b []byte) { b[36] = 0x02 }, "unknown flags 0x02"},
 		{"parent without flag", func(b []byte) { b[16] = 0x01 }, "parent 0000000000000001 without the has-parent flag"},
-		{"unknown status", func(b []byte) { b[37] = byte(numStatus) }, "status 8"},
+		{"unknown status", func(b []byte) { b[37] = byte(numStatus) }, "status 7"},
 		{"long msg", func(b []byte) { b[38], b[39] = 0x01, 0x02 }, "message of 513 bytes, over 512"},
 	} {
 		b := bytes.Clone(valid)

@@ -27,13 +27,14 @@ const (
 	// out of reach, as in an object store that is down. In a server hello:
 	// the server serves its limit of connections.
 	StatusUnavailable
-	// StatusUnauthenticated, in a server hello only: the node
-	// authenticates its clients, and the client's hello carried no valid
-	// credential (transfer.ErrUnauthenticated); the server closes the
-	// connection after it.
-	StatusUnauthenticated
 	numStatus
 )
+
+// StatusUnauthenticated is a status of server hellos only (no block or
+// result carries it, and Known says false): the node authenticates its
+// clients, and the client's hello carried no valid credential
+// (transfer.ErrUnauthenticated); the server closes the connection after it.
+const StatusUnauthenticated = numStatus
 
 // Known says whether st is a status of the protocol; any other is a
 // protocol violation.
