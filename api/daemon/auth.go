@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 
 	"google.golang.org/grpc"
@@ -66,6 +68,19 @@ func openAuth(cfg config.Config) (a gate.Authenticator, users *auth.Holder, clus
 			return nil, nil, "", err
 		}
 		na.users = users
+		if na.cluster == nil {
+			// The node's own calls to itself (its heartbeats to itself as
+			// leader) need a member's credential too: without a token
+			// file, one of its own that no other node knows. Other
+			// members then need certificates the users file names.
+			var b [32]byte
+			_, _ = rand.Read(b[:])
+			t, err := auth.NewClusterToken(hex.EncodeToString(b[:]))
+			if err != nil {
+				return nil, nil, "", err
+			}
+			na.cluster, clusterToken = t, t.Secret()
+		}
 		a = na
 	}
 	return a, users, clusterToken, nil
