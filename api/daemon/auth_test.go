@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/api/daemon"
 	"github.com/kvstrata/kvstrata/api/nodetest"
+	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
 
@@ -108,6 +110,32 @@ func TestGrpcurlWithAndWithoutATokenOnANodeWithUsers(t *testing.T) {
 		if c.token == "" && !c.ok && strings.Contains(out, "kvstrata.v1") && c.method == "" {
 			t.Errorf("%s: an unauthenticated caller learnt the services:\n%s", c.what, out)
 		}
+	}
+
+	// The Cluster service's Locate binds keys to the caller's tenant too.
+	ctx := context.Background()
+	alice, err := client.Dial(ctx, addr, client.Options{Token: nodetest.TokenAlice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	key := index.Key{NS: 0x54, Hash: 1}
+	if err := alice.Put(ctx, []client.Block{{Key: key, Data: []byte("acme's block")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := alice.Locate(ctx, []index.Key{key}); err != nil || len(ls[0].Locations) != 1 {
+		t.Fatalf("acme locates its block: %v, %v", ls, err)
+	}
+	bob, err := client.Dial(ctx, addr, client.Options{Token: nodetest.TokenBob, NoDataPlane: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	if ls, err := bob.Locate(ctx, []index.Key{key}); err != nil || len(ls[0].Locations) != 0 {
+		t.Errorf("globex locates acme's block: %v, %v; want nowhere", ls, err)
 	}
 }
 

@@ -319,10 +319,20 @@ func (n *Node) PinAs(owner string, keys []index.Key, ttl time.Duration) (uint64,
 }
 
 // Release ends a lease.
-func (n *Node) Release(id uint64) error {
+func (n *Node) Release(id uint64) error { return n.ReleaseAs("", id) }
+
+// ReleaseAs ends a lease PinAs took for owner; another owner's lease is
+// unknown to it, exactly like one that never was.
+func (n *Node) ReleaseAs(owner string, id uint64) error {
 	n.mu.Lock()
 	l := n.leases[id]
-	delete(n.leases, id)
+	if l != nil && n.owners[id] != owner {
+		l = nil
+	}
+	if l != nil {
+		delete(n.leases, id)
+		delete(n.owners, id)
+	}
 	n.mu.Unlock()
 	if l == nil {
 		return fmt.Errorf("lease %d: %w", id, ErrUnknownLease)

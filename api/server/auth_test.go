@@ -241,3 +241,19 @@ func TestEvictionsStayWithinTheCallersTenant(t *testing.T) {
 		t.Fatalf("an operator of no tenant evicts all: %v, %v; want acme's two", resp, err)
 	}
 }
+
+// Lease ids count up; a tenant that guesses another's cannot end it.
+func TestATenantCannotReleaseAnothersLease(t *testing.T) {
+	api := serveWithUsers(t)
+	alice, bob := as(t, nodetest.TokenAlice), as(t, nodetest.TokenBob)
+	keys := put(t, alice, api, 0x53, 1)
+	lease, err := api.Pin(alice, &pb.PinRequest{Keys: pb.FromKeys(keys), TtlMs: 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = api.Release(bob, &pb.ReleaseRequest{LeaseId: lease.LeaseId})
+	wantCode(t, "globex releases acme's lease", err, codes.NotFound, "unknown lease")
+	if _, err := api.Release(alice, &pb.ReleaseRequest{LeaseId: lease.LeaseId}); err != nil {
+		t.Errorf("acme releases its lease: %v", err)
+	}
+}

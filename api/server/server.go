@@ -432,7 +432,8 @@ func warmToPB(p node.WarmProgress) *pb.WarmProgress {
 func (s *Server) Pin(ctx context.Context, req *pb.PinRequest) (*pb.PinResponse, error) {
 	// A TTL too long for a Duration saturates, and the node refuses it as
 	// longer than its longest lease.
-	id, exp, err := s.n.Pin(bindingOf(ctx).keys(req.Keys), millis(req.TtlMs))
+	bind := bindingOf(ctx)
+	id, exp, err := s.n.PinAs(bind.owner(), bind.keys(req.Keys), millis(req.TtlMs))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -440,8 +441,8 @@ func (s *Server) Pin(ctx context.Context, req *pb.PinRequest) (*pb.PinResponse, 
 }
 
 // Release ends a lease.
-func (s *Server) Release(_ context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
-	if err := s.n.Release(req.LeaseId); err != nil {
+func (s *Server) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	if err := s.n.ReleaseAs(bindingOf(ctx).owner(), req.LeaseId); err != nil {
 		return nil, toStatus(err)
 	}
 	return &pb.ReleaseResponse{}, nil

@@ -40,6 +40,10 @@ func (b *binding) ns(ns index.NamespaceID) index.NamespaceID {
 	return b.lastBound
 }
 
+// owner is whom the caller's leases belong to: its tenant ("" when it
+// has none, or the node authenticates no one).
+func (b *binding) owner() string { return b.id.Tenant }
+
 // key is the key the caller's k is kept under.
 func (b *binding) key(k index.Key) index.Key { return index.Key{NS: b.ns(k.NS), Hash: k.Hash} }
 
