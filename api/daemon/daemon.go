@@ -43,6 +43,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/resp/respnode"
 	"github.com/kvstrata/kvstrata/api/server"
 	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/auth"
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/raftstore"
@@ -81,6 +82,7 @@ type Node struct {
 	addrs      server.Addrs
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
 	keys       resp.Store              // the node's own RESP keys, served to the other nodes
+	users      *auth.Holder            // the users file, nil without one (auth.go)
 	healthDone chan struct{}
 }
 
@@ -196,6 +198,10 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		undo = append(undo, func() { l.Close() })
 	}
 
+	if d.users, err = openUsers(cfg); err != nil {
+		return err
+	}
+
 	// Redis protocol.
 	if cfg.Listen.RESP != "" {
 		// A command carries one value and its key (the slack); it holds at
@@ -216,7 +222,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
 			MinReadRate: int64(cfg.Limits.MinRequestRate), Version: d.opts.Version,
 			Logger:    log.With("server", "resp"),
-			OnCommand: m.ObserveRESP})
+			OnCommand: m.ObserveRESP, Auth: respAuth(d.users)})
 		if err != nil {
 			return err
 		}
