@@ -1,115 +1,46 @@
 package daemon
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 
-	"google.golang.org/grpc"
-
-	"github.com/kvstrata/kvstrata/api/gate"
+	"github.com/kvstrata/kvstrata/api/resp"
 	"github.com/kvstrata/kvstrata/auth"
 	"github.com/kvstrata/kvstrata/config"
 )
 
-// nodeAuth is who the node lets in: the members of its cluster (the
-// cluster token) and the users of its users file.
-type nodeAuth struct {
-	users   gate.Authenticator // nil: no users file
-	cluster interface {
-		Check(secret string) (auth.Identity, error)
-	} // nil: no cluster token
+// openUsers loads the users file auth.users-file names; nil when it names
+// none (no authentication).
+func openUsers(cfg config.Config) (*auth.Holder, error) {
+	if cfg.Auth.UsersFile == "" {
+		return nil, nil
+	}
+	h, err := auth.Open(cfg.Auth.UsersFile)
+	if err != nil {
+		return nil, fmt.Errorf("auth.users-file: %w", err)
+	}
+	return h, nil
 }
 
-var _ gate.Authenticator = nodeAuth{}
-
-func (a nodeAuth) Token(secret string) (auth.Identity, error) {
-	if a.cluster != nil {
-		if id, err := a.cluster.Check(secret); err == nil {
-			return id, nil
-		}
-	}
-	if a.users == nil {
-		return auth.Identity{}, auth.ErrWrongPass
-	}
-	return a.users.Token(secret)
-}
-
-func (a nodeAuth) Certificate(name string) (auth.Identity, error) {
-	if a.users == nil {
-		return auth.Identity{}, auth.ErrWrongPass
-	}
-	return a.users.Certificate(name)
-}
-
-// peerDialOptions are what the node adds to its gRPC dials of the other
-// members: the cluster token, when it has one.
-func peerDialOptions(clusterToken string) []grpc.DialOption {
-	if clusterToken == "" {
+// respAuth is the RESP server's authenticator: none without a users
+// file (a nil *auth.Holder must not become a non-nil interface).
+func respAuth(h *auth.Holder) resp.Authenticator {
+	if h == nil {
 		return nil
 	}
-	return []grpc.DialOption{grpc.WithPerRPCCredentials(gate.Bearer(clusterToken))}
+	return h
 }
 
-// openAuth reads the users file and the cluster token the configuration
-// names. The gate is nil without a users file: the node authenticates no
-// one. The token, if any, is what the node presents to the other members.
-func openAuth(cfg config.Config) (a gate.Authenticator, users *auth.Holder, clusterToken string, err error) {
-	var na nodeAuth
-	if f := cfg.Auth.ClusterTokenFile; f != "" {
-		t, err := auth.LoadClusterToken(f)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		na.cluster, clusterToken = t, t.Secret()
-	}
-	if f := cfg.Auth.UsersFile; f != "" {
-		if users, err = auth.Open(f); err != nil {
-			return nil, nil, "", err
-		}
-		na.users = users
-		if na.cluster == nil {
-			// The node's own calls to itself (its heartbeats to itself as
-			// leader) need a member's credential too: without a token
-			// file, one of its own that no other node knows. Other
-			// members then need certificates the users file names.
-			var b [32]byte
-			_, _ = rand.Read(b[:])
-			t, err := auth.NewClusterToken(hex.EncodeToString(b[:]))
-			if err != nil {
-				return nil, nil, "", err
-			}
-			na.cluster, clusterToken = t, t.Secret()
-		}
-		a = na
-	}
-	return a, users, clusterToken, nil
-}
-
-// newGRPCServer is the node's gRPC server: behind the gate when a is set,
-// then the metrics interceptors.
-func newGRPCServer(a gate.Authenticator, opts ...grpc.ServerOption) *grpc.Server {
-	if a != nil {
-		opts = append(gate.New(a).ServerOptions(), opts...)
-	}
-	return grpc.NewServer(opts...)
-}
-
-// checkGate makes sure every method g serves is in the gate's table: one
-// that is not would be refused to everyone.
-func checkGate(g *grpc.Server) error {
-	if missing := gate.Missing(g.GetServiceInfo()); len(missing) > 0 {
-		return fmt.Errorf("daemon: gRPC methods without an entry in api/gate's Methods: %v", missing)
-	}
-	return nil
-}
-
-// ReloadUsers reads the users file again (on SIGHUP): calls that start
-// afterwards are checked against it; a file that does not load leaves the
-// users in use as they were, and the error says why.
+// ReloadUsers reads the users file again (on SIGHUP): new AUTHs and calls
+// are checked against it; connections already authenticated keep their
+// identity. A file that does not load leaves the one in use, and the
+// error says why. Without a users file it does nothing.
 func (d *Node) ReloadUsers() error {
 	if d.users == nil {
 		return nil
 	}
-	return d.users.Reload()
+	if err := d.users.Reload(); err != nil {
+		return err
+	}
+	d.log.Info("users file reloaded", "file", d.cfg.Auth.UsersFile, "users", d.users.Users().String())
+	return nil
 }

@@ -82,7 +82,7 @@ type Node struct {
 	addrs      server.Addrs
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
 	keys       resp.Store              // the node's own RESP keys, served to the other nodes
-	users      *auth.Holder            // the users file; nil: no authentication
+	users      *auth.Holder            // the users file, nil without one (auth.go)
 	healthDone chan struct{}
 }
 
@@ -136,11 +136,13 @@ func (d *Node) Start(ctx context.Context) (err error) {
 
 	// Who may come in; then the cluster: the tiers publish their changes
 	// to it from the moment they load.
-	gk, users, clusterToken, err := openAuth(cfg)
+	if d.users, err = openUsers(cfg); err != nil {
+		return err
+	}
+	gk, clusterToken, err := openGate(cfg, d.users)
 	if err != nil {
 		return err
 	}
-	d.users = users
 	cl, err := openCluster(cfg, log, peerDialOptions(clusterToken))
 	if err != nil {
 		return err
@@ -227,7 +229,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
 			MinReadRate: int64(cfg.Limits.MinRequestRate), Version: d.opts.Version,
 			Logger:    log.With("server", "resp"),
-			OnCommand: m.ObserveRESP})
+			OnCommand: m.ObserveRESP, Auth: respAuth(d.users)})
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,8 @@ package resp
 
 import (
 	"strings"
+
+	"github.com/kvstrata/kvstrata/auth"
 )
 
 // command is one command the server knows: how to run it and how COMMAND
@@ -25,6 +27,11 @@ type command struct {
 	// (syntax, numbers): its error reply, or "".
 	queue, control bool
 	check          func(args [][]byte) string
+
+	// needs are the roles an authenticated identity must hold to run the
+	// command; noAuth, that it runs before authentication (auth.go).
+	needs  auth.Roles
+	noAuth bool
 }
 
 // doc is the part of a command's COMMAND DOCS entry clients use.
@@ -160,6 +167,7 @@ func newCommandTable() *commandTable {
 	list = append(list, keyspaceCommands()...)
 	list = append(list, clusterCommands()...)
 	list = append(list, updateCommands()...)
+	list = append(list, aclCommand())
 	t := &commandTable{list: list, byName: map[string]*command{}}
 	for i, cmd := range list {
 		cmd.id = i
@@ -171,8 +179,10 @@ func newCommandTable() *commandTable {
 			for _, sub := range cmd.subs {
 				sub.id = i
 				sub.flags, sub.acl = cmd.flags, cmd.acl
+				setNeeds(sub)
 			}
 		}
+		setNeeds(cmd)
 	}
 	return t
 }
