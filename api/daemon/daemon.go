@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -142,6 +143,9 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	gk, clusterToken, err := openGate(cfg, d.users)
 	if err != nil {
 		return err
+	}
+	if gk != nil && cfg.Auth.ClusterTokenFile == "" && (cfg.Cluster.Join != "" || strings.Contains(cfg.Cluster.Bootstrap, ",")) {
+		log.Warn("this node authenticates its callers but has no auth.cluster-token-file: the other members' calls are refused unless their certificates are in the users file as members")
 	}
 	cl, err := openCluster(cfg, log, peerDialOptions(clusterToken))
 	if err != nil {
