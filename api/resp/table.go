@@ -131,7 +131,7 @@ func newCommandTable() *commandTable {
 			doc: doc{summary: "Handshakes with the server; only protocol 2 is spoken.", since: "6.0.0", group: "connection", complexity: "O(1)",
 				args: []arg{optional(block("arguments", argInt("protover"), optional(block("auth", argToken("AUTH"), argString("username"), argString("password"))), optional(arg{name: "clientname", typ: "string", token: "SETNAME"})))}}},
 		{name: "auth", arity: -2, run: (*conn).auth, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, acl: []string{"@fast", "@connection"},
-			doc: doc{summary: "Authenticates the connection; the server has no password, as a Redis without requirepass.", since: "1.0.0", group: "connection", complexity: "O(N) where N is the number of passwords defined for the user",
+			doc: doc{summary: "Authenticates the connection as a user of the node's users file (the password alone: the user default); without a users file, answers as a Redis without requirepass.", since: "1.0.0", group: "connection", complexity: "O(N) where N is the number of passwords defined for the user",
 				args: []arg{optional(argString("username")), argString("password")}}},
 		{name: "quit", control: true, arity: -1, run: (*conn).quitCmd, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, acl: []string{"@fast", "@connection"},
 			doc: doc{summary: "Closes the connection.", since: "1.0.0", group: "connection", complexity: "O(1)"}},

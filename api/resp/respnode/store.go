@@ -1,7 +1,10 @@
 // Package respnode serves a cache node's blocks to Redis clients: it is
 // the resp.KeyStore of an api/node.Node. Values go through the same tiers,
 // limits and checksums as every other block. Key k is block
-// {index.RESPNamespace, xxhash64(k)}, which holds a record (format.go): k,
+// {index.RESPNamespace, xxhash64(k)} — for a client that authenticated as
+// a user of a tenant, in the namespace bound to that tenant
+// (auth.NamespaceOf), so that tenants never see each other's keys —
+// which holds a record (format.go): k,
 // its deadline, and either the value or, for a value over
 // limits.max-block-size, a manifest of the chunk blocks holding it, in a
 // namespace of their own, so that only records count as keys.
