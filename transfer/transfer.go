@@ -10,6 +10,7 @@ package transfer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 
 	"github.com/kvstrata/kvstrata/index"
@@ -38,6 +39,10 @@ var (
 	// but cannot read now (in a tier out of reach, an object store that is
 	// down) — not a miss.
 	ErrUnavailable = errors.New("transfer: unavailable for now")
+	// ErrUnauthenticated marks a Dial the server turned away because the
+	// client presented no credential, or one that is not valid; the server
+	// says nothing more than "authenticate first".
+	ErrUnauthenticated = errors.New("transfer: the node wants a valid credential")
 )
 
 // Handler is what a server serves: a node's storage, adapted. A server calls
@@ -54,6 +59,26 @@ type Handler interface {
 	// the block (and commit is not called); wrap ErrFull for a lack of
 	// room, ErrRefused for a block that breaks the Handler's limits.
 	Reserve(h index.Header) (buf []byte, commit func(ok bool) error, err error)
+}
+
+// Credentials are what a client presented when it connected.
+type Credentials struct {
+	// Token is the secret the client's hello carried; empty when none.
+	Token string
+	// TLS is the connection's TLS state; nil on a plain connection.
+	TLS *tls.ConnectionState
+}
+
+// Authenticator is an optional power of a Handler: a server whose Handler
+// has it calls Authenticate once per connection, after the hellos and
+// before any request, and serves the connection's requests with the
+// Handler it returns (bound to who the client is: its blocks, its
+// rights), so that nothing is checked per request. An error turns the
+// connection away with ErrUnauthenticated. A transport that cannot carry
+// credentials never calls it: the Handler itself must then refuse what
+// needs them.
+type Authenticator interface {
+	Authenticate(c Credentials) (Handler, error)
 }
 
 // Prefetcher is an optional power of a Handler. Told every key of a Get

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"time"
 
@@ -55,6 +56,38 @@ type Options struct {
 	PoolSize int
 	// DialOptions are added to the gRPC dial.
 	DialOptions []grpc.DialOption
+	// Token is the secret the client presents to a node that
+	// authenticates its clients: as "authorization: Bearer" on every gRPC
+	// call, and in the hello of every data-plane connection. Default: the
+	// contents of TokenFile, else the environment's KVSTRATA_TOKEN, else
+	// none.
+	Token string
+	// TokenFile names a file that holds the token (surrounding blank space
+	// is ignored), read once by Dial.
+	TokenFile string
+}
+
+// TokenEnv is the environment variable a client takes its token from when
+// Options name none.
+const TokenEnv = "KVSTRATA_TOKEN"
+
+// ResolveToken fills o.Token from o.TokenFile or the environment when it
+// is empty, as Dial does.
+func (o *Options) ResolveToken() error {
+	switch {
+	case o.Token != "":
+	case o.TokenFile != "":
+		b, err := os.ReadFile(o.TokenFile)
+		if err != nil {
+			return fmt.Errorf("%w: token file: %w", ErrInvalidOptions, err)
+		}
+		if o.Token = strings.TrimSpace(string(b)); o.Token == "" {
+			return fmt.Errorf("%w: token file %s is empty", ErrInvalidOptions, o.TokenFile)
+		}
+	default:
+		o.Token = strings.TrimSpace(os.Getenv(TokenEnv))
+	}
+	return nil
 }
 
 // EnsureDefaults fills o's zero fields with their defaults.
@@ -140,11 +173,18 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	dopts := append([]grpc.DialOption{
+	if err := opts.ResolveToken(); err != nil {
+		return nil, err
+	}
+	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
 		grpc.WithConnectParams(reconnect),
-	}, opts.DialOptions...)
+	}
+	if opts.Token != "" {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(bearer(opts.Token)))
+	}
+	dopts = append(dopts, opts.DialOptions...)
 	cc, err := grpc.NewClient(addr, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("kvstrata: dial %s: %w", addr, err)
@@ -163,7 +203,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		transports := opts.Transports
 		if transports == nil {
 			transports = []transfer.Transport{tcp.New(tcp.Options{
-				MaxBlockSize: int(c.info.MaxBlockSize), MaxBlocks: int(c.info.MaxBatchBlocks)})}
+				MaxBlockSize: int(c.info.MaxBlockSize), MaxBlocks: int(c.info.MaxBatchBlocks), Token: opts.Token})}
 			for _, extra := range extraTransports {
 				transports = append(transports, extra(int(c.info.MaxBlockSize), int(c.info.MaxBatchBlocks)))
 			}
@@ -405,3 +445,14 @@ func sumWarm(before, p *pb.WarmProgress) *pb.WarmProgress {
 	}
 	return out
 }
+
+// bearer sends a token as "authorization: Bearer <token>" on every call.
+type bearer string
+
+func (t bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity is false: a node on loopback or a trusted
+// network may authenticate without TLS.
+func (bearer) RequireTransportSecurity() bool { return false }

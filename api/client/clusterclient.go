@@ -117,6 +117,9 @@ func DialClusterClient(ctx context.Context, addr string, opts Options) (*Cluster
 // location, or a miss the engine recomputes), so where opts leave
 // RetryBudget unset those nodes are retried for FallbackRetryBudget only.
 func NewClusterClient(seed *Client, opts Options) *ClusterClient {
+	if opts.Token == "" && opts.TokenFile == "" { // the other nodes know the seed's caller
+		opts.Token = seed.opts.Token
+	}
 	if opts.RetryBudget == 0 {
 		opts.RetryBudget = FallbackRetryBudget
 	}

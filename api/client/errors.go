@@ -28,6 +28,11 @@ var (
 	ErrPinned = errors.New("kvstrata: block pinned")
 	// ErrCorrupt marks bytes that failed their checksum on the way.
 	ErrCorrupt = errors.New("kvstrata: block corrupt")
+	// ErrUnauthenticated marks a call the node refused because the client
+	// gave no token, or one the node does not know (Options.Token).
+	ErrUnauthenticated = errors.New("kvstrata: the node wants a valid token (--token, KVSTRATA_TOKEN or --token-file)")
+	// ErrDenied marks a call the client's identity lacks the role for.
+	ErrDenied = errors.New("kvstrata: permission denied")
 )
 
 // Error is an error reported by a node: the gRPC code and the node's message.
@@ -54,6 +59,10 @@ func (e *Error) Is(target error) bool {
 		return target == ErrPinned
 	case codes.DataLoss:
 		return target == ErrCorrupt
+	case codes.Unauthenticated:
+		return target == ErrUnauthenticated
+	case codes.PermissionDenied:
+		return target == ErrDenied
 	case codes.DeadlineExceeded:
 		return target == context.DeadlineExceeded
 	case codes.Canceled:
@@ -90,6 +99,8 @@ func wrap(op string, err error) error {
 		code = codes.ResourceExhausted
 	case errors.Is(err, transfer.ErrClosed), errors.Is(err, transfer.ErrUnavailable):
 		code = codes.Unavailable
+	case errors.Is(err, transfer.ErrUnauthenticated):
+		code = codes.Unauthenticated
 	}
 	return &Error{Op: op, Code: code, Msg: err.Error()}
 }

@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/resp/respnode"
 	"github.com/kvstrata/kvstrata/api/server"
 	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/auth"
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/gpu/gpustat"
 	"github.com/kvstrata/kvstrata/index"
@@ -88,6 +90,7 @@ type Node struct {
 	addrs      server.Addrs
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
 	keys       resp.Store              // the node's own RESP keys, served to the other nodes
+	users      *auth.Holder            // the users file, nil without one (auth.go)
 	healthDone chan struct{}
 	gpus       *gpustat.Devices // nil without NVML
 }
@@ -143,9 +146,19 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		}
 	}()
 
-	// The cluster first: the tiers publish their changes to it from the
-	// moment they load.
-	cl, err := openCluster(cfg, log)
+	// Who may come in; then the cluster: the tiers publish their changes
+	// to it from the moment they load.
+	if d.users, err = openUsers(cfg); err != nil {
+		return err
+	}
+	gk, clusterToken, err := openGate(cfg, d.users)
+	if err != nil {
+		return err
+	}
+	if gk != nil && cfg.Auth.ClusterTokenFile == "" && (cfg.Cluster.Join != "" || strings.Contains(cfg.Cluster.Bootstrap, ",")) {
+		log.Warn("this node authenticates its callers but has no auth.cluster-token-file: the other members' calls are refused unless their certificates are in the users file as members")
+	}
+	cl, err := openCluster(cfg, log, peerDialOptions(clusterToken))
 	if err != nil {
 		return err
 	}
@@ -192,7 +205,11 @@ func (d *Node) Start(ctx context.Context) (err error) {
 
 	// Data plane.
 	if cfg.Listen.Data != "" {
-		l, err := d.opts.Transport.Listen(cfg.Listen.Data, dataplane.NewHandler(n, m.ObserveData))
+		dh := dataplane.NewHandler(n, m.ObserveData)
+		if gk != nil {
+			dh = dh.WithAuth(gk)
+		}
+		l, err := d.opts.Transport.Listen(cfg.Listen.Data, dh)
 		if err != nil {
 			return fmt.Errorf("listen data %s: %w", cfg.Listen.Data, err)
 		}
@@ -223,7 +240,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		// MaxCommandBytes+MaxBulkLen ≤ pending, as config checks.
 		maxBulk, pending := int64(cfg.Limits.MaxValueSize), int64(cfg.Limits.MaxPendingRESPBytes)
 		local := respnode.New(n)
-		store, peers, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"))
+		store, peers, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"), peerDialOptions(clusterToken))
 		if err != nil {
 			return err
 		}
@@ -236,7 +253,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 			MaxPendingBytes: pending, CommandTimeout: cfg.Limits.RequestTimeout,
 			MinReadRate: int64(cfg.Limits.MinRequestRate), Version: d.opts.Version,
 			Logger:    log.With("server", "resp"),
-			OnCommand: m.ObserveRESP})
+			OnCommand: m.ObserveRESP, Auth: respAuth(d.users)})
 		if err != nil {
 			return err
 		}
@@ -285,7 +302,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	}
 
 	// Control plane.
-	g := grpc.NewServer(grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
+	g := newGRPCServer(gk, grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
 		grpc.MaxRecvMsgSize(16<<20))
 	server.Register(g, n, server.Options{Addrs: addrs, Version: d.opts.Version,
 		Freshness:  func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) },
@@ -302,6 +319,9 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	hs := newHealthServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
+	if err := checkGate(g); err != nil {
+		return err
+	}
 	healthNames := healthServices(g)
 	setHealth(hs.Server, healthNames, false) // until ready
 	go func() { d.failed <- fmt.Errorf("grpc: %w", g.Serve(glis)) }()

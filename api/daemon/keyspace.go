@@ -23,12 +23,13 @@ import (
 // most a fifth of the command timeout (2 s by default) for bytes, so that
 // a hung holder leaves time to ask the next. Close the peers' connections
 // once the RESP server has stopped.
-func keyspace(local resp.Store, cl *membership.Agent, self index.NodeID, commandTimeout time.Duration, log *slog.Logger) (resp.Store, *peerConns, error) {
+func keyspace(local resp.Store, cl *membership.Agent, self index.NodeID, commandTimeout time.Duration, log *slog.Logger,
+	dialOpts []grpc.DialOption) (resp.Store, *peerConns, error) {
 	peerTimeout := respcluster.DefaultPeerTimeout
 	if commandTimeout > 0 {
 		peerTimeout = min(peerTimeout, max(commandTimeout/5, 10*time.Millisecond))
 	}
-	conns := &peerConns{fsm: cl.FSM(), conns: map[string]*grpc.ClientConn{}}
+	conns := &peerConns{fsm: cl.FSM(), conns: map[string]*grpc.ClientConn{}, dialOpts: dialOpts}
 	st, err := respcluster.New(local, holders{fsm: cl.FSM(), self: self}, respcluster.NewGRPCPeers(conns.conn),
 		&respcluster.Config{PeerTimeout: peerTimeout, Logger: log})
 	return st, conns, err
@@ -42,6 +43,8 @@ type peerConns struct {
 	fsm   *raftstore.FSM
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	// dialOpts are added to each dial: the cluster's credential.
+	dialOpts []grpc.DialOption
 }
 
 func (p *peerConns) conn(id index.NodeID) (grpc.ClientConnInterface, error) {
@@ -54,8 +57,8 @@ func (p *peerConns) conn(id index.NodeID) (grpc.ClientConnInterface, error) {
 	if cc := p.conns[m.GRPCAddr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(m.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(16<<20))
+	cc, err := grpc.NewClient(m.GRPCAddr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(4 << 20), grpc.WithInitialConnWindowSize(16 << 20)}, p.dialOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial node %d at %s: %w", id, m.GRPCAddr, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvstrata/kvstrata/api/gate"
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
@@ -26,6 +27,7 @@ type Observer func(direction string, bytes int, start time.Time, status string)
 type Handler struct {
 	n       *node.Node
 	observe Observer
+	auth    gate.Authenticator // nil: clients are not authenticated (WithAuth)
 }
 
 var (
@@ -43,6 +45,13 @@ func NewHandler(n *node.Node, observe Observer) *Handler {
 }
 
 func (d *Handler) Open(key index.Key) (index.Header, []byte, func(), error) {
+	if d.auth != nil {
+		return index.Header{}, nil, nil, errCredentials
+	}
+	return d.open(key)
+}
+
+func (d *Handler) open(key index.Key) (index.Header, []byte, func(), error) {
 	start := time.Now()
 	v, _, err := d.n.View(key)
 	if err != nil {
@@ -56,6 +65,13 @@ func (d *Handler) Open(key index.Key) (index.Header, []byte, func(), error) {
 }
 
 func (d *Handler) Reserve(h index.Header) ([]byte, func(bool) error, error) {
+	if d.auth != nil {
+		return nil, nil, errCredentials
+	}
+	return d.reserve(h)
+}
+
+func (d *Handler) reserve(h index.Header) ([]byte, func(bool) error, error) {
 	start := time.Now()
 	r, err := d.n.Reserve(h)
 	if err != nil {
@@ -77,6 +93,13 @@ func (d *Handler) Reserve(h index.Header) ([]byte, func(bool) error, error) {
 
 // Prefetch reads a Get's slow blocks ahead (see node.Node.ReadAhead).
 func (d *Handler) Prefetch(keys []index.Key) transfer.Opener {
+	if d.auth != nil {
+		return refusing{errCredentials}
+	}
+	return d.prefetch(keys)
+}
+
+func (d *Handler) prefetch(keys []index.Key) transfer.Opener {
 	return &prefetch{d: d, ra: d.n.ReadAhead(keys)}
 }
 

@@ -84,6 +84,9 @@ type Config struct {
 	// Logger receives the cluster's lines and raft's. The default is
 	// slog.Default().
 	Logger *slog.Logger
+	// DialOptions are added to every gRPC dial of another member: the
+	// cluster's credential (api/gate.Bearer of the cluster token).
+	DialOptions []grpc.DialOption
 }
 
 // Defaults of Config.
@@ -482,7 +485,8 @@ func (c *Agent) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.cfg.DialOptions...)
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: dial %s: %w", addr, err)
 	}

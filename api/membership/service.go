@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/auth"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/raftstore"
 )
@@ -178,7 +179,10 @@ func (s *service) Sync(ctx context.Context, _ *pb.SyncRequest) (*pb.SyncResponse
 	return &pb.SyncResponse{}, nil
 }
 
-func (s *service) Locate(_ context.Context, req *pb.LocateRequest) (*pb.LocateResponse, error) {
+// Locate answers where keys are; a caller that authenticated names keys of
+// its tenant's namespaces (auth.Identity.Namespace), as on the Cache
+// service.
+func (s *service) Locate(ctx context.Context, req *pb.LocateRequest) (*pb.LocateResponse, error) {
 	if len(req.Keys) > 1<<16 {
 		return nil, status.Errorf(codes.InvalidArgument, "locate: %d keys, over the 65536-key limit", len(req.Keys))
 	}
@@ -188,9 +192,14 @@ func (s *service) Locate(_ context.Context, req *pb.LocateRequest) (*pb.LocateRe
 	fsm := s.c.rep.FSM
 	dir := fsm.Directory()
 	out := &pb.LocateResponse{Keys: make([]*pb.KeyLocations, len(req.Keys)), Freshness: fresh}
+	id, bound := auth.FromContext(ctx)
 	for i, k := range req.Keys {
 		kl := &pb.KeyLocations{}
-		if e, ok := dir.Get(pb.ToKey(k)); ok {
+		key := pb.ToKey(k)
+		if bound {
+			key.NS = id.Namespace(key.NS)
+		}
+		if e, ok := dir.Get(key); ok {
 			for _, l := range e.Locations {
 				if fsm.Alive(l.Node) {
 					kl.Locations = append(kl.Locations, &pb.TierBlocks{NodeId: uint32(l.Node), Tier: l.Tier.String(), Blocks: 1})

@@ -28,6 +28,11 @@ type Selector struct {
 	// Demote moves the selected copies out of Tier into the next tier
 	// down instead of removing them; pinned blocks move too.
 	Demote bool
+	// Tenant, if set, keeps the eviction to the blocks of namespaces bound
+	// to this tenant tag (index.BindTenant), whatever else selects: a
+	// tenant's eviction never reaches another's blocks. It selects
+	// nothing by itself.
+	Tenant *index.TenantTag
 }
 
 // Empty reports whether s selects by nothing.
@@ -79,6 +84,7 @@ func (n *Node) Evict(s Selector) (EvictResult, error) {
 	matches := n.h.Blocks(func(b tiers.BlockInfo) bool {
 		switch {
 		case s.Namespace != nil && b.Key.NS != *s.Namespace,
+			s.Tenant != nil && b.Key.NS.Tenant() != *s.Tenant,
 			keys != nil && !keys[b.Key],
 			s.Tier != 0 && !slices.Contains(b.Kinds, s.Tier),
 			s.OlderThan > 0 && b.LastAccess.After(cutoff):

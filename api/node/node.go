@@ -132,6 +132,7 @@ type Node struct {
 
 	mu        sync.Mutex
 	leases    map[uint64]*tiers.Lease
+	owners    map[uint64]string // the owner each lease was taken for (PinAs), where not ""
 	nextLease uint64
 }
 
@@ -147,7 +148,7 @@ func New(h *tiers.Hierarchy, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Node{h: h, cfg: cfg, started: time.Now(), leases: map[uint64]*tiers.Lease{}}, nil
+	return &Node{h: h, cfg: cfg, started: time.Now(), leases: map[uint64]*tiers.Lease{}, owners: map[uint64]string{}}, nil
 }
 
 // Config returns the node's limits.
@@ -283,6 +284,13 @@ func (n *Node) Locate(ctx context.Context, keys []index.Key) ([]tiers.Placement,
 
 // Pin leases keys for ttl and returns the lease's id.
 func (n *Node) Pin(keys []index.Key, ttl time.Duration) (uint64, time.Time, error) {
+	return n.PinAs("", keys, ttl)
+}
+
+// PinAs is Pin for owner (a tenant): only ReleaseAs with the same owner
+// ends the lease, so that one tenant cannot guess another's lease ids and
+// let its blocks go.
+func (n *Node) PinAs(owner string, keys []index.Key, ttl time.Duration) (uint64, time.Time, error) {
 	if err := n.CheckKeys(len(keys)); err != nil {
 		return 0, time.Time{}, err
 	}
@@ -299,18 +307,32 @@ func (n *Node) Pin(keys []index.Key, ttl time.Duration) (uint64, time.Time, erro
 	for id, old := range n.leases { // forget leases that ran out unreleased
 		if old.Expires().Before(now) {
 			delete(n.leases, id)
+			delete(n.owners, id)
 		}
 	}
 	n.nextLease++
 	n.leases[n.nextLease] = l
+	if owner != "" {
+		n.owners[n.nextLease] = owner
+	}
 	return n.nextLease, l.Expires(), nil
 }
 
 // Release ends a lease.
-func (n *Node) Release(id uint64) error {
+func (n *Node) Release(id uint64) error { return n.ReleaseAs("", id) }
+
+// ReleaseAs ends a lease PinAs took for owner; another owner's lease is
+// unknown to it, exactly like one that never was.
+func (n *Node) ReleaseAs(owner string, id uint64) error {
 	n.mu.Lock()
 	l := n.leases[id]
-	delete(n.leases, id)
+	if l != nil && n.owners[id] != owner {
+		l = nil
+	}
+	if l != nil {
+		delete(n.leases, id)
+		delete(n.owners, id)
+	}
 	n.mu.Unlock()
 	if l == nil {
 		return fmt.Errorf("lease %d: %w", id, ErrUnknownLease)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvstrata/kvstrata/api/dataplane"
+	"github.com/kvstrata/kvstrata/api/gate"
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/server"
 	pb "github.com/kvstrata/kvstrata/api/v1"
@@ -40,6 +41,10 @@ type Options struct {
 	// and keep them within these quotas; TenantName names them in Stats.
 	Quotas     tiers.Quotas
 	TenantName func(index.TenantTag) string
+	// Auth, if set, makes the node authenticate its clients, as a node
+	// with a users file does: gRPC calls through api/gate, data-plane
+	// connections through their hello.
+	Auth gate.Authenticator
 }
 
 // Node is a served node.
@@ -91,8 +96,14 @@ func Start(t testing.TB, opts Options) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	handler := dataplane.NewHandler(n, nil)
+	var gopts []grpc.ServerOption
+	if opts.Auth != nil {
+		handler = handler.WithAuth(opts.Auth)
+		gopts = gate.New(opts.Auth).ServerOptions()
+	}
 	dl, err := tcp.New(tcp.Options{MaxBlockSize: int(limits.MaxBlockSize), MaxBlocks: limits.MaxBatchBlocks}).
-		Listen("127.0.0.1:0", dataplane.NewHandler(n, nil))
+		Listen("127.0.0.1:0", handler)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +111,7 @@ func Start(t testing.TB, opts Options) *Node {
 	if opts.DataAddr != "" {
 		addrs.Data = opts.DataAddr
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(gopts...)
 	server.Register(g, n, server.Options{Addrs: addrs, Freshness: opts.Freshness, TenantName: opts.TenantName})
 	go g.Serve(lis)
 	t.Cleanup(func() {

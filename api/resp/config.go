@@ -91,6 +91,12 @@ type Config struct {
 	// hook for latency and error metrics. It runs on the connection's
 	// goroutine and must be quick.
 	OnCommand func(name, status string, start time.Time)
+	// Auth, if set, makes clients authenticate (AUTH, HELLO … AUTH)
+	// before anything else, checks each command against the roles of the
+	// identity they authenticated as, and hands that identity to the
+	// Store in the context of its calls (auth.go). The default, nil, is a
+	// server without authentication: Redis without requirepass.
+	Auth Authenticator
 	// Logger receives accept errors. The default is slog.Default().
 	Logger *slog.Logger
 }

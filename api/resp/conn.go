@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvstrata/kvstrata/auth"
 )
 
 // conn is one client connection. Its goroutine (serve) owns the reader,
@@ -20,6 +22,14 @@ type conn struct {
 	created time.Time
 	rd      *reader
 	w       *writer
+	// direct is how the key commands reach the Store outside EXEC, with
+	// the context that carries the connection's identity.
+	direct direct
+	// ident is who the connection authenticated as (authed), when the
+	// server authenticates; user is its name, for CLIENT LIST.
+	ident  auth.Identity
+	authed bool
+	user   atomic.Pointer[string]
 
 	name    atomic.Pointer[string]
 	libName atomic.Pointer[string]
@@ -61,7 +71,7 @@ var (
 const evictGrace = time.Second
 
 func newConn(s *Server, nc net.Conn, id uint64) *conn {
-	c := &conn{s: s, nc: nc, id: id, created: time.Now()}
+	c := &conn{s: s, nc: nc, id: id, created: time.Now(), direct: direct{s, s.ctx}}
 	c.rd = newReader(nc, &s.cfg)
 	c.w = newWriter(nc, s.cfg.WriteBufferSize)
 	c.rd.beforeRead = c.beforeRead
@@ -268,6 +278,11 @@ func (c *conn) finish() {
 func (c *conn) exec(args [][]byte) {
 	c.s.st.commandsProcessed.Add(1)
 	cmd := c.s.cmds.lookup(args[0])
+	if c.mustAuthenticate(cmd) {
+		c.error(noAuthReply)
+		c.multi.abort()
+		return
+	}
 	if cmd == nil {
 		c.s.st.unknown.Add(1)
 		c.error(unknownCommand(args))
@@ -299,6 +314,10 @@ func (c *conn) exec(args [][]byte) {
 			return
 		}
 		cmd = sub
+	}
+	if !c.permitted(cmd) {
+		c.multi.abort()
+		return
 	}
 	c.lastCmd.Store(&cmd.name)
 	if c.multi.active && c.queue(cmd, args) {
@@ -366,8 +385,8 @@ func (c *conn) describe(now time.Time) string {
 	if cmd == "" {
 		cmd = "NULL"
 	}
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=%d rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=2 lib-name=%s lib-ver=%s",
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=%d rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=2 lib-name=%s lib-ver=%s",
 		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), get(&c.name),
 		int64(now.Sub(c.created).Seconds()), int64(now.Sub(time.Unix(0, c.active.Load())).Seconds()),
-		len(c.rd.buf), cmd, get(&c.libName), get(&c.libVer))
+		len(c.rd.buf), cmd, c.userName(), get(&c.libName), get(&c.libVer))
 }

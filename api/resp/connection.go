@@ -55,13 +55,16 @@ func (c *conn) hello(args [][]byte) {
 			return
 		}
 	}
+	if c.helloNeedsAuth(args) {
+		return
+	}
 	var name []byte
 	setName := false
 	for i := 2; i < len(args); i++ {
 		more := len(args) - i - 1
 		switch {
 		case bytes.EqualFold(args[i], []byte("AUTH")) && more >= 2:
-			if !c.authenticate(args[i+1]) {
+			if !c.login(args[i+1], args[i+2]) {
 				return
 			}
 			i += 2
@@ -93,31 +96,6 @@ func (c *conn) hello(args [][]byte) {
 	c.w.array(0)
 }
 
-// auth answers AUTH as a Redis without requirepass does: the default user
-// has no password, so AUTH with a password alone is a configuration
-// mistake on the client's side, and AUTH default <anything> succeeds.
-func (c *conn) auth(args [][]byte) {
-	switch len(args) {
-	case 2:
-		c.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
-	case 3:
-		if c.authenticate(args[1]) {
-			c.w.simple("OK")
-		}
-	default:
-		c.syntaxError()
-	}
-}
-
-// authenticate accepts the default user and writes the error for others.
-func (c *conn) authenticate(user []byte) bool {
-	if string(user) != "default" {
-		c.error("WRONGPASS invalid username-password pair or user is disabled.")
-		return false
-	}
-	return true
-}
-
 func (c *conn) quitCmd(args [][]byte) {
 	c.w.simple("OK")
 	c.quit = true
@@ -128,6 +106,7 @@ func (c *conn) reset(args [][]byte) {
 	c.libName.Store(nil)
 	c.libVer.Store(nil)
 	c.multi = multiState{}
+	c.logout()
 	c.w.simple("RESET")
 }
 

@@ -54,7 +54,7 @@ func (s *Server) infoText(c *conn, args [][]byte) string {
 	}
 	s.serverInfo(c, byName)
 	byName["cluster"].lines = append(byName["cluster"].lines, clusterInfoLines...)
-	for _, f := range s.store.Info(s.ctx) {
+	for _, f := range s.store.Info(c.direct.ctx) {
 		name := strings.ToLower(f.Section)
 		sec := byName[name]
 		if sec == nil {
@@ -171,7 +171,7 @@ func (s *Server) serverInfo(c *conn, secs map[string]*infoSection) {
 	add("stats", "busy_clients_closed", st.busyClosed.Load())
 	add("memory", "pending_command_bytes", s.pending.inUse())
 
-	if n, err := s.store.Len(s.ctx); err == nil && n > 0 {
+	if n, err := s.store.Len(c.direct.ctx); err == nil && n > 0 {
 		add("keyspace", "db0", fmt.Sprintf("keys=%d,expires=0,avg_ttl=0", n))
 	}
 

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -37,59 +38,63 @@ func (c *conn) keys() keyOps {
 	if c.multi.tx != nil {
 		return c.multi.tx
 	}
-	return &c.s.direct
+	return &c.direct
 }
 
-// direct is the Store itself, through KeyStore where it has it.
-type direct struct{ s *Server }
+// direct is the Store itself, through KeyStore where it has it, for a
+// connection: ctx carries the identity it authenticated as, if any.
+type direct struct {
+	s   *Server
+	ctx context.Context
+}
 
-func (d *direct) view(key string) ([]byte, func(), error) { return d.s.store.View(d.s.ctx, key) }
+func (d *direct) view(key string) ([]byte, func(), error) { return d.s.store.View(d.ctx, key) }
 
-func (d *direct) exists(key string) (bool, error) { return d.s.store.Exists(d.s.ctx, key) }
+func (d *direct) exists(key string) (bool, error) { return d.s.store.Exists(d.ctx, key) }
 
 func (d *direct) stat(key string) (KeyInfo, error) {
 	if d.s.ks == nil {
 		return KeyInfo{}, errNoStat
 	}
-	return d.s.ks.Stat(d.s.ctx, key)
+	return d.s.ks.Stat(d.ctx, key)
 }
 
 func (d *direct) setWith(key string, value []byte, opts SetOptions) (bool, error) {
 	if d.s.ks != nil {
-		return d.s.ks.SetWith(d.s.ctx, key, value, opts)
+		return d.s.ks.SetWith(d.ctx, key, value, opts)
 	}
 	if !opts.ExpireAt.IsZero() || opts.KeepTTL {
 		return false, errNoExpiry
 	}
 	if opts.Cond == SetAlways {
-		return true, d.s.store.Set(d.s.ctx, key, value)
+		return true, d.s.store.Set(d.ctx, key, value)
 	}
 	exists := opts.Cond == SetIfPresent
 	if d.s.cond != nil {
-		return d.s.cond.SetIf(d.s.ctx, key, value, exists)
+		return d.s.cond.SetIf(d.ctx, key, value, exists)
 	}
-	ok, err := d.s.store.Exists(d.s.ctx, key)
+	ok, err := d.s.store.Exists(d.ctx, key)
 	if err != nil || ok != exists {
 		return false, err
 	}
-	return true, d.s.store.Set(d.s.ctx, key, value)
+	return true, d.s.store.Set(d.ctx, key, value)
 }
 
-func (d *direct) del(key string) (bool, error) { return d.s.store.Delete(d.s.ctx, key) }
+func (d *direct) del(key string) (bool, error) { return d.s.store.Delete(d.ctx, key) }
 
 func (d *direct) expire(key string, at time.Time) (time.Time, error) {
 	if d.s.ks == nil {
 		return time.Time{}, errNoExpiry
 	}
-	return d.s.ks.Expire(d.s.ctx, key, at)
+	return d.s.ks.Expire(d.ctx, key, at)
 }
 
 func (d *direct) apply(ws []Write) error {
 	switch {
 	case d.s.ks != nil:
-		return d.s.ks.Apply(d.s.ctx, ws)
+		return d.s.ks.Apply(d.ctx, ws)
 	case len(ws) == 1 && !ws[0].Delete && ws[0].ExpireAt.IsZero():
-		return d.s.store.Set(d.s.ctx, ws[0].Key, ws[0].Value)
+		return d.s.store.Set(d.ctx, ws[0].Key, ws[0].Value)
 	default:
 		return errNoBatches
 	}
@@ -105,8 +110,8 @@ type overlay struct {
 	writes  []Write
 }
 
-func newOverlay(s *Server) *overlay {
-	return &overlay{d: direct{s}, now: time.Now(), pending: map[string]Write{}}
+func newOverlay(d direct) *overlay {
+	return &overlay{d: d, now: time.Now(), pending: map[string]Write{}}
 }
 
 // commit applies the transaction's writes: all of them, or none and an

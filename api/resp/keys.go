@@ -220,7 +220,7 @@ func (c *conn) count(keys [][]byte, op func(keyOps, string) (bool, error)) {
 }
 
 func (c *conn) dbsize(args [][]byte) {
-	n, err := c.s.store.Len(c.s.ctx)
+	n, err := c.s.store.Len(c.direct.ctx)
 	if err != nil {
 		c.storeError(err)
 		return
@@ -308,7 +308,7 @@ func (c *conn) flush(args [][]byte) {
 		c.storeError(errNoScan)
 		return
 	}
-	if _, err := c.s.ks.Flush(c.s.ctx); err != nil {
+	if _, err := c.s.ks.Flush(c.direct.ctx); err != nil {
 		c.storeError(err)
 		return
 	}

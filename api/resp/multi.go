@@ -129,7 +129,7 @@ func (c *conn) execCmd(args [][]byte) {
 		c.error("EXECABORT Transaction discarded because of previous errors.")
 		return
 	}
-	tx := newOverlay(c.s)
+	tx := newOverlay(c.direct)
 	c.multi.tx = tx
 	mark := c.w.mark()
 	c.w.array(len(m.queued))

@@ -57,7 +57,7 @@ func (c *conn) scan(args [][]byte) {
 		c.storeError(errNoScan)
 		return
 	}
-	keys, next, err := c.s.ks.Scan(c.s.ctx, cursor, count)
+	keys, next, err := c.s.ks.Scan(c.direct.ctx, cursor, count)
 	if err != nil {
 		c.storeError(err)
 		return
@@ -87,7 +87,7 @@ func (c *conn) keysCmd(args [][]byte) {
 	seen := map[string]bool{}
 	var out []string
 	for cursor := uint64(0); ; {
-		keys, next, err := c.s.ks.Scan(c.s.ctx, cursor, keysBatch)
+		keys, next, err := c.s.ks.Scan(c.direct.ctx, cursor, keysBatch)
 		if err != nil {
 			c.storeError(err)
 			return

@@ -26,8 +26,7 @@ type Server struct {
 	start time.Time
 	runID string
 
-	ks     KeyStore // store's optional powers, or nil
-	direct direct   // the key commands' way to the store outside EXEC
+	ks KeyStore // store's optional powers, or nil
 
 	ctx    context.Context // cancelled by Close; passed to the Store
 	cancel context.CancelFunc
@@ -120,7 +119,6 @@ func NewServer(store Store, cfg *Config) (*Server, error) {
 	})
 	s.cond, _ = store.(ConditionalSetter)
 	s.ks, _ = store.(KeyStore)
-	s.direct = direct{s}
 	s.st.calls = make([]atomic.Uint64, len(s.cmds.list))
 	return s, nil
 }

@@ -5,7 +5,8 @@
 // SET (NX, XX, EX, PX, EXAT, PXAT, KEEPTTL), MGET, MSET, EXISTS,
 // DEL/UNLINK, MULTI/EXEC, SCAN, KEYS, EXPIRE, TTL, …, and the connection
 // and introspection commands clients send on their own (PING, INFO,
-// COMMAND, CLIENT, CONFIG GET, HELLO, …). A deadline is a promise that the
+// COMMAND, CLIENT, CONFIG GET, HELLO, …), and, with Config.Auth, AUTH and
+// per-command roles as Redis 6's ACLs (auth.go). A deadline is a promise that the
 // key is gone by then; the cache may evict it sooner. Most of the key
 // commands beyond GET and SET need a Store that is a KeyStore.
 //

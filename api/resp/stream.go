@@ -34,7 +34,7 @@ type StreamValue struct {
 
 // getStreamed is GET from a Streamer.
 func (c *conn) getStreamed(st Streamer, key string) {
-	v, err := st.ViewStream(c.s.ctx, key)
+	v, err := st.ViewStream(c.direct.ctx, key)
 	if err != nil {
 		if v.Release != nil {
 			v.Release()

@@ -2,6 +2,8 @@ package resp
 
 import (
 	"strings"
+
+	"github.com/kvstrata/kvstrata/auth"
 )
 
 // command is one command the server knows: how to run it and how COMMAND
@@ -25,6 +27,11 @@ type command struct {
 	// (syntax, numbers): its error reply, or "".
 	queue, control bool
 	check          func(args [][]byte) string
+
+	// needs are the roles an authenticated identity must hold to run the
+	// command; noAuth, that it runs before authentication (auth.go).
+	needs  auth.Roles
+	noAuth bool
 }
 
 // doc is the part of a command's COMMAND DOCS entry clients use.
@@ -124,7 +131,7 @@ func newCommandTable() *commandTable {
 			doc: doc{summary: "Handshakes with the server; only protocol 2 is spoken.", since: "6.0.0", group: "connection", complexity: "O(1)",
 				args: []arg{optional(block("arguments", argInt("protover"), optional(block("auth", argToken("AUTH"), argString("username"), argString("password"))), optional(arg{name: "clientname", typ: "string", token: "SETNAME"})))}}},
 		{name: "auth", arity: -2, run: (*conn).auth, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, acl: []string{"@fast", "@connection"},
-			doc: doc{summary: "Authenticates the connection; the server has no password, as a Redis without requirepass.", since: "1.0.0", group: "connection", complexity: "O(N) where N is the number of passwords defined for the user",
+			doc: doc{summary: "Authenticates the connection as a user of the node's users file (the password alone: the user default); without a users file, answers as a Redis without requirepass.", since: "1.0.0", group: "connection", complexity: "O(N) where N is the number of passwords defined for the user",
 				args: []arg{optional(argString("username")), argString("password")}}},
 		{name: "quit", control: true, arity: -1, run: (*conn).quitCmd, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, acl: []string{"@fast", "@connection"},
 			doc: doc{summary: "Closes the connection.", since: "1.0.0", group: "connection", complexity: "O(1)"}},
@@ -160,6 +167,7 @@ func newCommandTable() *commandTable {
 	list = append(list, keyspaceCommands()...)
 	list = append(list, clusterCommands()...)
 	list = append(list, updateCommands()...)
+	list = append(list, aclCommand())
 	t := &commandTable{list: list, byName: map[string]*command{}}
 	for i, cmd := range list {
 		cmd.id = i
@@ -171,8 +179,10 @@ func newCommandTable() *commandTable {
 			for _, sub := range cmd.subs {
 				sub.id = i
 				sub.flags, sub.acl = cmd.flags, cmd.acl
+				setNeeds(sub)
 			}
 		}
+		setNeeds(cmd)
 	}
 	return t
 }

@@ -26,7 +26,7 @@ func (c *conn) update(key []byte, fn func(old []byte, info KeyInfo, found bool) 
 		c.storeError(errNoUpdate)
 		return false
 	}
-	err := u.Update(c.s.ctx, string(key), fn)
+	err := u.Update(c.direct.ctx, string(key), fn)
 	var reply errReply
 	switch {
 	case errors.As(err, &reply):

@@ -105,12 +105,16 @@ func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResp
 	if hdr == nil {
 		return status.Error(codes.InvalidArgument, "put: the first message must be the batch header")
 	}
+	bind := bindingOf(stream.Context())
 	metas := make([]index.Header, len(hdr.Blocks))
+	asked := make([]index.Key, len(hdr.Blocks))
 	for i, m := range hdr.Blocks {
 		if m.GetKey() == nil {
 			return status.Errorf(codes.InvalidArgument, "put: block %d has no key", i)
 		}
 		metas[i] = pb.ToHeader(m)
+		asked[i] = metas[i].Key
+		metas[i].Key = bind.key(asked[i])
 	}
 	if err := s.n.CheckBatch(metas); err != nil {
 		return toStatus(err)
@@ -118,7 +122,7 @@ func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResp
 	in := &chunkReader{stream: stream}
 	results := make([]*pb.BlockResult, len(metas))
 	for i, m := range metas {
-		err := s.putOne(in, m)
+		err := s.putOne(in, m, asked[i])
 		if f, ok := err.(streamFailure); ok {
 			return f.status
 		}
@@ -135,35 +139,36 @@ func (s *Server) Put(stream grpc.ClientStreamingServer[pb.PutRequest, pb.PutResp
 
 // putOne reads one block's bytes into a reservation and commits it; when
 // the node refuses the block, its bytes are read and dropped.
-func (s *Server) putOne(in *chunkReader, m index.Header) error {
+func (s *Server) putOne(in *chunkReader, m index.Header, asked index.Key) error {
 	r, err := s.n.Reserve(m)
 	if err != nil {
 		if n, derr := io.CopyN(io.Discard, in, int64(m.Size)); derr != nil {
-			return streamError(m, n, derr)
+			return streamError(asked, m.Size, n, derr)
 		}
 		return err
 	}
 	if n, err := io.ReadFull(in, r.Bytes()); err != nil {
 		r.Abort()
-		return streamError(m, int64(n), err)
+		return streamError(asked, m.Size, int64(n), err)
 	}
 	return node.CommitChecked(r, m)
 }
 
 // streamError reports a failure of the Put stream itself, got bytes into
-// block m, as the status that ends the call. A stream that ended early is
+// the block the caller names key, of size bytes, as the status that ends
+// the call. A stream that ended early is
 // the client's mistake (InvalidArgument); any other failure (a cancelled
 // call, a second header) keeps its code.
-func streamError(m index.Header, got int64, err error) error {
+func streamError(key index.Key, size uint32, got int64, err error) error {
 	code, msg := Code(err), err.Error()
 	if s, ok := status.FromError(err); ok {
 		msg = s.Message()
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		code, msg = codes.InvalidArgument, fmt.Sprintf(
-			"the stream ended %d bytes into the block's %d; send every byte the batch header announces", got, m.Size)
+			"the stream ended %d bytes into the block's %d; send every byte the batch header announces", got, size)
 	}
-	return streamFailure{status.Errorf(code, "put: block %v: %s", m.Key, msg)}
+	return streamFailure{status.Errorf(code, "put: block %v: %s", key, msg)}
 }
 
 // streamFailure carries a status that ends a Put call.
@@ -211,11 +216,13 @@ func (s *Server) Get(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.Ge
 	if err := s.n.CheckKeys(len(req.Keys)); err != nil {
 		return toStatus(err)
 	}
+	bind := bindingOf(stream.Context())
 	for i, k := range req.Keys {
 		if err := stream.Context().Err(); err != nil {
 			return toStatus(err)
 		}
-		found, err := s.sendBlock(stream, uint32(i), pb.ToKey(k))
+		asked := pb.ToKey(k)
+		found, err := s.sendBlock(stream, uint32(i), bind.key(asked), asked)
 		if err != nil {
 			return toStatus(err)
 		}
@@ -226,7 +233,8 @@ func (s *Server) Get(req *pb.GetRequest, stream grpc.ServerStreamingServer[pb.Ge
 	return nil
 }
 
-func (s *Server) sendBlock(stream grpc.ServerStreamingServer[pb.GetResponse], i uint32, key index.Key) (bool, error) {
+// sendBlock sends the block kept under key, which the caller named asked.
+func (s *Server) sendBlock(stream grpc.ServerStreamingServer[pb.GetResponse], i uint32, key, asked index.Key) (bool, error) {
 	v, kind, err := s.n.View(key)
 	if errors.Is(err, tiers.ErrUnavailable) { // held, out of reach for now: not a miss
 		return false, stream.Send(&pb.GetResponse{Index: i, Tier: kind.String(), Code: int32(codes.Unavailable), Message: err.Error()})
@@ -240,7 +248,7 @@ func (s *Server) sendBlock(stream grpc.ServerStreamingServer[pb.GetResponse], i 
 	defer v.Release()
 	b := v.Bytes()
 	first := min(len(b), ChunkSize)
-	if err := stream.Send(&pb.GetResponse{Index: i, Found: true, Meta: pb.FromHeader(v.Meta()), Tier: kind.String(), Data: b[:first]}); err != nil {
+	if err := stream.Send(&pb.GetResponse{Index: i, Found: true, Meta: meta(v.Meta(), asked), Tier: kind.String(), Data: b[:first]}); err != nil {
 		return true, err
 	}
 	for b = b[first:]; len(b) > 0; {
@@ -254,7 +262,7 @@ func (s *Server) sendBlock(stream grpc.ServerStreamingServer[pb.GetResponse], i 
 }
 
 // Lookup answers a longest-prefix query.
-func (s *Server) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
+func (s *Server) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
 	chain := make([]index.Hash, len(req.Hashes))
 	for i, h := range req.Hashes {
 		chain[i] = index.Hash(h)
@@ -263,7 +271,7 @@ func (s *Server) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupRes
 	if s.opts.Freshness != nil { // before the lookup: its answer is at least this current
 		fresh = s.opts.Freshness()
 	}
-	p, err := s.n.Lookup(index.NamespaceID(req.Namespace), chain)
+	p, err := s.n.Lookup(bindingOf(ctx).ns(index.NamespaceID(req.Namespace)), chain)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -275,8 +283,8 @@ func (s *Server) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupRes
 }
 
 // Exists reports which keys the node holds.
-func (s *Server) Exists(_ context.Context, req *pb.ExistsRequest) (*pb.ExistsResponse, error) {
-	ex, err := s.n.Exists(pb.ToKeys(req.Keys))
+func (s *Server) Exists(ctx context.Context, req *pb.ExistsRequest) (*pb.ExistsResponse, error) {
+	ex, err := s.n.Exists(bindingOf(ctx).keys(req.Keys))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -286,7 +294,7 @@ func (s *Server) Exists(_ context.Context, req *pb.ExistsRequest) (*pb.ExistsRes
 // LocateObjects says where each key is held and, for blocks whose fastest
 // copy is in the object store, which object range holds them.
 func (s *Server) LocateObjects(ctx context.Context, req *pb.LocateObjectsRequest) (*pb.LocateObjectsResponse, error) {
-	ps, err := s.n.Locate(ctx, pb.ToKeys(req.Keys))
+	ps, err := s.n.Locate(ctx, bindingOf(ctx).keys(req.Keys))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -294,7 +302,7 @@ func (s *Server) LocateObjects(ctx context.Context, req *pb.LocateObjectsRequest
 	for i, p := range ps {
 		b := &pb.BlockPlacement{}
 		if p.Kind != 0 {
-			b.Tier, b.Meta = p.Kind.String(), pb.FromHeader(p.Meta)
+			b.Tier, b.Meta = p.Kind.String(), meta(p.Meta, pb.ToKey(req.Keys[i]))
 		}
 		if p.InObject {
 			b.Bucket, b.Object, b.Offset = p.Object.Bucket, p.Object.Object, uint64(p.Object.Offset)
@@ -304,15 +312,27 @@ func (s *Server) LocateObjects(ctx context.Context, req *pb.LocateObjectsRequest
 	return out, nil
 }
 
-// Evict removes the blocks a selector picks.
-func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictResponse, error) {
+// Evict removes the blocks a selector picks. A caller of a tenant
+// evicts only its tenant's blocks, whatever it selects; a caller without
+// one (an operator) selects among every tenant's, except where it names
+// namespaces or keys, which are bound like any caller's.
+func (s *Server) Evict(ctx context.Context, req *pb.EvictRequest) (*pb.EvictResponse, error) {
+	bind := bindingOf(ctx)
 	sel := node.Selector{
-		Keys: pb.ToKeys(req.Keys), OlderThan: millis(req.OlderThanMs),
+		Keys: bind.keys(req.Keys), OlderThan: millis(req.OlderThanMs),
 		Bytes: int64(min(req.Bytes, math.MaxInt64)), All: req.All, DryRun: req.DryRun, Demote: req.Demote,
 	}
+	asked := make(map[index.Key]index.Key, len(req.Keys)) // bound key → the caller's
+	for i, k := range req.Keys {
+		asked[sel.Keys[i]] = pb.ToKey(k)
+	}
 	if req.HasNamespace {
-		ns := index.NamespaceID(req.Namespace)
+		ns := bind.ns(index.NamespaceID(req.Namespace))
 		sel.Namespace = &ns
+	}
+	if bind.bound && bind.id.Tenant != "" {
+		tag := index.TagOf(bind.id.Tenant)
+		sel.Tenant = &tag
 	}
 	if req.Tier != "" {
 		kind, err := index.ParseTierKind(req.Tier)
@@ -330,8 +350,22 @@ func (s *Server) Evict(_ context.Context, req *pb.EvictRequest) (*pb.EvictRespon
 	if listed == 0 {
 		listed = 100
 	}
-	for _, e := range res.Removed[:min(listed, len(res.Removed))] {
-		out.Listed = append(out.Listed, &pb.EvictedBlock{Meta: pb.FromHeader(e.Meta), Tier: e.Tier.String()})
+	for _, e := range res.Removed {
+		if len(out.Listed) == listed {
+			break
+		}
+		k, ok := asked[e.Meta.Key]
+		switch {
+		case ok:
+		case req.HasNamespace:
+			k, ok = index.Key{NS: index.NamespaceID(req.Namespace), Hash: e.Meta.Key.Hash}, true
+		case !bind.bound || bind.id.Tenant == "":
+			k, ok = e.Meta.Key, true // an operator sees blocks as they are kept
+		}
+		if !ok { // a tenant's block it did not name: its namespace cannot be told
+			continue
+		}
+		out.Listed = append(out.Listed, &pb.EvictedBlock{Meta: meta(e.Meta, k), Tier: e.Tier.String()})
 	}
 	return out, nil
 }
@@ -379,6 +413,7 @@ func (s *Server) tenants(us []tiers.TenantUsage) []*pb.TenantUsage {
 // Warm copies blocks up into a faster tier, streaming progress at most
 // every 100 ms and once at the end.
 func (s *Server) Warm(req *pb.WarmRequest, stream grpc.ServerStreamingServer[pb.WarmProgress]) error {
+	bind := bindingOf(stream.Context())
 	var kind index.TierKind
 	if req.Tier != "" {
 		k, err := index.ParseTierKind(req.Tier)
@@ -395,7 +430,7 @@ func (s *Server) Warm(req *pb.WarmRequest, stream grpc.ServerStreamingServer[pb.
 	}
 	var last time.Time
 	var sendErr error
-	p, err := s.n.Warm(stream.Context(), pb.ToKeys(req.Keys), kind, 0, func(p node.WarmProgress) {
+	p, err := s.n.Warm(stream.Context(), bind.keys(req.Keys), kind, 0, func(p node.WarmProgress) {
 		if time.Since(last) >= 100*time.Millisecond && sendErr == nil {
 			last = time.Now()
 			sendErr = stream.Send(warmToPB(p))
@@ -420,10 +455,11 @@ func warmToPB(p node.WarmProgress) *pb.WarmProgress {
 }
 
 // Pin leases blocks.
-func (s *Server) Pin(_ context.Context, req *pb.PinRequest) (*pb.PinResponse, error) {
+func (s *Server) Pin(ctx context.Context, req *pb.PinRequest) (*pb.PinResponse, error) {
 	// A TTL too long for a Duration saturates, and the node refuses it as
 	// longer than its longest lease.
-	id, exp, err := s.n.Pin(pb.ToKeys(req.Keys), millis(req.TtlMs))
+	bind := bindingOf(ctx)
+	id, exp, err := s.n.PinAs(bind.owner(), bind.keys(req.Keys), millis(req.TtlMs))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -431,8 +467,8 @@ func (s *Server) Pin(_ context.Context, req *pb.PinRequest) (*pb.PinResponse, er
 }
 
 // Release ends a lease.
-func (s *Server) Release(_ context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
-	if err := s.n.Release(req.LeaseId); err != nil {
+func (s *Server) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	if err := s.n.ReleaseAs(bindingOf(ctx).owner(), req.LeaseId); err != nil {
 		return nil, toStatus(err)
 	}
 	return &pb.ReleaseResponse{}, nil

@@ -43,6 +43,8 @@ type app struct {
 	output         outputFormat
 	addr           string        // --addr: the node's gRPC address
 	timeout        time.Duration // --timeout: per call to a node
+	token          string        // --token: the secret a node that authenticates wants
+	tokenFile      string        // --token-file: a file holding it
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	// interactive reports whether w is a terminal a person watches; progress
@@ -96,7 +98,8 @@ func (a *app) newRootCommand() *cobra.Command {
 
 Commands that talk to a node connect to --addr (default $KVSTRATA_ADDR, else
 ` + defaultAddr + `), the node's gRPC address, when they run; --timeout bounds
-each call to it.
+each call to it. A node that authenticates its clients wants a token: --token,
+else the file --token-file names, else $KVSTRATA_TOKEN.
 
 Exit status: 0 on success; 1 when a command could not complete (a file is
 missing or malformed, a node does not answer, a key is missing); 2 when the
@@ -126,6 +129,8 @@ case nothing ran.`,
 	}
 	pf.StringVar(&a.addr, "addr", addr, "gRPC address of the node, host:port [KVSTRATA_ADDR]")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "how long each call to the node may take")
+	pf.StringVar(&a.token, "token", "", "token to present to a node that authenticates its clients (visible to ps: prefer --token-file or KVSTRATA_TOKEN) [KVSTRATA_TOKEN]")
+	pf.StringVar(&a.tokenFile, "token-file", "", "file holding the token")
 
 	root.AddCommand(a.newStatsCommand(), a.newEvictCommand(), a.newLookupCommand(), a.newWarmCommand(), a.newClusterCommand(),
 		a.newPutCommand(), a.newGetCommand(), a.newBenchCommand(), a.newSimCommand(), a.newReplayCommand())
@@ -156,6 +161,15 @@ func (a *app) connectTo(ctx context.Context, addr string, opts client.Options) (
 		return nil, usageErrorf("--timeout is %v, must be positive", a.timeout)
 	}
 	opts.Timeout = a.timeout
+	if opts.Token == "" && opts.TokenFile == "" {
+		opts.Token, opts.TokenFile = a.token, a.tokenFile
+		if a.token != "" && a.tokenFile != "" {
+			return nil, usageErrorf("--token and --token-file both given; give one")
+		}
+		if opts.Token == "" && opts.TokenFile == "" {
+			opts.Token = strings.TrimSpace(a.env(client.TokenEnv))
+		}
+	}
 	dctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	c, err := client.Dial(dctx, addr, opts)
@@ -173,6 +187,8 @@ func dialError(addr string, timeout time.Duration, err error) error {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("the node at %s did not answer within %v (%s)", addr, timeout, hint)
+	case errors.Is(err, client.ErrUnauthenticated):
+		return fmt.Errorf("the node at %s authenticates its clients: give a valid token with --token, --token-file or KVSTRATA_TOKEN", addr)
 	case errors.Is(err, client.ErrUnavailable) && errors.As(err, &ce):
 		// gRPC says: connection error: desc = "transport: Error while
 		// dialing: dial tcp 127.0.0.1:7070: connect: connection refused";

@@ -76,15 +76,17 @@ func (c *conn) handshake(ctx context.Context) error {
 	defer cancel()
 	c.arm(hsCtx)
 	defer c.disarm()
-	var b [helloSize]byte
-	putHello(b[:], frame.StatusOK, 0)
-	if _, err := c.nc.Write(b[:]); err != nil {
+	b := make([]byte, helloSize+len(c.opts.Token))
+	putHello(b, frame.StatusOK, len(c.opts.Token))
+	copy(b[helloSize:], c.opts.Token)
+	if _, err := c.nc.Write(b); err != nil {
 		return c.ioError(hsCtx, "handshake with "+c.addr, err)
 	}
-	if _, err := io.ReadFull(c.nc, b[:]); err != nil {
+	b = b[:helloSize]
+	if _, err := io.ReadFull(c.nc, b); err != nil {
 		return c.ioError(hsCtx, "handshake with "+c.addr, err)
 	}
-	ver, st, msgLen, err := decodeHello(b[:])
+	ver, st, msgLen, err := decodeHello(b)
 	if err != nil {
 		return fmt.Errorf("tcp: handshake with %s: %w", c.addr, err)
 	}

@@ -22,13 +22,17 @@
 //
 // All integers are little-endian. A connection opens with a hello each way:
 //
-//	client hello  "KVST" version:u8 0:u8 0:u16                        (8 bytes)
+//	client hello  "KVST" version:u8 0:u8 toklen:u16 token[toklen]
 //	server hello  "KVST" version:u8 status:u8 msglen:u16 msg[msglen]
 //
-// A server hello with a status other than OK says why in msg: Refused for a
-// client of another protocol version, Unavailable for a listener at its
-// connection limit (try again later); the server then closes the
-// connection. After the hellos the client sends requests and the server
+// The client's token (at most 512 bytes, none when toklen is 0) is its
+// credential: a server whose Handler authenticates (transfer.Authenticator)
+// checks it, with the TLS client certificate if there is one, once for the
+// whole connection. A server hello with a status other than OK says why in
+// msg: Refused for a client of another protocol version, Unavailable for a
+// listener at its connection limit (try again later), Unauthenticated for
+// a client whose credential is missing or not valid (msg: "authenticate
+// first", nothing more); the server then closes the connection. After the hellos the client sends requests and the server
 // answers each in turn, one at a time:
 //
 //	request   op:u8 0:u8 0:u16 count:u32                              (8 bytes)
@@ -71,6 +75,7 @@
 //	  why: for a block, the server holds it but cannot read it now, as
 //	  from an object store that is down; in a hello, the listener serves
 //	  its limit of connections)
+//	7 Unauthenticated (in a server hello only: see above)
 //
 // Every msg is UTF-8 text of at most 512 bytes, for a person to read.
 //

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -76,9 +77,14 @@ func (l *listener) Shutdown(ctx context.Context) error {
 // lose the answer, and answers with a hello that says why c is refused.
 func (l *listener) refuse(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(min(l.opts.HandshakeTimeout, time.Second)))
-	var hello [helloSize]byte
-	if _, err := io.ReadFull(c, hello[:]); err != nil {
+	var hello [helloSize + frame.MaxMsg]byte
+	if _, err := io.ReadFull(c, hello[:helloSize]); err != nil {
 		return
+	}
+	if _, _, n, err := decodeHello(hello[:helloSize]); err == nil { // and its credential
+		if _, err := io.ReadFull(c, hello[helloSize:helloSize+n]); err != nil {
+			return
+		}
 	}
 	writeHello(c, frame.StatusUnavailable, frame.ConnLimitMsg(l.opts.MaxConns))
 }
@@ -98,10 +104,11 @@ type served struct {
 // goes away, breaks the protocol, or the listener closes.
 func (x *served) Serve() {
 	defer x.c.Close()
-	if !x.l.handshake(x.c) {
+	h := x.l.handshake(x.c)
+	if h == nil {
 		return
 	}
-	s := &session{c: x.c, h: x.l.h, opts: x.l.opts, pending: x.l.pending,
+	s := &session{c: x.c, h: h, opts: x.l.opts, pending: x.l.pending,
 		begin: x.begin, end: x.end}
 	s.run()
 }
@@ -146,27 +153,51 @@ func (x *served) end() bool {
 	return !x.over
 }
 
-func (l *listener) handshake(c net.Conn) bool {
+// handshake exchanges the hellos and returns the Handler that serves the
+// connection: the listener's, or the one its Authenticator gives for the
+// credential the client's hello carried. It returns nil when the
+// connection is not to be served.
+func (l *listener) handshake(c net.Conn) transfer.Handler {
 	_ = c.SetDeadline(time.Now().Add(l.opts.HandshakeTimeout))
-	var hello [helloSize]byte
-	if _, err := io.ReadFull(c, hello[:]); err != nil {
-		return false
+	var hello [helloSize + frame.MaxMsg]byte
+	if _, err := io.ReadFull(c, hello[:helloSize]); err != nil {
+		return nil
 	}
-	ver, _, _, err := decodeHello(hello[:])
+	ver, _, n, err := decodeHello(hello[:helloSize])
 	switch {
 	case err != nil:
 		writeHello(c, frame.StatusError, "not a kvstrata data-plane hello: "+err.Error())
-		return false
+		return nil
 	case ver != version:
 		writeHello(c, frame.StatusRefused, fmt.Sprintf(
 			"protocol version %d is not supported; this node speaks version %d", ver, version))
-		return false
+		return nil
+	}
+	token := hello[helloSize : helloSize+n]
+	if _, err := io.ReadFull(c, token); err != nil {
+		return nil
+	}
+	h := l.h
+	if a, ok := h.(transfer.Authenticator); ok {
+		creds := transfer.Credentials{Token: string(token)}
+		if tc, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok {
+			st := tc.ConnectionState()
+			creds.TLS = &st
+		}
+		if h, err = a.Authenticate(creds); err != nil || h == nil {
+			msg := "authenticate first"
+			if err != nil {
+				msg = err.Error()
+			}
+			writeHello(c, frame.StatusUnauthenticated, msg)
+			return nil
+		}
 	}
 	if err := writeHello(c, frame.StatusOK, ""); err != nil {
-		return false
+		return nil
 	}
 	_ = c.SetDeadline(time.Time{})
-	return true
+	return h
 }
 
 // writeHello writes a server hello with msg (cut to frame.MaxMsg bytes).

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/transfer"
+	"github.com/kvstrata/kvstrata/transfer/internal/frame"
 )
 
 // ErrInvalidOptions marks Options that Validate rejects. A Transport made
@@ -88,6 +89,11 @@ type Options struct {
 	// notices a peer whose machine went away while a connection is idle or
 	// waiting; negative turns keep-alives off. The default is 15 seconds.
 	KeepAlive time.Duration
+	// Token is the credential a client's hello carries, at most 512
+	// bytes: what a server that authenticates its clients (its Handler is
+	// a transfer.Authenticator) checks once per connection. Default
+	// empty: none, and the hello is that of a client before tokens.
+	Token string
 }
 
 // EnsureDefaults replaces the zero value of every field with its default. It
@@ -165,6 +171,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MinRate <= 0 {
 		bad("MinRate is %d, want > 0 bytes/s", o.MinRate)
+	}
+	if len(o.Token) > frame.MaxMsg {
+		bad("Token is %d bytes, want at most %d", len(o.Token), frame.MaxMsg)
 	}
 	if o.MaxPendingBytes < int64(o.MaxBlockSize) {
 		bad("MaxPendingBytes is %d, want at least MaxBlockSize (%d)", o.MaxPendingBytes, o.MaxBlockSize)

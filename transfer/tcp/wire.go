@@ -45,7 +45,7 @@ func decodeHello(b []byte) (ver uint8, st frame.Status, msgLen int, err error) {
 	}
 	ver, st, msgLen = b[4], frame.Status(b[5]), int(binary.LittleEndian.Uint16(b[6:]))
 	switch {
-	case !st.Known():
+	case !st.Known() && st != frame.StatusUnauthenticated:
 		return ver, st, msgLen, fmt.Errorf("%w: hello status %d", frame.ErrProtocol, st)
 	case msgLen > frame.MaxMsg:
 		return ver, st, msgLen, fmt.Errorf("%w: hello message of %d bytes, over %d", frame.ErrProtocol, msgLen, frame.MaxMsg)

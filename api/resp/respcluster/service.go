@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/kvstrata/kvstrata/api/resp"
 	pb "github.com/kvstrata/kvstrata/api/v1"
+	"github.com/kvstrata/kvstrata/auth"
 	"github.com/kvstrata/kvstrata/index"
 )
 
@@ -38,7 +41,7 @@ func Register(g grpc.ServiceRegistrar, local resp.Store) *Service {
 
 // Get streams the local value of the key.
 func (s *Service) Get(req *pb.KeyRequest, stream grpc.ServerStreamingServer[pb.ValueChunk]) error {
-	v, release, err := s.local.View(stream.Context(), string(req.GetKey()))
+	v, release, err := s.local.View(asked(stream.Context()), string(req.GetKey()))
 	if err != nil {
 		return statusOf(err)
 	}
@@ -61,6 +64,7 @@ func (s *Service) Get(req *pb.KeyRequest, stream grpc.ServerStreamingServer[pb.V
 // Stat describes the local value of the key: with the store's Stat when
 // it has one, else from its value.
 func (s *Service) Stat(ctx context.Context, req *pb.KeyRequest) (*pb.KeyStat, error) {
+	ctx = asked(ctx)
 	key := string(req.GetKey())
 	if ks, ok := s.local.(resp.KeyStore); ok {
 		ki, err := ks.Stat(ctx, key)
@@ -83,6 +87,7 @@ func (s *Service) Stat(ctx context.Context, req *pb.KeyRequest) (*pb.KeyStat, er
 
 // Delete removes the local value of the key.
 func (s *Service) Delete(ctx context.Context, req *pb.KeyRequest) (*pb.KeyDeleted, error) {
+	ctx = asked(ctx)
 	ok, err := s.local.Delete(ctx, string(req.GetKey()))
 	if err != nil {
 		return nil, statusOf(err)
@@ -132,7 +137,7 @@ func (p *GRPCPeers) Get(ctx context.Context, node index.NodeID, key string, prog
 	if err != nil {
 		return nil, err
 	}
-	stream, err := c.Get(ctx, &pb.KeyRequest{Key: []byte(key)})
+	stream, err := c.Get(asking(ctx), &pb.KeyRequest{Key: []byte(key)})
 	if err != nil {
 		return nil, peerError(node, err)
 	}
@@ -169,7 +174,7 @@ func (p *GRPCPeers) Stat(ctx context.Context, node index.NodeID, key string) (re
 	if err != nil {
 		return resp.KeyInfo{}, err
 	}
-	st, err := c.Stat(ctx, &pb.KeyRequest{Key: []byte(key)})
+	st, err := c.Stat(asking(ctx), &pb.KeyRequest{Key: []byte(key)})
 	if err != nil {
 		return resp.KeyInfo{}, peerError(node, err)
 	}
@@ -186,7 +191,7 @@ func (p *GRPCPeers) Delete(ctx context.Context, node index.NodeID, key string) (
 	if err != nil {
 		return false, err
 	}
-	r, err := c.Delete(ctx, &pb.KeyRequest{Key: []byte(key)})
+	r, err := c.Delete(asking(ctx), &pb.KeyRequest{Key: []byte(key)})
 	if err != nil {
 		return false, peerError(node, err)
 	}
@@ -210,6 +215,7 @@ var errNoKeys = status.Error(codes.Unimplemented, "this node's store cannot enum
 
 // Scan returns a page of the local keys.
 func (s *Service) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanPage, error) {
+	ctx = asked(ctx)
 	ks, ok := s.local.(resp.KeyStore)
 	if !ok {
 		return nil, errNoKeys
@@ -227,6 +233,7 @@ func (s *Service) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanPage, 
 
 // Len counts the local keys.
 func (s *Service) Len(ctx context.Context, _ *pb.LenRequest) (*pb.KeyCount, error) {
+	ctx = asked(ctx)
 	n, err := s.local.Len(ctx)
 	if err != nil {
 		return nil, statusOf(err)
@@ -236,6 +243,7 @@ func (s *Service) Len(ctx context.Context, _ *pb.LenRequest) (*pb.KeyCount, erro
 
 // Flush deletes the local keys.
 func (s *Service) Flush(ctx context.Context, _ *pb.FlushRequest) (*pb.KeyCount, error) {
+	ctx = asked(ctx)
 	ks, ok := s.local.(resp.KeyStore)
 	if !ok {
 		return nil, errNoKeys
@@ -259,7 +267,7 @@ func (p *GRPCPeers) Scan(ctx context.Context, node index.NodeID, cursor uint64, 
 	if err != nil {
 		return nil, 0, err
 	}
-	page, err := c.Scan(ctx, &pb.ScanRequest{Cursor: cursor, Count: uint32(min(max(count, 0), maxScanCount))},
+	page, err := c.Scan(asking(ctx), &pb.ScanRequest{Cursor: cursor, Count: uint32(min(max(count, 0), maxScanCount))},
 		grpc.MaxCallRecvMsgSize(math.MaxInt32))
 	if err != nil {
 		return nil, 0, fmt.Errorf("node %d: %w", node, err)
@@ -277,7 +285,7 @@ func (p *GRPCPeers) Len(ctx context.Context, node index.NodeID) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	r, err := c.Len(ctx, &pb.LenRequest{})
+	r, err := c.Len(asking(ctx), &pb.LenRequest{})
 	if err != nil {
 		return 0, fmt.Errorf("node %d: %w", node, err)
 	}
@@ -290,9 +298,53 @@ func (p *GRPCPeers) Flush(ctx context.Context, node index.NodeID) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	r, err := c.Flush(ctx, &pb.FlushRequest{})
+	r, err := c.Flush(asking(ctx), &pb.FlushRequest{})
 	if err != nil {
 		return 0, fmt.Errorf("node %d: %w", node, err)
 	}
 	return r.GetKeys(), nil
 }
+
+// tenantHeader carries, from one node's keyspace to another's, the
+// tenant whose keys a request is about: "t=" and the tenant's name (empty
+// for an identity without a tenant). Without it the request is about the
+// keys of a RESP server that does not authenticate.
+const tenantHeader = "kvstrata-resp-tenant"
+
+// asking is ctx with the tenant of the identity it carries, if any, in
+// the metadata of a request to another node.
+func asking(ctx context.Context) context.Context {
+	if id, ok := auth.FromContext(ctx); ok {
+		return metadata.AppendToOutgoingContext(ctx, tenantHeader, "t="+id.Tenant)
+	}
+	return ctx
+}
+
+// asked is the context a request from another node is answered in: one
+// whose identity is of the tenant the request names, so that the local
+// store reads and writes that tenant's keys, or none when it names none
+// (the keys of a RESP server that does not authenticate). Only another
+// member may name a tenant: a caller the gRPC server authenticated as
+// anyone else keeps its own identity, and with it its own tenant's keys.
+func asked(ctx context.Context) context.Context {
+	caller, ok := auth.FromContext(ctx)
+	if ok && !caller.Member {
+		return ctx
+	}
+	vals := metadata.ValueFromIncomingContext(ctx, tenantHeader)
+	if len(vals) != 1 || !strings.HasPrefix(vals[0], "t=") {
+		return withoutValues{ctx} // not even the member's identity
+	}
+	id := auth.MemberIdentity()
+	if ok {
+		id = caller
+	}
+	id.Tenant = vals[0][len("t="):]
+	return auth.NewContext(ctx, id)
+}
+
+// withoutValues is a context's cancellation and deadline without its
+// values.
+type withoutValues struct{ context.Context }
+
+func (withoutValues) Value(any) any { return nil }

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/auth"
 	"github.com/kvstrata/kvstrata/index"
 )
 
@@ -179,7 +180,7 @@ func (s *Store) View(ctx context.Context, key string) ([]byte, func(), error) {
 // returned the value and some did not answer.
 func (s *Store) remoteGet(ctx context.Context, key string) ([]byte, error) {
 	var failed error
-	for _, h := range s.dir.Holders(index.RESPKey(key)) {
+	for _, h := range s.dir.Holders(blockOf(ctx, key)) {
 		s.remoteGets.Add(1)
 		v, err := s.peerGet(ctx, h.Node, key)
 		switch {
@@ -218,7 +219,7 @@ func (s *Store) peerGet(ctx context.Context, node index.NodeID, key string) ([]b
 // remoteStat is remoteGet for Stat.
 func (s *Store) remoteStat(ctx context.Context, key string) (resp.KeyInfo, error) {
 	var failed error
-	for _, h := range s.dir.Holders(index.RESPKey(key)) {
+	for _, h := range s.dir.Holders(blockOf(ctx, key)) {
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.PeerTimeout)
 		ki, err := s.peers.Stat(pctx, h.Node, key)
 		cancel()
@@ -270,7 +271,7 @@ func (s *Store) invalidate(ctx context.Context, key string) error {
 func (s *Store) deleteRemote(ctx context.Context, key string) (bool, error) {
 	var deleted bool
 	var failed error
-	for _, h := range s.dir.Holders(index.RESPKey(key)) {
+	for _, h := range s.dir.Holders(blockOf(ctx, key)) {
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.PeerTimeout)
 		ok, err := s.peers.Delete(pctx, h.Node, key)
 		cancel()
@@ -352,4 +353,11 @@ func (s *Store) presentElsewhere(ctx context.Context, key string) (bool, error) 
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// blockOf is the block of key for a call with ctx: index.RESPKey's, in
+// the namespace of the tenant ctx's identity belongs to, as the local
+// store (respnode) keeps it.
+func blockOf(ctx context.Context, key string) index.Key {
+	return index.Key{NS: auth.NamespaceOf(ctx, index.RESPNamespace), Hash: index.RESPKey(key).Hash}
 }

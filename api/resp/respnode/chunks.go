@@ -15,7 +15,8 @@ import (
 )
 
 // chunkNamespace holds the chunks of values over one block. Its blocks
-// are not keys: DBSIZE and SCAN count only index.RESPNamespace.
+// are not keys: DBSIZE and SCAN count only index.RESPNamespace (and
+// chunkSpace gives each tenant's keyspace its own).
 var chunkNamespace = index.NamespaceID(xxhash.Sum64String("kvstrata-resp-chunks-v1"))
 
 // errChunkLost is a chunk a manifest names that no tier holds, or holds
@@ -31,7 +32,21 @@ func chunkKey(k index.Key, gen uint64, i int) index.Key {
 	binary.LittleEndian.PutUint64(b[:], uint64(k.Hash))
 	binary.LittleEndian.PutUint64(b[8:], gen)
 	binary.LittleEndian.PutUint32(b[16:], uint32(i))
-	return index.Key{NS: chunkNamespace, Hash: index.Hash(xxhash.Sum64(b[:]))}
+	return index.Key{NS: chunkSpace(k.NS), Hash: index.Hash(xxhash.Sum64(b[:]))}
+}
+
+// chunkSpace is the namespace of the chunks of the values whose records
+// are in ns: chunkNamespace for index.RESPNamespace's; for a tenant's
+// (index.BindTenant), one with the same tenant tag in its top 16 bits, so
+// that a tenant's chunks count as its blocks.
+func chunkSpace(ns index.NamespaceID) index.NamespaceID {
+	if ns == index.RESPNamespace {
+		return chunkNamespace
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(ns))
+	low := xxhash.Sum64(append([]byte("kvstrata-resp-chunks-v1\x00"), b[:]...)) & (1<<48 - 1)
+	return index.NamespaceID(uint64(ns.Tenant())<<48 | low)
 }
 
 // writeChunks stores value as chunks of chunkSize under a fresh

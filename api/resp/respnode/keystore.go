@@ -98,11 +98,11 @@ func fromUnixNano(n int64) time.Time {
 
 // SetWith stores value under key as opts say (resp.KeyStore). The check
 // of opts.Cond and the store happen under key's lock.
-func (s *Store) SetWith(_ context.Context, key string, value []byte, opts resp.SetOptions) (bool, error) {
+func (s *Store) SetWith(ctx context.Context, key string, value []byte, opts resp.SetOptions) (bool, error) {
 	if err := s.checkKey(key, int64(len(value))); err != nil {
 		return false, err
 	}
-	k := index.RESPKey(key)
+	k := keyOf(ctx, key)
 	defer s.lock(k)()
 	old, ok, err := s.current(k, key, false)
 	if err != nil {
@@ -134,7 +134,7 @@ func (s *Store) SetWith(_ context.Context, key string, value []byte, opts resp.S
 // chunks and reserves the record of every value, and only then commits
 // them, then deletes. A failure before the commits (no room, a key too
 // long) gives everything back and leaves every key as it was.
-func (s *Store) Apply(_ context.Context, ws []resp.Write) error {
+func (s *Store) Apply(ctx context.Context, ws []resp.Write) error {
 	last := make(map[string]int, len(ws))
 	for i, w := range ws {
 		last[w.Key] = i
@@ -149,7 +149,7 @@ func (s *Store) Apply(_ context.Context, ws []resp.Write) error {
 				return err
 			}
 		}
-		locks[stripe(index.RESPKey(w.Key))] = true
+		locks[stripe(keyOf(ctx, w.Key))] = true
 	}
 	for i, held := range locks {
 		if held {
@@ -167,7 +167,7 @@ func (s *Store) Apply(_ context.Context, ws []resp.Write) error {
 		if last[w.Key] != i {
 			continue
 		}
-		k := index.RESPKey(w.Key)
+		k := keyOf(ctx, w.Key)
 		old, ok, err := s.current(k, w.Key, false)
 		if err == nil && !w.Delete && !s.expired(unixNano(w.ExpireAt)) {
 			var oldp *record
@@ -205,8 +205,8 @@ func (s *Store) Apply(_ context.Context, ws []resp.Write) error {
 }
 
 // Stat describes key from its record (resp.KeyStore).
-func (s *Store) Stat(_ context.Context, key string) (resp.KeyInfo, error) {
-	v, rec, err := s.viewRecord(index.RESPKey(key), key, false)
+func (s *Store) Stat(ctx context.Context, key string) (resp.KeyInfo, error) {
+	v, rec, err := s.viewRecord(keyOf(ctx, key), key, false)
 	if err != nil {
 		return resp.KeyInfo{}, err
 	}
@@ -220,8 +220,8 @@ func (s *Store) Stat(_ context.Context, key string) (resp.KeyInfo, error) {
 
 // Expire sets key's deadline by rewriting its record (resp.KeyStore); a
 // chunked value's chunks stay as they are.
-func (s *Store) Expire(_ context.Context, key string, at time.Time) (time.Time, error) {
-	k := index.RESPKey(key)
+func (s *Store) Expire(ctx context.Context, key string, at time.Time) (time.Time, error) {
+	k := keyOf(ctx, key)
 	defer s.lock(k)()
 	rec, ok, err := s.current(k, key, true)
 	if err != nil {
@@ -256,15 +256,16 @@ func (s *Store) Expire(_ context.Context, key string, at time.Time) (time.Time, 
 // ID there). A page ends only where those 32 bits change, so the few keys
 // whose hashes share them are returned together. count bounds the blocks
 // read, as Redis's COUNT bounds its work.
-func (s *Store) Scan(_ context.Context, cursor uint64, count int) ([]string, uint64, error) {
+func (s *Store) Scan(ctx context.Context, cursor uint64, count int) ([]string, uint64, error) {
 	if count <= 0 {
 		count = 10
 	}
 	if cursor >= 1<<32 {
 		return nil, 0, fmt.Errorf("scan cursor %d is over 32 bits, not one this store returned", cursor)
 	}
+	ns := namespace(ctx)
 	bs := s.h.Blocks(func(b tiers.BlockInfo) bool {
-		return b.Key.NS == index.RESPNamespace && scanCursor(b.Key) >= cursor
+		return b.Key.NS == ns && scanCursor(b.Key) >= cursor
 	})
 	slices.SortFunc(bs, func(a, b tiers.BlockInfo) int {
 		return cmpUint64(uint64(a.Key.Hash), uint64(b.Key.Hash))
@@ -303,21 +304,24 @@ func (s *Store) keyOf(k index.Key) (string, bool) {
 	}
 	defer v.Release()
 	rec, err := decode(v.Bytes())
-	if err != nil || index.RESPKey(string(rec.key)) != k || s.expired(rec.deadline) {
+	if err != nil || keyIn(k.NS, string(rec.key)) != k || s.expired(rec.deadline) {
 		return "", false
 	}
 	return string(rec.key), true
 }
 
-// Flush deletes every key and every chunk (resp.KeyStore), holding every
+// Flush deletes every key and every chunk (resp.KeyStore) of ctx's
+// keyspace — a tenant's own when ctx carries an identity — holding every
 // lock, and counts the keys.
-func (s *Store) Flush(context.Context) (int64, error) {
+func (s *Store) Flush(ctx context.Context) (int64, error) {
+	ns := namespace(ctx)
+	chunks := chunkSpace(ns)
 	for i := range s.locks {
 		s.locks[i].Lock()
 		defer s.locks[i].Unlock()
 	}
 	bs := s.h.Blocks(func(b tiers.BlockInfo) bool {
-		return b.Key.NS == index.RESPNamespace || b.Key.NS == chunkNamespace
+		return b.Key.NS == ns || b.Key.NS == chunks
 	})
 	var n int64
 	var first error
@@ -325,7 +329,7 @@ func (s *Store) Flush(context.Context) (int64, error) {
 		err := s.h.Delete(b.Key)
 		switch {
 		case err == nil:
-			if b.Key.NS == index.RESPNamespace {
+			if b.Key.NS == ns {
 				n++
 			}
 		case !errors.Is(err, tiers.ErrNotFound) && first == nil:
@@ -339,11 +343,11 @@ func (s *Store) Flush(context.Context) (int64, error) {
 // key's lock: a chunked value is read whole, and the write is staged and
 // committed as SetWith's. A value whose chunk was evicted reads as
 // missing (and is dropped).
-func (s *Store) Update(_ context.Context, key string, fn func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error)) error {
+func (s *Store) Update(ctx context.Context, key string, fn func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error)) error {
 	if err := s.checkKey(key, 0); err != nil {
 		return err
 	}
-	k := index.RESPKey(key)
+	k := keyOf(ctx, key)
 	defer s.lock(k)()
 	rec, ok, err := s.current(k, key, true)
 	if err != nil {

@@ -1,7 +1,10 @@
 // Package respnode serves a cache node's blocks to Redis clients: it is
 // the resp.KeyStore of an api/node.Node. Values go through the same tiers,
 // limits and checksums as every other block. Key k is block
-// {index.RESPNamespace, xxhash64(k)}, which holds a record (format.go): k,
+// {index.RESPNamespace, xxhash64(k)} — for a client that authenticated as
+// a user of a tenant, in the namespace bound to that tenant
+// (auth.NamespaceOf), so that tenants never see each other's keys —
+// which holds a record (format.go): k,
 // its deadline, and either the value or, for a value over
 // limits.max-block-size, a manifest of the chunk blocks holding it, in a
 // namespace of their own, so that only records count as keys.
@@ -31,6 +34,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/node"
 	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/auth"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
@@ -79,8 +83,8 @@ func (s *Store) expired(deadline int64) bool {
 // View returns an inline value in place (no copy from DRAM), and a
 // chunked one read into one buffer, chunk by chunk, each checked against
 // its checksum.
-func (s *Store) View(_ context.Context, key string) ([]byte, func(), error) {
-	k := index.RESPKey(key)
+func (s *Store) View(ctx context.Context, key string) ([]byte, func(), error) {
+	k := keyOf(ctx, key)
 	for range 3 {
 		v, rec, err := s.viewRecord(k, key, false)
 		if err != nil {
@@ -227,8 +231,8 @@ func (s *Store) checkKey(key string, value int64) error {
 // Exists reports whether key holds a live value. It reads the record (a
 // chunked value's manifest only); it does not check that every chunk is
 // still there, which a GET does.
-func (s *Store) Exists(_ context.Context, key string) (bool, error) {
-	v, _, err := s.viewRecord(index.RESPKey(key), key, false)
+func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
+	v, _, err := s.viewRecord(keyOf(ctx, key), key, false)
 	if errors.Is(err, resp.ErrNotFound) {
 		return false, nil
 	}
@@ -240,8 +244,8 @@ func (s *Store) Exists(_ context.Context, key string) (bool, error) {
 }
 
 // Delete removes key, and the chunks of its value, from every tier.
-func (s *Store) Delete(_ context.Context, key string) (bool, error) {
-	k := index.RESPKey(key)
+func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
+	k := keyOf(ctx, key)
 	defer s.lock(k)()
 	rec, ok, err := s.current(k, key, false)
 	if err != nil || !ok {
@@ -253,8 +257,9 @@ func (s *Store) Delete(_ context.Context, key string) (bool, error) {
 // Len counts the keys stored through the Redis protocol, expired ones
 // that no read has met yet included. It walks the node's block table, so
 // it costs time in the number of blocks.
-func (s *Store) Len(context.Context) (int64, error) {
-	return int64(len(s.h.Blocks(func(b tiers.BlockInfo) bool { return b.Key.NS == index.RESPNamespace }))), nil
+func (s *Store) Len(ctx context.Context) (int64, error) {
+	ns := namespace(ctx)
+	return int64(len(s.h.Blocks(func(b tiers.BlockInfo) bool { return b.Key.NS == ns }))), nil
 }
 
 // Info adds the tiers to INFO.
@@ -293,4 +298,21 @@ func respError(err error) error {
 		return resp.Mark(err, resp.ErrUnavailable)
 	}
 	return err
+}
+
+// namespace is the namespace of the keys a call with ctx reads and
+// writes: index.RESPNamespace, bound to the tenant of the identity ctx
+// carries when the RESP server authenticates (auth.NamespaceOf). Two
+// tenants' keys are so different blocks: neither reads, lists, counts nor
+// deletes the other's, and a key of another tenant is a miss like any.
+func namespace(ctx context.Context) index.NamespaceID {
+	return auth.NamespaceOf(ctx, index.RESPNamespace)
+}
+
+// keyOf is the block of key for a call with ctx.
+func keyOf(ctx context.Context, key string) index.Key { return keyIn(namespace(ctx), key) }
+
+// keyIn is the block of key in namespace ns: index.RESPKey's hash.
+func keyIn(ns index.NamespaceID, key string) index.Key {
+	return index.Key{NS: ns, Hash: index.RESPKey(key).Hash}
 }

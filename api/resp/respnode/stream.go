@@ -18,8 +18,8 @@ var _ resp.Streamer = (*Store)(nil)
 // are pinned for the stream (for at most the node's view lease), so
 // eviction cannot cut it; they are all checked present before the first
 // is handed out, so a value that lost one is a miss, as in View.
-func (s *Store) ViewStream(_ context.Context, key string) (resp.StreamValue, error) {
-	k := index.RESPKey(key)
+func (s *Store) ViewStream(ctx context.Context, key string) (resp.StreamValue, error) {
+	k := keyOf(ctx, key)
 	for range 3 {
 		v, rec, err := s.viewRecord(k, key, false)
 		if err != nil {

@@ -28,6 +28,8 @@ func HelloAnswer(st Status, ver, want uint8, msg []byte) error {
 		return fmt.Errorf("%w: %s", transfer.ErrRefused, msg)
 	case st == StatusUnavailable:
 		return fmt.Errorf("%w: %s", transfer.ErrUnavailable, msg)
+	case st == StatusUnauthenticated:
+		return fmt.Errorf("%w: %s", transfer.ErrUnauthenticated, msg)
 	case st != StatusOK:
 		return fmt.Errorf("the node answered: %s", msg)
 	case ver != want:

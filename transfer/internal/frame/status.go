@@ -30,6 +30,12 @@ const (
 	numStatus
 )
 
+// StatusUnauthenticated is a status of server hellos only (no block or
+// result carries it, and Known says false): the node authenticates its
+// clients, and the client's hello carried no valid credential
+// (transfer.ErrUnauthenticated); the server closes the connection after it.
+const StatusUnauthenticated = numStatus
+
 // Known says whether st is a status of the protocol; any other is a
 // protocol violation.
 func (st Status) Known() bool { return st < numStatus }
