@@ -64,6 +64,7 @@ command line or configuration (nothing was started).`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServeCommand(stdout, stderr), newWorkerCommand(stderr), newUpCommand(stderr), newFrontendCommand(stderr), newProfileCommand(stdout, stderr), newPlannerCommand(stderr), newVersionCommand(stdout))
 	root.AddCommand(newConfigureCommand(stdout))
+	root.AddCommand(newHashSecretCommand(os.Stdin, stdout, stderr))
 	root.AddCommand(newCompletionCommand(stdout))
 	root.Version = buildinfo.Read().String()
 	root.SetVersionTemplate("kvstrata {{.Version}}\n")
