@@ -97,6 +97,16 @@ func (r *PutReservation) Bytes() []byte {
 	return r.buf
 }
 
+// SetSum sets the Sum of the block's Header, for a writer that hashes the
+// bytes as it fills Bytes() (one pass over them while they are in the
+// CPU's cache) and so knows the Sum only then. Call it before Commit.
+func (r *PutReservation) SetSum(sum uint64) {
+	r.m.Sum = sum
+	if s, ok := r.res.(SumSetter); ok {
+		s.SetSum(sum)
+	}
+}
+
 // Commit publishes the block in place of any earlier version.
 func (r *PutReservation) Commit() error {
 	if r.done {

@@ -57,6 +57,13 @@ type Reservation interface {
 	Abort()
 }
 
+// SumSetter is implemented by Reservations whose Header's Sum may be set
+// after Reserve, before Commit: a writer that hashes the bytes while it
+// fills them learns the Sum only then (PutReservation.SetSum).
+type SumSetter interface {
+	SetSum(sum uint64)
+}
+
 // Reserver is implemented by tiers that can be written in place (dram).
 // Reserve fails as Put does: a *SizeError over the block limit, ErrFull
 // when there is no room, ErrClosed.

@@ -546,6 +546,64 @@ func TestReserveCommitsLikePut(t *testing.T) {
 	put(t, h, 4)
 }
 
+func TestReserveTakesTheSumSetWhileFilling(t *testing.T) {
+	h := twoLevels(t, 1, 8, nil)
+	m, b := tiertest.Block(1, blockSize)
+	sum := m.Sum
+	m.Sum = 0 // not known until the bytes are in
+	r, err := h.Reserve(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(r.Bytes(), b)
+	r.SetSum(sum)
+	if err := r.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got, gm, kind, err := h.Get(key(1), nil)
+	if err != nil || kind != index.TierDRAM || gm.Sum != sum || !bytes.Equal(got, b) {
+		t.Fatalf("Get after Commit: %v sum %016x, want %016x: %v", kind, gm.Sum, sum, err)
+	}
+	put(t, h, 2) // 1 → ssd, with the Sum set
+	got, gm, kind, err = h.Get(key(1), nil)
+	if err != nil || kind != index.TierSSD || gm.Sum != sum || !bytes.Equal(got, b) {
+		t.Fatalf("Get from the ssd: %v sum %016x, want %016x: %v", kind, gm.Sum, sum, err)
+	}
+}
+
+func TestRestoreOfTheSameMetaIsNotAnnouncedAgain(t *testing.T) {
+	var stored []index.Change
+	h := twoLevels(t, 4, 8, func(c *tiers.Config) {
+		c.OnChange = func(ch index.Change) {
+			if ch.Kind == index.ChangeStored {
+				stored = append(stored, ch)
+			}
+		}
+	})
+	put(t, h, 1)
+	m, b := tiertest.Block(1, blockSize)
+	b[0] ^= 1 // new bytes, same size: the directory's record is the same
+	m.Sum = index.Checksum(b)
+	if err := h.Put(m, b); err != nil {
+		t.Fatal(err)
+	}
+	if got, gm, _, err := h.Get(key(1), nil); err != nil || gm.Sum != m.Sum || !bytes.Equal(got, b) {
+		t.Fatalf("Get after the second Put: sum %016x, want %016x: %v", gm.Sum, m.Sum, err)
+	}
+	if len(stored) != 1 {
+		t.Fatalf("%d stored changes for two versions of one Meta, want 1: %+v", len(stored), stored)
+	}
+	m.Size = blockSize / 2 // a new Meta is announced
+	b = b[:m.Size]
+	m.Sum = index.Checksum(b)
+	if err := h.Put(m, b); err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 2 || stored[1].Meta.Size != blockSize/2 {
+		t.Fatalf("stored changes after a new size: %+v", stored)
+	}
+}
+
 func TestBlocksSnapshotSelects(t *testing.T) {
 	h := twoLevels(t, 2, 8, nil)
 	for i := 1; i <= 3; i++ {

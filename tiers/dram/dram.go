@@ -140,6 +140,8 @@ var (
 	_ tiers.Viewer    = (*Tier)(nil)
 	_ tiers.Reserver  = (*Tier)(nil)
 	_ tiers.HostArena = (*Tier)(nil)
+
+	_ tiers.SumSetter = (*reservation)(nil)
 )
 
 // HostArena returns the arena's memory, for a device tier to register for
@@ -215,6 +217,10 @@ func (t *Tier) Reserve(m index.Header) (tiers.Reservation, error) {
 
 // Bytes returns the reserved room, len(Bytes()) == m.Size.
 func (r *reservation) Bytes() []byte { return r.t.bytes(r.b) }
+
+// SetSum sets the Sum of the block's Header (tiers.SumSetter); call it
+// before Commit. The block is not yet visible, so no lock is needed.
+func (r *reservation) SetSum(sum uint64) { r.b.meta.Sum = sum }
 
 // Commit publishes the block, replacing any block under its key. The caller
 // must have filled Bytes() and checked them against the Header's Sum.

@@ -21,6 +21,18 @@ func BenchmarkGet(b *testing.B) {
 	}
 }
 
+// BenchmarkPut measures Put throughput over loopback: batches of 16 blocks
+// of each size into a handler that keeps nothing, each block hashed as it
+// arrives and checked against its checksum.
+func BenchmarkPut(b *testing.B) {
+	for _, size := range []int{64 << 10, 1 << 20, 4 << 20} {
+		for _, conns := range []int{1, 4} {
+			name := fmt.Sprintf("size=%s/conns=%d", transfertest.SizeName(size), conns)
+			b.Run(name, func(b *testing.B) { transfertest.BenchPut(b, tcp.New(tcp.Options{}), size, conns) })
+		}
+	}
+}
+
 // BenchmarkGetLatency measures the round trip of a Get of one 64 KiB block
 // over an idle connection and reports its median and 99th percentile.
 func BenchmarkGetLatency(b *testing.B) {

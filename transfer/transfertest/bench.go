@@ -142,6 +142,70 @@ func BenchGet(b *testing.B, tr transfer.Transport, size, conns int) {
 	}
 }
 
+// Bin is a Handler that accepts every put into a reused buffer and keeps
+// nothing, so that benchmarks of puts measure the transport: the receive
+// and the checksum of each block.
+type Bin struct{ bufs sync.Pool }
+
+// Open finds nothing.
+func (*Bin) Open(index.Key) (index.Header, []byte, func(), error) {
+	return index.Header{}, nil, nil, transfer.ErrNotFound
+}
+
+// Reserve returns a buffer of h.Size bytes, taken back at the commit.
+func (b *Bin) Reserve(h index.Header) ([]byte, func(bool) error, error) {
+	p, _ := b.bufs.Get().(*[]byte)
+	if p == nil || cap(*p) < int(h.Size) {
+		buf := make([]byte, h.Size)
+		p = &buf
+	}
+	return (*p)[:h.Size], func(bool) error { b.bufs.Put(p); return nil }, nil
+}
+
+// BenchPut measures Put throughput over tr: Puts of BenchBatch blocks of
+// size bytes over conns connections in parallel, each block hashed by the
+// transport as it arrives and checked against its checksum. MB/s counts
+// block bytes.
+func BenchPut(b *testing.B, tr transfer.Transport, size, conns int) {
+	ln := Listen(b, tr, &Bin{})
+	blocks := make([]transfer.Block, BenchBatch)
+	for i := range blocks {
+		blocks[i] = MakeBlock(index.Hash(i+1), size)
+	}
+	cs := make([]transfer.Conn, conns)
+	for i := range cs {
+		cs[i] = Dial(b, tr, ln.Addr())
+	}
+	ctx := context.Background()
+	b.SetBytes(int64(BenchBatch * size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, conns)
+	for i := range cs {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				bad, err := cs[i].Put(ctx, blocks)
+				if err == nil {
+					err = errors.Join(bad...)
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchGetLatency measures the round trip of a Get of one 64 KiB block over
 // an idle connection of tr and reports its median and 99th percentile.
 func BenchGetLatency(b *testing.B, tr transfer.Transport) {

@@ -60,13 +60,14 @@ func (s *Store) writeChunks(k index.Key, value []byte, chunkSize int64) (manifes
 	for off := int64(0); off < m.size; off += chunkSize {
 		part := value[off:min(off+chunkSize, m.size)]
 		i := len(m.sums)
-		h := index.Header{Key: chunkKey(k, m.gen, i), Sum: index.Checksum(part)}
+		h := index.Header{Key: chunkKey(k, m.gen, i)}
 		h.Size = uint32(len(part))
-		if err := s.putBlock(h, func(b []byte) { copy(b, part) }); err != nil {
+		sum, err := s.putBlock(h, part)
+		if err != nil {
 			s.dropChunks(k, m.gen, i)
 			return manifest{}, err
 		}
-		m.sums = append(m.sums, h.Sum)
+		m.sums = append(m.sums, sum)
 	}
 	// Writing the last chunks may have evicted the first ones from a node
 	// with no tier below to demote them to: the value does not fit.
@@ -80,15 +81,17 @@ func (s *Store) writeChunks(k index.Key, value []byte, chunkSize int64) (manifes
 	return m, nil
 }
 
-// putBlock reserves room for block h in the fastest tier, fills it and
-// commits it.
-func (s *Store) putBlock(h index.Header, fill func([]byte)) error {
+// putBlock reserves room for block h (whose Sum it computes) in the
+// fastest tier, copies part into it, hashing it in the same pass, and
+// commits it. It returns the block's checksum.
+func (s *Store) putBlock(h index.Header, part []byte) (uint64, error) {
 	r, err := s.n.Reserve(h)
 	if err != nil {
-		return respError(err)
+		return 0, respError(err)
 	}
-	fill(r.Bytes())
-	return respError(r.Commit())
+	sum := fill(r.Bytes(), nil, part)
+	r.SetSum(sum)
+	return sum, respError(r.Commit())
 }
 
 // readChunks reads the value m describes into one buffer, checking each

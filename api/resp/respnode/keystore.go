@@ -41,20 +41,28 @@ func (s *Store) stage(k index.Key, key string, value []byte, deadline int64, old
 		rec := encodeManifest(key, deadline, m)
 		hdr, body = rec[:len(hdr)], rec[len(hdr):]
 	}
-	d := index.NewDigest()
-	_, _ = d.Write(hdr)
-	_, _ = d.Write(body)
-	h := index.Header{Key: k, Sum: d.Sum64()}
+	// The record is hashed as it is copied into the reserved room, in one
+	// pass over the value, and the Sum set before the commit.
+	h := index.Header{Key: k}
 	h.Size = uint32(len(hdr) + len(body))
 	r, err := s.n.Reserve(h)
 	if err != nil {
 		st.dropNew(s)
 		return nil, respError(err)
 	}
-	b := r.Bytes()
-	copy(b[copy(b, hdr):], body)
+	r.SetSum(fill(r.Bytes(), hdr, body))
 	st.res = r
 	return st, nil
+}
+
+// fill copies the record hdr+body into b and returns its checksum, hashing
+// each piece as it is copied.
+func fill(b, hdr, body []byte) uint64 {
+	var d index.Digest
+	d.Reset()
+	n := index.CopySum(&d, b, hdr)
+	index.CopySum(&d, b[n:], body)
+	return d.Sum64()
 }
 
 func (st *staged) dropNew(s *Store) {
@@ -238,9 +246,10 @@ func (s *Store) Expire(ctx context.Context, key string, at time.Time) (time.Time
 		return old, nil
 	case rec.kind == kindManifest:
 		b := encodeManifest(key, d, rec.manifest)
-		h := index.Header{Key: k, Sum: index.Checksum(b)}
+		h := index.Header{Key: k}
 		h.Size = uint32(len(b))
-		return old, s.putBlock(h, func(dst []byte) { copy(dst, b) })
+		_, err := s.putBlock(h, b)
+		return old, err
 	}
 	st, err := s.stage(k, key, rec.value, d, nil)
 	if err != nil {
