@@ -89,11 +89,12 @@ for run in $(seq "$RUNS"); do
 		(sleep 1
 			curl -fs "http://127.0.0.1:$http/debug/pprof/mutex?seconds=5" -o "$work/mutex.pprof"
 			curl -fs "http://127.0.0.1:$http/debug/pprof/block?seconds=5" -o "$work/block.pprof") &
+		profiler=$!
 	fi
 	bench node "kvstrata://127.0.0.1:$grpc" "$run"
 	bench redis-server "redis://127.0.0.1:$redis" "$run"
 done
-wait
+[[ -z ${profiler:-} ]] || wait "$profiler"
 demoted=$(($(demotions) - before))
 
 echo
