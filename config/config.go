@@ -158,7 +158,8 @@ type SSD struct {
 	// Capacity in bytes; 0 (auto, the default) takes a quarter of the free
 	// space of Dir's file system, at most 256 GiB.
 	Capacity ByteSize
-	// Policy is lru (default), lfu, prefix, s3fifo, wtinylfu or s3fifo-prefix.
+	// Policy is lru (default), lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix,
+	// wtinylfu-prefix, arc or arc-prefix.
 	Policy string
 	// AdmitMinSeen admits a DRAM victim only if it was accessed at least
 	// this often lately. Default 1 (admit every victim).

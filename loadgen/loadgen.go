@@ -161,6 +161,9 @@ type Result struct {
 	FirstError error
 	// Latency holds the durations of the requests that succeeded.
 	Latency *Histogram
+	// GetLatency holds those of the gets alone (in a mixed run, the
+	// share of Latency that is gets; in a get run, all of it).
+	GetLatency *Histogram
 }
 
 // OpsPerSec is the rate of values moved (or keys found).
@@ -190,6 +193,7 @@ func (r *Result) merge(o *Result) {
 		r.FirstError = o.FirstError
 	}
 	r.Latency.Merge(o.Latency)
+	r.GetLatency.Merge(o.GetLatency)
 }
 
 // Run runs cfg against the targets dial opens, one per worker, and
@@ -225,7 +229,7 @@ func Run(ctx context.Context, dial Dialer, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("%w: lookup", ErrUnsupported)
 	}
 
-	rep := &Report{Run: Result{Latency: new(Histogram)}} // what an interrupted populate leaves
+	rep := &Report{Run: Result{Latency: new(Histogram), GetLatency: new(Histogram)}} // what an interrupted populate leaves
 	if cfg.Op != OpPut && !cfg.NoPopulate {
 		var next atomic.Int64
 		batches := (int64(cfg.Keys) + int64(cfg.Batch) - 1) / int64(cfg.Batch)
@@ -306,8 +310,8 @@ func runPhase(ctx context.Context, workers []*worker, cfg *Config, p phase, next
 	}
 	var wg sync.WaitGroup
 	for _, w := range workers {
-		w.res = Result{Latency: w.res.Latency}
-		*w.res.Latency = Histogram{}
+		w.res = Result{Latency: w.res.Latency, GetLatency: w.res.GetLatency}
+		*w.res.Latency, *w.res.GetLatency = Histogram{}, Histogram{}
 		wg.Go(func() { w.loop(ctx, next, &requests, &bytes) })
 	}
 	report := func() {
@@ -337,7 +341,7 @@ func runPhase(ctx context.Context, workers []*worker, cfg *Config, p phase, next
 	} else {
 		wg.Wait()
 	}
-	out := Result{Elapsed: time.Since(start), Latency: new(Histogram)}
+	out := Result{Elapsed: time.Since(start), Latency: new(Histogram), GetLatency: new(Histogram)}
 	for _, w := range workers {
 		out.merge(&w.res)
 	}

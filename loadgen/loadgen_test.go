@@ -194,6 +194,10 @@ func TestMixedRunSplitsByGetRatio(t *testing.T) {
 	if gets := s.gets.Load(); gets+puts != 2000 || gets < 1400 || gets > 1600 || rep.Run.Errors != 0 {
 		t.Fatalf("%d gets and %d puts (errors %d), want about 1500 and 500", gets, puts, rep.Run.Errors)
 	}
+	// The gets' latencies are kept apart as well as in the total.
+	if n := rep.Run.GetLatency.Count(); n != uint64(s.gets.Load()) || rep.Run.Latency.Count() != 2000 {
+		t.Fatalf("%d get latencies of %d gets, %d latencies of 2000 requests", n, s.gets.Load(), rep.Run.Latency.Count())
+	}
 }
 
 func TestTimedRunStopsOnTimeAndCancelStopsEarly(t *testing.T) {

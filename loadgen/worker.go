@@ -37,7 +37,7 @@ func newWorker(id int, t Target, dial Dialer, content *Content, cfg *Config) *wo
 	return &worker{
 		id: id, t: t, dial: dial, content: content, cfg: cfg,
 		rng: rand.New(rand.NewPCG(cfg.Seed, uint64(id)+1)),
-		res: Result{Latency: new(Histogram)},
+		res: Result{Latency: new(Histogram), GetLatency: new(Histogram)},
 	}
 }
 
@@ -66,6 +66,9 @@ func (w *worker) loop(ctx context.Context, next func(*worker) (kind, bool), requ
 			continue
 		}
 		w.res.Latency.Record(took)
+		if k == kindGet {
+			w.res.GetLatency.Record(took)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	httppprof "net/http/pprof"
+	"runtime"
 	"strings"
 	"time"
 
@@ -24,10 +25,15 @@ type Check struct {
 
 // Handler serves /metrics, /healthz (the process is up) and /readyz (every
 // check passes; the body lists each check's state either way), and with
-// pprof Go's profiler under /debug/pprof/.
+// pprof Go's profiler under /debug/pprof/, with the mutex and block
+// profiles on (one contention event in 100 sampled, blocking sampled about
+// once per 100 µs blocked), so that /debug/pprof/mutex?seconds=N and
+// /debug/pprof/block?seconds=N show where requests wait.
 func (m *Metrics) Handler(pprof bool, checks ...Check) http.Handler {
 	mux := http.NewServeMux()
 	if pprof {
+		runtime.SetMutexProfileFraction(100)
+		runtime.SetBlockProfileRate(100_000)
 		mux.HandleFunc("/debug/pprof/", httppprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)

@@ -39,6 +39,8 @@ type benchPhase struct {
 	Mismatches     int64        `json:"mismatches"` // wrong values alone
 	Misses         int64        `json:"misses"`     // keys not found
 	FirstError     string       `json:"first_error,omitempty"`
+	// GetLatencyNs is LatencyNs of the gets alone, in a mixed run.
+	GetLatencyNs *latencyStats `json:"get_latency_ns,omitempty"`
 }
 
 type latencyStats struct {
@@ -56,6 +58,10 @@ func newBenchOutput(p benchPlan, path string, rep *loadgen.Report) benchOutput {
 		Run: newBenchPhase(&rep.Run)}
 	if p.cfg.Op == loadgen.OpMixed {
 		out.GetRatio = &p.cfg.GetRatio
+		if rep.Run.GetLatency != nil {
+			gets := newLatencyStats(rep.Run.GetLatency)
+			out.Run.GetLatencyNs = &gets
+		}
 	}
 	if rep.Populate != nil {
 		ph := newBenchPhase(rep.Populate)
@@ -71,10 +77,13 @@ func newBenchPhase(r *loadgen.Result) benchPhase {
 	if r.FirstError != nil {
 		ph.FirstError = r.FirstError.Error()
 	}
-	h := r.Latency
-	ph.LatencyNs = latencyStats{Count: h.Count(), Mean: int64(h.Mean()), P50: int64(h.Quantile(0.5)), P99: int64(h.Quantile(0.99)),
-		P999: int64(h.Quantile(0.999)), Max: int64(h.Max())}
+	ph.LatencyNs = newLatencyStats(r.Latency)
 	return ph
+}
+
+func newLatencyStats(h *loadgen.Histogram) latencyStats {
+	return latencyStats{Count: h.Count(), Mean: int64(h.Mean()), P50: int64(h.Quantile(0.5)), P99: int64(h.Quantile(0.99)),
+		P999: int64(h.Quantile(0.999)), Max: int64(h.Max())}
 }
 
 func (o *benchOutput) phases() []*benchPhase {
@@ -130,6 +139,12 @@ func (a *app) writeBench(o benchOutput) error {
 			strconv.FormatFloat(ph.MBPerSec, 'f', 1, 64), strconv.FormatFloat(ph.GBPerSec, 'f', 2, 64),
 			lat(ph.LatencyNs.P50), lat(ph.LatencyNs.P99), lat(ph.LatencyNs.P999), lat(ph.LatencyNs.Max),
 			thousands(ph.Errors)})
+	}
+	if g := o.Run.GetLatencyNs; g != nil && g.Count > 0 {
+		// A mixed run's gets alone: their latency apart from the puts'.
+		rows = append(rows, []string{"run gets", thousands(int64(g.Count)), "-", "-", "-", "-", "-", "-",
+			formatLatency(time.Duration(g.P50)), formatLatency(time.Duration(g.P99)), formatLatency(time.Duration(g.P999)),
+			formatLatency(time.Duration(g.Max)), "-"})
 	}
 	if err := writeTable(a.stdout, header, rows); err != nil {
 		return err

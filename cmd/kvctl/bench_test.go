@@ -74,6 +74,10 @@ func TestBenchEveryOpOverBothPaths(t *testing.T) {
 		if (got.Populate != nil) != c.populated || r.LatencyNs.Count != 20 || r.LatencyNs.P50 <= 0 || r.LatencyNs.Max < r.LatencyNs.P999 {
 			t.Errorf("%v: populate %+v, latency %+v", c.args, got.Populate, r.LatencyNs)
 		}
+		// A mixed run reports its gets' latency apart; other runs do not.
+		if g := r.GetLatencyNs; (g != nil) != (got.Op == "mixed") || g != nil && (g.Count == 0 || g.Count > 20) {
+			t.Errorf("%v: get latency %+v", c.args, g)
+		}
 	}
 }
 

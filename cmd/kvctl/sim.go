@@ -54,13 +54,18 @@ Policies:
   lfu     least frequently used with dynamic aging (LFU-DA)
   prefix  least recently used among blocks with no cached children, so a
           chain loses its leaves before its root
-  s3fifo  S3-FIFO: a small probationary FIFO (10 %), a main FIFO with
+  s3fifo  S3-FIFO: a small probationary FIFO (5 %), a main FIFO with
           reinsertion of blocks used again, a ghost queue of evicted keys
   wtinylfu  W-TinyLFU: a window LRU (1 %, tuned by hill climbing), a
           segmented LRU main, and a frequency sketch admitting a window
           block only if used more often than main's next victim
   s3fifo-prefix  S3-FIFO that passes over blocks with cached children, so
           a chain loses its leaves before its root
+  wtinylfu-prefix  W-TinyLFU whose window candidate and main victim are
+          blocks with no cached children
+  arc     ARC: an LRU of blocks used once and one of blocks used again,
+          with ghost lists of evicted keys steering the split between them
+  arc-prefix  ARC that passes over blocks with cached children
   belady  Belady's MIN, the offline optimum (it reads the trace's future);
           when it runs, each row shows how far the policy is below it
 

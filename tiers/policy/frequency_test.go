@@ -31,7 +31,11 @@ func TestOneHitWondersDoNotEvictAFrequentlyUsedBlock(t *testing.T) {
 	for _, pc := range []struct {
 		name string
 		new  func() Policy
-	}{{"s3fifo", func() Policy { return NewS3FIFO() }}, {"wtinylfu", func() Policy { return NewWTinyLFU() }}} {
+	}{
+		{"s3fifo", func() Policy { return NewS3FIFO() }},
+		{"wtinylfu", func() Policy { return NewWTinyLFU() }},
+		{"arc", func() Policy { return NewARC() }},
+	} {
 		t.Run(pc.name, func(t *testing.T) {
 			const capacity = 100
 			p := pc.new()
@@ -174,13 +178,13 @@ func TestSketchCountsUpToSixteenAndForgetsByHalving(t *testing.T) {
 }
 
 func TestNewKnowsTheFrequencyPolicies(t *testing.T) {
-	for _, name := range []string{"s3fifo", "wtinylfu"} {
+	for _, name := range []string{"s3fifo", "wtinylfu", "s3fifo-prefix", "wtinylfu-prefix", "arc", "arc-prefix"} {
 		p, err := New(name)
 		if err != nil || p.Name() != name || !Valid(name) {
 			t.Fatalf("New(%q) = %v, %v", name, p, err)
 		}
 	}
-	if _, err := New("arc"); err == nil || !strings.Contains(err.Error(), "s3fifo") {
+	if _, err := New("mru"); err == nil || !strings.Contains(err.Error(), "s3fifo") {
 		t.Fatalf("New of an unknown policy: %v, want an error listing the known ones", err)
 	}
 }

@@ -1,8 +1,8 @@
 // Package policy holds the eviction policies a tier can use: LRU, LFU with
 // dynamic aging, a prefix-aware policy that evicts the leaves of a chain
-// before their ancestors, S3-FIFO and W-TinyLFU (which keep blocks used once
-// from displacing blocks used again), and Belady's offline optimum as a
-// yardstick.
+// before their ancestors, S3-FIFO, W-TinyLFU and ARC (which keep blocks used
+// once from displacing blocks used again, each also in a prefix-aware
+// form), and Belady's offline optimum as a yardstick.
 //
 // A Policy only orders blocks; it never touches bytes. Policies are not safe
 // for concurrent use: the tier hierarchy serialises calls under its lock.
@@ -45,7 +45,7 @@ type Policy interface {
 }
 
 // Names lists the policies New can build.
-var Names = []string{"lru", "lfu", "prefix", "s3fifo", "wtinylfu", "s3fifo-prefix"}
+var Names = []string{"lru", "lfu", "prefix", "s3fifo", "wtinylfu", "s3fifo-prefix", "wtinylfu-prefix", "arc", "arc-prefix"}
 
 // New returns the named online policy.
 func New(name string) (Policy, error) {
@@ -62,6 +62,12 @@ func New(name string) (Policy, error) {
 		return NewWTinyLFU(), nil
 	case "s3fifo-prefix":
 		return NewS3FIFOPrefix(), nil
+	case "wtinylfu-prefix":
+		return NewWTinyLFUPrefix(), nil
+	case "arc":
+		return NewARC(), nil
+	case "arc-prefix":
+		return NewARCPrefix(), nil
 	}
 	return nil, fmt.Errorf("policy: unknown policy %q (want one of %s)", name, strings.Join(Names, ", "))
 }

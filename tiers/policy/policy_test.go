@@ -19,6 +19,9 @@ var policies = []struct {
 	{"s3fifo", func() Policy { return NewS3FIFO() }},
 	{"wtinylfu", func() Policy { return NewWTinyLFU() }},
 	{"s3fifo-prefix", func() Policy { return NewS3FIFOPrefix() }},
+	{"wtinylfu-prefix", func() Policy { return NewWTinyLFUPrefix() }},
+	{"arc", func() Policy { return NewARC() }},
+	{"arc-prefix", func() Policy { return NewARCPrefix() }},
 	{"belady", func() Policy { return NewBelady(newRandomOracle(1)) }},
 }
 

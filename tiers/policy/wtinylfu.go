@@ -37,6 +37,7 @@ type WTinyLFU struct {
 	sketch                       *Sketch
 	last                         lastVictim
 	climb                        climber
+	chains                       *chainCounts // prefix-aware form only
 }
 
 var _ Policy = (*WTinyLFU)(nil)
@@ -52,10 +53,24 @@ func NewWTinyLFU() *WTinyLFU {
 	return &WTinyLFU{items: make(map[index.Key]*qnode), sketch: NewSketch(0), climb: newClimber()}
 }
 
+// NewWTinyLFUPrefix returns W-TinyLFU in a prefix-aware form: a block
+// with held children (its chain's later blocks, which are useless without
+// it) is never the window's candidate nor main's incumbent — it is moved to
+// the head of its segment instead — so a chain loses its leaves before its
+// ancestors, and the contest is between leaves. When no such block turns
+// up within 64 blocks with children a segment, the plain form's choice
+// goes.
+func NewWTinyLFUPrefix() *WTinyLFU {
+	p := NewWTinyLFU()
+	p.chains = newChainCounts()
+	return p
+}
+
 func (p *WTinyLFU) Add(e Entry) {
 	p.last.forget()
 	p.sketch.Increment(e.Key)
 	if n := p.items[e.Key]; n != nil {
+		p.chains.reparent(n.entry, e)
 		n.entry = e
 		p.access(n)
 		p.climb.record(true, len(p.items))
@@ -64,6 +79,7 @@ func (p *WTinyLFU) Add(e Entry) {
 	p.climb.record(false, len(p.items))
 	n := &qnode{entry: e, queue: inWindow}
 	p.items[e.Key] = n
+	p.chains.link(e)
 	p.window.pushFront(n)
 	// One block beyond the window's share waits for Victim's contest; more
 	// (while the cache fills, or after removals) flow into probation.
@@ -121,6 +137,7 @@ func (p *WTinyLFU) Remove(key index.Key) {
 		return
 	}
 	p.last.forget()
+	p.chains.unlink(n.entry)
 	p.list(n.queue).remove(n)
 	delete(p.items, key)
 }
@@ -145,12 +162,22 @@ func (p *WTinyLFU) Victim(skip func(index.Key) bool) (index.Key, bool) {
 }
 
 func (p *WTinyLFU) victim(skip func(index.Key) bool) (index.Key, bool) {
-	incumbent := p.probation.firstUnskipped(skip)
+	if k, ok := p.contest(skip, p.chains); ok || p.chains == nil {
+		return k, ok
+	}
+	// Prefix-aware: every block let through has held children.
+	return p.contest(skip, nil)
+}
+
+// contest picks the victim among the blocks skip lets through, and with
+// chains among those without held children.
+func (p *WTinyLFU) contest(skip func(index.Key) bool, chains *chainCounts) (index.Key, bool) {
+	incumbent := oldestLeaf(&p.probation, skip, chains)
 	if incumbent == nil {
-		incumbent = p.protected.firstUnskipped(skip)
+		incumbent = oldestLeaf(&p.protected, skip, chains)
 	}
 	if p.window.len > p.windowShare() || incumbent == nil {
-		cand := p.window.firstUnskipped(skip)
+		cand := oldestLeaf(&p.window, skip, chains)
 		switch {
 		case cand == nil && incumbent == nil:
 			return index.Key{}, false
@@ -214,4 +241,9 @@ func (c *climber) record(hit bool, held int) {
 
 func (p *WTinyLFU) Len() int { return len(p.items) }
 
-func (p *WTinyLFU) Name() string { return "wtinylfu" }
+func (p *WTinyLFU) Name() string {
+	if p.chains != nil {
+		return "wtinylfu-prefix"
+	}
+	return "wtinylfu"
+}

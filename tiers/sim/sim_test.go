@@ -178,7 +178,7 @@ func TestRunReportsEveryBadSpec(t *testing.T) {
 	}
 	_, err = Run(context.Background(), w, []Spec{
 		SingleTier{"lru", 1e6},
-		SingleTier{"arc", 1e6},
+		SingleTier{"mru", 1e6},
 		SingleTier{"lfu", 0},
 		SingleTier{"prefix", 100},
 	}, nil)
@@ -186,7 +186,7 @@ func TestRunReportsEveryBadSpec(t *testing.T) {
 		t.Fatal("Run accepted bad specs")
 	}
 	for _, want := range []string{
-		`arc@1000000: unknown policy "arc" (want one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, belady)`,
+		`mru@1000000: unknown policy "mru" (want one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix, belady)`,
 		"lfu@0: capacity is 0 tokens, must be > 0",
 		"prefix@100: capacity of 100 tokens holds no block of 512 tokens",
 	} {
