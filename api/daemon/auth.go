@@ -41,6 +41,26 @@ func (d *Node) ReloadUsers() error {
 	if err := d.users.Reload(); err != nil {
 		return err
 	}
+	if err := d.applyTenants(); err != nil {
+		return fmt.Errorf("users file reloaded, its tenants not applied: %w", err)
+	}
 	d.log.Info("users file reloaded", "file", d.cfg.Auth.UsersFile, "users", d.users.Users().String())
 	return nil
+}
+
+// applyTenants hands the users file's tenants and their quotas to the
+// tiers (SetTenants).
+func (d *Node) applyTenants() error {
+	if d.users == nil {
+		return nil
+	}
+	quotas := map[string]map[string]int64{}
+	for _, t := range d.users.Users().Tenants() {
+		q := map[string]int64{}
+		for kind, n := range t.Quota {
+			q[kind.String()] = n
+		}
+		quotas[t.Name] = q
+	}
+	return d.SetTenants(quotas)
 }

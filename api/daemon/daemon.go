@@ -151,6 +151,9 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	if d.users, err = openUsers(cfg); err != nil {
 		return err
 	}
+	if err := d.applyTenants(); err != nil {
+		return err
+	}
 	gk, clusterToken, err := openGate(cfg, d.users)
 	if err != nil {
 		return err

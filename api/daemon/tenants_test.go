@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/api/daemon"
+	"github.com/kvstrata/kvstrata/api/nodetest"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
@@ -21,12 +23,18 @@ import (
 func TestTenantsQuotasAndNamesReachTheTiersStatsAndMetrics(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := newConfig(t, dir, map[string]string{"auth-users-file": filepath.Join(dir, "users.toml")})
-	n, err := daemon.New(cfg, daemon.Options{Logger: quiet(), Version: "test", Transport: tcp.New(tcp.Options{})})
+	base, err := os.ReadFile(nodetest.UsersFile(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.SetTenants(map[string]map[string]int64{"acme": {"dram": 8192, "s3": 1 << 40}, "b": nil}); err != nil {
+	users := filepath.Join(dir, "users.toml")
+	quotas := "\n[tenant.acme]\nquota = { dram = \"8KiB\", s3 = \"1TiB\" }\n\n[tenant.globex]\n"
+	if err := os.WriteFile(users, append(base, quotas...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := newConfig(t, dir, map[string]string{"auth-users-file": users})
+	n, err := daemon.New(cfg, daemon.Options{Logger: quiet(), Version: "test", Transport: tcp.New(tcp.Options{})})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := n.SetTenants(map[string]map[string]int64{"acme": {"tape": 1}}); err == nil {
@@ -36,14 +44,14 @@ func TestTenantsQuotasAndNamesReachTheTiersStatsAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Stop(context.Background()) })
-	c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{})
+	c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{Token: nodetest.TokenAlice})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ns := index.BindTenant("acme", 1)
+	ns := index.BindTenant("acme", 1) // alice names namespace 1; the node keeps it as acme's
 	for i := range 3 {
-		if err := c.Put(context.Background(), []client.Block{{Key: index.Key{NS: ns, Hash: index.Hash(i)}, Data: make([]byte, 4096)}}); err != nil {
+		if err := c.Put(context.Background(), []client.Block{{Key: index.Key{NS: 1, Hash: index.Hash(i)}, Data: make([]byte, 4096)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
