@@ -10,6 +10,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,10 +21,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/tlsfiles"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
@@ -55,6 +58,10 @@ type Options struct {
 	PoolSize int
 	// DialOptions are added to the gRPC dial.
 	DialOptions []grpc.DialOption
+	// TLS, when set, speaks TLS to the node, gRPC and the TCP data plane
+	// alike, with this config (its ServerName, when empty, is the host
+	// dialled); see TLSConfig. Default nil: plaintext.
+	TLS *tls.Config
 }
 
 // EnsureDefaults fills o's zero fields with their defaults.
@@ -140,8 +147,12 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	creds := insecure.NewCredentials()
+	if opts.TLS != nil {
+		creds = credentials.NewTLS(opts.TLS)
+	}
 	dopts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
 		grpc.WithConnectParams(reconnect),
 	}, opts.DialOptions...)
@@ -162,8 +173,12 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	if !opts.NoDataPlane && c.info.DataAddr != "" {
 		transports := opts.Transports
 		if transports == nil {
+			var clientTLS func(string) *tls.Config
+			if opts.TLS != nil {
+				clientTLS = func(addr string) *tls.Config { return tlsfiles.ForAddr(opts.TLS, addr) }
+			}
 			transports = []transfer.Transport{tcp.New(tcp.Options{
-				MaxBlockSize: int(c.info.MaxBlockSize), MaxBlocks: int(c.info.MaxBatchBlocks)})}
+				MaxBlockSize: int(c.info.MaxBlockSize), MaxBlocks: int(c.info.MaxBatchBlocks), ClientTLS: clientTLS})}
 			for _, extra := range extraTransports {
 				transports = append(transports, extra(int(c.info.MaxBlockSize), int(c.info.MaxBatchBlocks)))
 			}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/kvstrata/kvstrata/api/membership"
 	"github.com/kvstrata/kvstrata/api/resp"
@@ -23,12 +23,12 @@ import (
 // most a fifth of the command timeout (2 s by default) for bytes, so that
 // a hung holder leaves time to ask the next. Close the peers' connections
 // once the RESP server has stopped.
-func keyspace(local resp.Store, cl *membership.Agent, self index.NodeID, commandTimeout time.Duration, log *slog.Logger) (resp.Store, *peerConns, error) {
+func keyspace(local resp.Store, cl *membership.Agent, self index.NodeID, commandTimeout time.Duration, log *slog.Logger, creds credentials.TransportCredentials) (resp.Store, *peerConns, error) {
 	peerTimeout := respcluster.DefaultPeerTimeout
 	if commandTimeout > 0 {
 		peerTimeout = min(peerTimeout, max(commandTimeout/5, 10*time.Millisecond))
 	}
-	conns := &peerConns{fsm: cl.FSM(), conns: map[string]*grpc.ClientConn{}}
+	conns := &peerConns{fsm: cl.FSM(), creds: creds, conns: map[string]*grpc.ClientConn{}}
 	st, err := respcluster.New(local, holders{fsm: cl.FSM(), self: self}, respcluster.NewGRPCPeers(conns.conn),
 		&respcluster.Config{PeerTimeout: peerTimeout, Logger: log})
 	return st, conns, err
@@ -40,6 +40,7 @@ func keyspace(local resp.Store, cl *membership.Agent, self index.NodeID, command
 // megabytes streams without waiting for window updates.
 type peerConns struct {
 	fsm   *raftstore.FSM
+	creds credentials.TransportCredentials // TLS towards the peers, or none
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
@@ -54,7 +55,7 @@ func (p *peerConns) conn(id index.NodeID) (grpc.ClientConnInterface, error) {
 	if cc := p.conns[m.GRPCAddr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(m.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cc, err := grpc.NewClient(m.GRPCAddr, grpc.WithTransportCredentials(p.creds),
 		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(16<<20))
 	if err != nil {
 		return nil, fmt.Errorf("dial node %d at %s: %w", id, m.GRPCAddr, err)

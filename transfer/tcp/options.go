@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -88,6 +89,13 @@ type Options struct {
 	// notices a peer whose machine went away while a connection is idle or
 	// waiting; negative turns keep-alives off. The default is 15 seconds.
 	KeepAlive time.Duration
+	// ServerTLS, when set, makes a Listener speak TLS only, with this
+	// config (a handshake bounded by HandshakeTimeout precedes the
+	// hellos); nil: plain TCP.
+	ServerTLS *tls.Config
+	// ClientTLS, when set, makes Dial speak TLS, with the config it
+	// returns for the address dialled; nil: plain TCP.
+	ClientTLS func(addr string) *tls.Config
 }
 
 // EnsureDefaults replaces the zero value of every field with its default. It
