@@ -251,10 +251,12 @@ func (d *Node) Start(ctx context.Context) (err error) {
 			if err != nil {
 				return "", fmt.Errorf("listen %s %s: %w", setting, addr, err)
 			}
-			adv, err := cfg.AdvertisedAddr(setting, rl.Addr().String())
-			if err != nil {
-				rl.Close()
-				return "", err
+			adv := rl.Addr().String() // listen.resp-tls is logged, not advertised
+			if conf == nil {
+				if adv, err = cfg.AdvertisedAddr(setting, adv); err != nil {
+					rl.Close()
+					return "", err
+				}
 			}
 			if conf != nil {
 				rl = tls.NewListener(rl, conf)
