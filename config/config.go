@@ -462,6 +462,7 @@ func (c *Config) Validate() error {
 		bad("cluster.raft-addr %q %v (its peers dial it)", c.Cluster.RaftAddr, err)
 	}
 	c.checkAdvertise(bad)
+	c.checkSecurity(bad)
 	if c.Cluster.Bootstrap != "" && c.Cluster.Join != "" {
 		bad("cluster.bootstrap and cluster.join exclude each other: a new node either starts a cluster or joins one")
 	}

@@ -52,6 +52,9 @@ type ReplicaConfig struct {
 	// FSM.SkipEntries). Every node of the cluster must be given the same
 	// list. Empty by default.
 	SkipEntries []uint64
+	// Guard, when set, secures every connection of the raft transport
+	// (TLS, proof of membership); nil leaves them plain TCP.
+	Guard ConnGuard
 	// Logger receives the replica's lines and raft's (see raftLogger).
 	// The default is slog.Default().
 	Logger *slog.Logger
@@ -162,10 +165,10 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 		store.Close()
 		return nil, fmt.Errorf("raftstore: raft address %s names every address of the host, which peers cannot dial: give an Advertise address", advertise)
 	}
-	transport, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 8, 10*time.Second, rc.Logger)
+	transport, err := newTransport(cfg, addr, rc)
 	if err != nil {
 		store.Close()
-		return nil, fmt.Errorf("raftstore: listen %s: %w", cfg.RaftAddr, err)
+		return nil, err
 	}
 	fsm := NewFSM()
 	fsm.log = cfg.Logger
@@ -202,6 +205,24 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 	r.RegisterObserver(rep.observer)
 	go rep.watchLeader()
 	return rep, nil
+}
+
+// newTransport opens raft's TCP transport on cfg.RaftAddr, guarded by
+// cfg.Guard when set.
+func newTransport(cfg ReplicaConfig, advertise *net.TCPAddr, rc *raft.Config) (*raft.NetworkTransport, error) {
+	if cfg.Guard == nil {
+		t, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, 8, 10*time.Second, rc.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("raftstore: listen %s: %w", cfg.RaftAddr, err)
+		}
+		return t, nil
+	}
+	ln, err := net.Listen("tcp", cfg.RaftAddr)
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: listen %s: %w", cfg.RaftAddr, err)
+	}
+	stream := &guardedStream{Listener: ln, advertise: advertise, guard: cfg.Guard}
+	return raft.NewNetworkTransportWithLogger(stream, 8, 10*time.Second, rc.Logger), nil
 }
 
 // watchLeader turns raft's leader observations into LeaderChanged's

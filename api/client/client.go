@@ -10,6 +10,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,10 +22,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/tlsfiles"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
@@ -65,6 +68,10 @@ type Options struct {
 	// TokenFile names a file that holds the token (surrounding blank space
 	// is ignored), read once by Dial.
 	TokenFile string
+	// TLS, when set, speaks TLS to the node, gRPC and the TCP data plane
+	// alike, with this config (its ServerName, when empty, is the host
+	// dialled); see TLSConfig. Default nil: plaintext.
+	TLS *tls.Config
 }
 
 // TokenEnv is the environment variable a client takes its token from when
@@ -176,8 +183,12 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	if err := opts.ResolveToken(); err != nil {
 		return nil, err
 	}
+	creds := insecure.NewCredentials()
+	if opts.TLS != nil {
+		creds = credentials.NewTLS(opts.TLS)
+	}
 	dopts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
 		grpc.WithConnectParams(reconnect),
 	}
@@ -202,8 +213,12 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	if !opts.NoDataPlane && c.info.DataAddr != "" {
 		transports := opts.Transports
 		if transports == nil {
+			var clientTLS func(string) *tls.Config
+			if opts.TLS != nil {
+				clientTLS = func(addr string) *tls.Config { return tlsfiles.ForAddr(opts.TLS, addr) }
+			}
 			transports = []transfer.Transport{tcp.New(tcp.Options{
-				MaxBlockSize: int(c.info.MaxBlockSize), MaxBlocks: int(c.info.MaxBatchBlocks), Token: opts.Token})}
+				MaxBlockSize: int(c.info.MaxBlockSize), MaxBlocks: int(c.info.MaxBatchBlocks), Token: opts.Token, ClientTLS: clientTLS})}
 			for _, extra := range extraTransports {
 				transports = append(transports, extra(int(c.info.MaxBlockSize), int(c.info.MaxBatchBlocks)))
 			}

@@ -22,6 +22,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,8 @@ import (
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/gpu/gpustat"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/grpctls"
+	"github.com/kvstrata/kvstrata/internal/tlsfiles"
 	"github.com/kvstrata/kvstrata/raftstore"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/transfer"
@@ -67,6 +70,9 @@ type Options struct {
 	// asks for one (hbm.capacity), given by binaries built with the cuda
 	// tag.
 	HBM func(cfg config.HBM, maxBlockSize int64) (tiers.Tier, error)
+	// TLS is the node's TLS material (LoadTLS), the same the binary gave
+	// the Transport; nil: New loads it from the configuration.
+	TLS *tlsfiles.Files
 }
 
 // Node is a cache node as one part of a process.
@@ -77,6 +83,10 @@ type Node struct {
 
 	ready  atomic.Bool // started and not stopping
 	failed chan error  // a server that stopped on its own
+	sec    *security   // TLS and the cluster token
+
+	// reloaders are what Reload reads again, in order, on SIGHUP.
+	reloaders []reloader
 
 	tenants tenants // the users file's, set by SetTenants
 
@@ -91,6 +101,7 @@ type Node struct {
 	stops      []func(context.Context) // data plane, RESP: drained on Stop, in reverse
 	keys       resp.Store              // the node's own RESP keys, served to the other nodes
 	users      *auth.Holder            // the users file, nil without one (auth.go)
+	respTLS    string                  // listen.resp-tls, advertised
 	healthDone chan struct{}
 	gpus       *gpustat.Devices // nil without NVML
 }
@@ -109,7 +120,22 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	if cfg.HBM.Capacity > 0 && opts.HBM == nil {
 		return nil, errors.New("daemon: hbm.capacity is set, but this binary has no HBM tier (build it with the cuda tag)")
 	}
-	return &Node{cfg: cfg, opts: opts, log: opts.Logger, failed: make(chan error, 4)}, nil
+	if err := cfg.CheckExposure(); err != nil {
+		return nil, err
+	}
+	sec, err := openSecurity(cfg, opts.TLS)
+	if err != nil {
+		return nil, err
+	}
+	d := &Node{cfg: cfg, opts: opts, log: opts.Logger, failed: make(chan error, 4), sec: sec}
+	if sec.tls != nil {
+		d.reloaders = append(d.reloaders, reloader{"tls", sec.tls.Reload})
+	}
+	if sec.token != nil {
+		d.reloaders = append(d.reloaders, reloader{"cluster token", sec.token.Reload})
+	}
+	d.reloaders = append(d.reloaders, reloader{"users file", d.ReloadUsers}) // a no-op without one
+	return d, nil
 }
 
 // Name names the part.
@@ -161,7 +187,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	if gk != nil && cfg.Auth.ClusterTokenFile == "" && (cfg.Cluster.Join != "" || strings.Contains(cfg.Cluster.Bootstrap, ",")) {
 		log.Warn("this node authenticates its callers but has no auth.cluster-token-file: the other members' calls are refused unless their certificates are in the users file as members")
 	}
-	cl, err := openCluster(cfg, log, peerDialOptions(clusterToken))
+	cl, err := openCluster(cfg, log, d.sec, peerDialOptions(clusterToken))
 	if err != nil {
 		return err
 	}
@@ -237,13 +263,13 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	}
 
 	// Redis protocol.
-	if cfg.Listen.RESP != "" {
+	if cfg.Listen.RESP != "" || cfg.Listen.RESPTLS != "" {
 		// A command carries one value and its key (the slack); it holds at
 		// most its bytes plus one value's while that grows, so
 		// MaxCommandBytes+MaxBulkLen ≤ pending, as config checks.
 		maxBulk, pending := int64(cfg.Limits.MaxValueSize), int64(cfg.Limits.MaxPendingRESPBytes)
 		local := respnode.New(n)
-		store, peers, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"), peerDialOptions(clusterToken))
+		store, peers, err := keyspace(local, cl, self, cfg.Limits.RequestTimeout, log.With("server", "resp"), d.sec.peerCredentials(), peerDialOptions(clusterToken))
 		if err != nil {
 			return err
 		}
@@ -260,26 +286,45 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		rl, err := net.Listen("tcp", cfg.Listen.RESP)
-		if err != nil {
-			return fmt.Errorf("listen resp %s: %w", cfg.Listen.RESP, err)
-		}
-		if addrs.RESP, err = cfg.AdvertisedAddr("listen.resp", rl.Addr().String()); err != nil {
-			rl.Close()
-			return err
-		}
-		go func() {
-			if err := rs.Serve(rl); err != nil && !errors.Is(err, resp.ErrServerClosed) {
-				d.failed <- fmt.Errorf("resp: %w", err)
+		serve := func(setting, addr string, conf *tls.Config) (string, error) {
+			rl, err := net.Listen("tcp", addr)
+			if err != nil {
+				return "", fmt.Errorf("listen %s %s: %w", setting, addr, err)
 			}
-		}()
+			adv := rl.Addr().String() // listen.resp-tls is logged, not advertised
+			if conf == nil {
+				if adv, err = cfg.AdvertisedAddr(setting, adv); err != nil {
+					rl.Close()
+					return "", err
+				}
+			}
+			if conf != nil {
+				rl = tls.NewListener(rl, conf)
+			}
+			go func() {
+				if err := rs.Serve(rl); err != nil && !errors.Is(err, resp.ErrServerClosed) {
+					d.failed <- fmt.Errorf("resp: %w", err)
+				}
+			}()
+			return adv, nil
+		}
+		undo = append(undo, func() { rs.Close() })
+		if cfg.Listen.RESP != "" {
+			if addrs.RESP, err = serve("listen.resp", cfg.Listen.RESP, nil); err != nil {
+				return err
+			}
+		}
+		if cfg.Listen.RESPTLS != "" {
+			if d.respTLS, err = serve("listen.resp-tls", cfg.Listen.RESPTLS, d.sec.serverTLS()); err != nil {
+				return err
+			}
+		}
 		m.WatchRESP(func() (map[string]uint64, int) { st := rs.Stats(); return st.Commands, st.ConnectedClients })
 		d.stops = append(d.stops, func(ctx context.Context) {
 			if err := rs.Shutdown(ctx); err != nil { // commands in flight finish
 				log.Warn("resp: shutdown", "err", err)
 			}
 		})
-		undo = append(undo, func() { rs.Close() })
 	}
 
 	// Metrics and health.
@@ -291,6 +336,9 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		if addrs.HTTP, err = cfg.AdvertisedAddr("listen.http", hl.Addr().String()); err != nil {
 			hl.Close()
 			return err
+		}
+		if conf := d.sec.serverTLS(); conf != nil {
+			hl = tls.NewListener(hl, conf)
 		}
 		mux := http.NewServeMux()
 		mux.Handle(membership.PlannerDecisionsPath, membership.PlannerHandler(cl))
@@ -305,8 +353,12 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	}
 
 	// Control plane.
-	g := newGRPCServer(gk, grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
-		grpc.MaxRecvMsgSize(16<<20))
+	gopts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(m.UnaryInterceptor()), grpc.ChainStreamInterceptor(m.StreamInterceptor()),
+		grpc.MaxRecvMsgSize(16 << 20)}
+	if d.sec.tls != nil {
+		gopts = append(gopts, grpc.Creds(grpctls.Server(d.sec.tls)))
+	}
+	g := newGRPCServer(gk, gopts...)
 	server.Register(g, n, server.Options{Addrs: addrs, Version: d.opts.Version,
 		Freshness:  func() *pb.Freshness { return membership.FreshnessToPB(cl.Freshness()) },
 		TenantName: d.tenants.name, GPUs: func() []*pb.GPUDevice {
@@ -348,7 +400,8 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	go followHealth(hs.Server, healthNames, func() bool { return d.Ready() == nil }, d.healthDone)
 	hst := h.Stats()
 	log.Info("kvstrata serving", "version", d.opts.Version, "node", cfg.NodeID, "grpc", addrs.GRPC, "data", addrs.Data,
-		"transport", cfg.Transport, "resp", addrs.RESP, "http", addrs.HTTP, "raft", cfg.Cluster.RaftAddr,
+		"transport", cfg.Transport, "resp", addrs.RESP, "resp-tls", d.respTLS, "http", addrs.HTTP, "raft", cfg.Cluster.RaftAddr,
+		"tls", d.sec.tls != nil, "cluster-token", d.sec.token != nil,
 		"tiers", tierSummary(hst), "blocks", hst.Keys, "startup", time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/kvstrata/kvstrata/api/membership"
 	"github.com/kvstrata/kvstrata/api/resp"
@@ -24,12 +24,12 @@ import (
 // a hung holder leaves time to ask the next. Close the peers' connections
 // once the RESP server has stopped.
 func keyspace(local resp.Store, cl *membership.Agent, self index.NodeID, commandTimeout time.Duration, log *slog.Logger,
-	dialOpts []grpc.DialOption) (resp.Store, *peerConns, error) {
+	creds credentials.TransportCredentials, dialOpts []grpc.DialOption) (resp.Store, *peerConns, error) {
 	peerTimeout := respcluster.DefaultPeerTimeout
 	if commandTimeout > 0 {
 		peerTimeout = min(peerTimeout, max(commandTimeout/5, 10*time.Millisecond))
 	}
-	conns := &peerConns{fsm: cl.FSM(), conns: map[string]*grpc.ClientConn{}, dialOpts: dialOpts}
+	conns := &peerConns{fsm: cl.FSM(), creds: creds, conns: map[string]*grpc.ClientConn{}, dialOpts: dialOpts}
 	st, err := respcluster.New(local, holders{fsm: cl.FSM(), self: self}, respcluster.NewGRPCPeers(conns.conn),
 		&respcluster.Config{PeerTimeout: peerTimeout, Logger: log})
 	return st, conns, err
@@ -41,6 +41,7 @@ func keyspace(local resp.Store, cl *membership.Agent, self index.NodeID, command
 // megabytes streams without waiting for window updates.
 type peerConns struct {
 	fsm   *raftstore.FSM
+	creds credentials.TransportCredentials // TLS towards the peers, or none
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 	// dialOpts are added to each dial: the cluster's credential.
@@ -57,7 +58,7 @@ func (p *peerConns) conn(id index.NodeID) (grpc.ClientConnInterface, error) {
 	if cc := p.conns[m.GRPCAddr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(m.GRPCAddr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cc, err := grpc.NewClient(m.GRPCAddr, append([]grpc.DialOption{grpc.WithTransportCredentials(p.creds),
 		grpc.WithInitialWindowSize(4 << 20), grpc.WithInitialConnWindowSize(16 << 20)}, p.dialOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial node %d at %s: %w", id, m.GRPCAddr, err)

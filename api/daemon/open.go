@@ -24,7 +24,7 @@ import (
 )
 
 // openCluster starts the node's raft replica of the block directory.
-func openCluster(cfg config.Config, log *slog.Logger, dialOpts []grpc.DialOption) (*membership.Agent, error) {
+func openCluster(cfg config.Config, log *slog.Logger, sec *security, dialOpts []grpc.DialOption) (*membership.Agent, error) {
 	var peers []raftstore.Peer
 	if cfg.Cluster.Bootstrap != "" {
 		listed, _ := config.ParsePeers(cfg.Cluster.Bootstrap) // validated
@@ -45,8 +45,8 @@ func openCluster(cfg config.Config, log *slog.Logger, dialOpts []grpc.DialOption
 	return membership.Open(membership.Config{ID: index.NodeID(cfg.NodeID), Name: name, Dir: filepath.Join(cfg.DataDir, "raft"),
 		RaftAddr: cfg.Cluster.RaftAddr, RaftAdvertise: advertise, Bootstrap: peers, Join: cfg.Cluster.Join,
 		HeartbeatInterval: cfg.Cluster.HeartbeatInterval, LivenessTimeout: cfg.Cluster.LivenessTimeout,
-		ReconcileInterval: reconcileInterval(cfg.Cluster.ReconcileInterval), SkipEntries: skip, Logger: log.With("component", "cluster"),
-		DialOptions: dialOpts})
+		ReconcileInterval: reconcileInterval(cfg.Cluster.ReconcileInterval), SkipEntries: skip,
+		RaftGuard: sec.raftGuard(), DialCredentials: sec.peerCredentials(), DialOptions: dialOpts, Logger: log.With("component", "cluster")})
 }
 
 // openTiers opens the tiers the configuration asks for and stacks them;

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -81,6 +82,12 @@ type Config struct {
 	// directory beyond which new ones are dropped (and later reconciled).
 	// The default is raftstore.DefaultQueueSize (262144).
 	EventQueueSize int
+	// RaftGuard, when set, secures the raft transport's connections (TLS,
+	// proof of membership); nil leaves them plain.
+	RaftGuard raftstore.ConnGuard
+	// DialCredentials secure the node's gRPC dials of other members
+	// (joining, forwarding to the leader). Default: plaintext.
+	DialCredentials credentials.TransportCredentials
 	// Logger receives the cluster's lines and raft's. The default is
 	// slog.Default().
 	Logger *slog.Logger
@@ -112,6 +119,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.DialCredentials == nil {
+		c.DialCredentials = insecure.NewCredentials()
 	}
 	if c.RaftAdvertise == "" {
 		c.RaftAdvertise = c.RaftAddr
@@ -193,7 +203,7 @@ func Open(cfg Config) (*Agent, error) {
 		boot = []raftstore.Peer{{ID: cfg.ID, RaftAddr: cfg.RaftAdvertise}}
 	}
 	rep, err := raftstore.OpenReplica(raftstore.ReplicaConfig{ID: cfg.ID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr,
-		Advertise: cfg.RaftAdvertise, Bootstrap: boot, SkipEntries: cfg.SkipEntries, Logger: cfg.Logger})
+		Advertise: cfg.RaftAdvertise, Bootstrap: boot, SkipEntries: cfg.SkipEntries, Guard: cfg.RaftGuard, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -485,7 +495,7 @@ func (c *Agent) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.cfg.DialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(c.cfg.DialCredentials)}, c.cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: dial %s: %w", addr, err)

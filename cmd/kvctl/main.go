@@ -41,10 +41,12 @@ func main() {
 // and write, and the connection to a node once one is made.
 type app struct {
 	output         outputFormat
-	addr           string        // --addr: the node's gRPC address
-	timeout        time.Duration // --timeout: per call to a node
-	token          string        // --token: the secret a node that authenticates wants
-	tokenFile      string        // --token-file: a file holding it
+	addr           string          // --addr: the node's gRPC address
+	timeout        time.Duration   // --timeout: per call to a node
+	token          string          // --token: the secret a node that authenticates wants
+	tokenFile      string          // --token-file: a file holding it
+	tlsOn          bool            // --tls: speak TLS to nodes (implied by the --tls-* flags)
+	tlsFiles       client.TLSFiles // --tls-ca, --tls-cert, --tls-key, --tls-server-name
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	// interactive reports whether w is a terminal a person watches; progress
@@ -131,6 +133,13 @@ case nothing ran.`,
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "how long each call to the node may take")
 	pf.StringVar(&a.token, "token", "", "token to present to a node that authenticates its clients (visible to ps: prefer --token-file or KVSTRATA_TOKEN) [KVSTRATA_TOKEN]")
 	pf.StringVar(&a.tokenFile, "token-file", "", "file holding the token")
+	pf.BoolVar(&a.tlsOn, "tls", a.env("KVSTRATA_TLS") == "true" || a.env("KVSTRATA_TLS") == "1",
+		"speak TLS to the node, verified with the system's roots unless --tls-ca says otherwise [KVSTRATA_TLS]")
+	pf.StringVar(&a.tlsFiles.CAFile, "tls-ca", a.env("KVSTRATA_TLS_CA"), "PEM CA certificates the node's certificate must chain to; implies --tls [KVSTRATA_TLS_CA]")
+	pf.StringVar(&a.tlsFiles.CertFile, "tls-cert", a.env("KVSTRATA_TLS_CERT"), "PEM client certificate, for nodes that ask for one; implies --tls [KVSTRATA_TLS_CERT]")
+	pf.StringVar(&a.tlsFiles.KeyFile, "tls-key", a.env("KVSTRATA_TLS_KEY"), "PEM private key of --tls-cert [KVSTRATA_TLS_KEY]")
+	pf.StringVar(&a.tlsFiles.ServerName, "tls-server-name", a.env("KVSTRATA_TLS_SERVER_NAME"),
+		"name the node's certificate must hold, where it is not the host of --addr; implies --tls [KVSTRATA_TLS_SERVER_NAME]")
 
 	root.AddCommand(a.newStatsCommand(), a.newEvictCommand(), a.newLookupCommand(), a.newWarmCommand(), a.newClusterCommand(),
 		a.newPutCommand(), a.newGetCommand(), a.newBenchCommand(), a.newSimCommand(), a.newReplayCommand())
@@ -169,6 +178,13 @@ func (a *app) connectTo(ctx context.Context, addr string, opts client.Options) (
 		if opts.Token == "" && opts.TokenFile == "" {
 			opts.Token = strings.TrimSpace(a.env(client.TokenEnv))
 		}
+	}
+	if a.tlsOn || a.tlsFiles != (client.TLSFiles{}) {
+		conf, err := client.TLSConfig(a.tlsFiles)
+		if err != nil {
+			return nil, usageErrorf("%v", err)
+		}
+		opts.TLS = conf
 	}
 	dctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()

@@ -46,6 +46,13 @@ const (
 // returns them by node id - 1.
 func startCluster(t *testing.T, hosts []nodeHost, extra ...string) []*proc {
 	t.Helper()
+	return startClusterWith(t, hosts, nil, extra...)
+}
+
+// startClusterWith is startCluster with prep called on each node before
+// it starts (node i+1 is procs[i]), to add what only that node takes.
+func startClusterWith(t *testing.T, hosts []nodeHost, prep func(i int, p *proc), extra ...string) []*proc {
+	t.Helper()
 	addr := func(h nodeHost, port int) string {
 		if h.ip == "" {
 			return freeport.Addr(t)
@@ -60,11 +67,19 @@ func startCluster(t *testing.T, hosts []nodeHost, extra ...string) []*proc {
 		p.args = append([]string{"serve", "--node-id", strconv.Itoa(i + 1), "--data-dir", p.dir,
 			"--dram-capacity", "64MiB", "--ssd-capacity", "512MiB", "--listen-grpc", p.grpc, "--listen-data", addr(h, portData),
 			"--listen-resp", p.resp, "--listen-http", p.http, "--cluster-raft-addr", raft}, extra...)
+		if h.ip != "" {
+			// A node in a network namespace listens on an address of its
+			// own, reachable only from the test's namespaces.
+			p.args = append(p.args, "--insecure-allow-remote")
+		}
 		peers = append(peers, fmt.Sprintf("%d=%s", i+1, raft))
 		procs[i] = p
 	}
-	for _, p := range procs {
+	for i, p := range procs {
 		p.args = append(p.args, "--cluster-bootstrap", strings.Join(peers, ","))
+		if prep != nil {
+			prep(i, p)
+		}
 		p.launch()
 	}
 	for _, p := range procs {

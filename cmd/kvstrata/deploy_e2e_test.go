@@ -47,7 +47,9 @@ func TestClusterListeningOnWildcardsServesThroughAdvertisedAddresses(t *testing.
 			"--dram-capacity", "64MiB", "--ssd-capacity", "512MiB",
 			"--listen-grpc", listen(portGRPC), "--listen-data", listen(portData), "--listen-resp", listen(portRESP),
 			"--listen-http", listen(portHTTP), "--cluster-raft-addr", listen(portRaft),
-			"--cluster-bootstrap", strings.Join(peers, ",")}, advertise...)
+			"--cluster-bootstrap", strings.Join(peers, ","),
+			// Every address of a network namespace only the test reaches.
+			"--insecure-allow-remote"}, advertise...)
 		nodes[i-1] = p
 		p.launch()
 	}

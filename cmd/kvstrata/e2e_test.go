@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -57,6 +58,9 @@ type proc struct {
 	http   string
 	exited chan error
 	cl     *client.Client // api's
+	// tls, when set, is how the test reaches a node that speaks TLS: its
+	// HTTP, and the clients api and client dial.
+	tls *tls.Config
 }
 
 // startNode starts kvstrata serve in dir with extra flags and waits until
@@ -97,7 +101,7 @@ func (p *proc) waitReady() {
 	p.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get("http://" + p.http + "/readyz")
+		resp, err := p.httpGet("/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -114,6 +118,17 @@ func (p *proc) waitReady() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// httpGet gets path from the node's HTTP server, over TLS when the node
+// speaks it.
+func (p *proc) httpGet(path string) (*http.Response, error) {
+	if p.tls == nil {
+		return http.Get("http://" + p.http + path)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: p.tls}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	return hc.Get("https://" + p.http + path)
 }
 
 // kill sends SIGKILL and waits for the process.
@@ -149,6 +164,9 @@ func (p *proc) client(opts client.Options) *client.Client {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if opts.TLS == nil {
+		opts.TLS = p.tls
+	}
 	c, err := client.Dial(ctx, p.grpc, opts)
 	if err != nil {
 		p.t.Fatal(err)

@@ -34,7 +34,14 @@ const (
 	exitUsage   = 2 // the command line or the configuration is wrong
 )
 
+// reloadSignals delivers SIGHUP to the running parts (lifecycle's
+// Config.Reload); nil when not run from main.
+var reloadSignals <-chan os.Signal
+
 func main() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reloadSignals = hup
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -12,6 +12,7 @@ import (
 	"github.com/kvstrata/kvstrata/api/daemon"
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/internal/lifecycle"
+	"github.com/kvstrata/kvstrata/internal/tlsfiles"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/transfer"
 )
@@ -27,7 +28,9 @@ func newServeCommand(stdout, stderr io.Writer) *cobra.Command {
 		Long: `serve runs one cache node until SIGINT or SIGTERM, then shuts down
 gracefully: it stops accepting, lets in-flight requests finish (up to
 --shutdown-timeout) and closes the SSD tier cleanly, so that a restart finds
-every block the SSD held.
+every block the SSD held. SIGHUP reads the TLS certificate, key and CA
+files (and the cluster token) again: new connections get the new ones,
+open connections keep theirs.
 
 Every setting can come from, lowest precedence first: its default, the
 config file (--config or KVSTRATA_CONFIG, TOML, keys as in --print-config),
@@ -99,18 +102,21 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 
 // serve runs a cache node until ctx is done, then shuts it down gracefully.
 func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
-	var t transfer.Transport
-	if cfg.Listen.Data != "" {
-		var err error
-		if t, err = newTransport(cfg.Config); err != nil {
-			return err
-		}
-	}
-	n, err := daemon.New(cfg.Config, daemon.Options{Logger: log, Version: version(), Transport: t, HBM: openHBM})
+	files, err := daemon.LoadTLS(cfg.Config)
 	if err != nil {
 		return err
 	}
-	r, err := lifecycle.New(lifecycle.Config{ShutdownTimeout: cfg.ShutdownTimeout, Logger: log}, n)
+	var t transfer.Transport
+	if cfg.Listen.Data != "" {
+		if t, err = newTransport(cfg.Config, files); err != nil {
+			return err
+		}
+	}
+	n, err := daemon.New(cfg.Config, daemon.Options{Logger: log, Version: version(), Transport: t, TLS: files, HBM: openHBM})
+	if err != nil {
+		return err
+	}
+	r, err := lifecycle.New(lifecycle.Config{ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Reload: reloadSignals}, n)
 	if err != nil {
 		return err
 	}
@@ -121,11 +127,13 @@ func serve(ctx context.Context, cfg *config.Loaded, log *slog.Logger) error {
 // cuda tag (hbm_cuda.go).
 var openHBM func(config.HBM, int64) (tiers.Tier, error)
 
-// newTransport builds the configured data-plane transport.
-func newTransport(cfg config.Config) (transfer.Transport, error) {
+// newTransport builds the configured data-plane transport, over TLS with
+// files when they are given (the tcp transport; ucx is for trusted
+// networks only).
+func newTransport(cfg config.Config, files *tlsfiles.Files) (transfer.Transport, error) {
 	build, ok := transports[cfg.Transport]
 	if !ok {
 		return nil, fmt.Errorf("transport %q is not built into this binary", cfg.Transport)
 	}
-	return build(cfg)
+	return build(cfg, files)
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/internal/tlsfiles"
 	"github.com/kvstrata/kvstrata/transfer"
 	"github.com/kvstrata/kvstrata/transfer/ucx"
 )
@@ -13,7 +14,10 @@ import (
 // names (UCX's own choice when empty) and the devices --ucx-net-devices
 // allows.
 func init() {
-	transports["ucx"] = func(cfg config.Config) (transfer.Transport, error) {
+	// UCX keeps its own transports and is not encrypted: trusted networks
+	// only (config.CheckExposure refuses it on other addresses without
+	// insecure.allow-remote).
+	transports["ucx"] = func(cfg config.Config, _ *tlsfiles.Files) (transfer.Transport, error) {
 		return ucx.New(ucx.Options{
 			MaxBlockSize: int(cfg.Limits.MaxBlockSize),
 			MaxBlocks:    cfg.Limits.MaxBatchBlocks,

@@ -181,19 +181,23 @@ tier held.
 				}
 				parts = append(parts, fe)
 			}
+			files, err := daemon.LoadTLS(node.Config)
+			if err != nil {
+				return err
+			}
 			var tr transfer.Transport
 			if node.Listen.Data != "" {
-				if tr, err = newTransport(node.Config); err != nil {
+				if tr, err = newTransport(node.Config, files); err != nil {
 					return err
 				}
 			}
-			d, err := daemon.New(node.Config, daemon.Options{Logger: log, Version: version(), Transport: tr, HBM: openHBM})
+			d, err := daemon.New(node.Config, daemon.Options{Logger: log, Version: version(), Transport: tr, TLS: files, HBM: openHBM})
 			if err != nil {
 				return err
 			}
 			// The cache node first, so that it is up when the workers dial
 			// it, and stopped last.
-			r, err := lifecycle.New(lifecycle.Config{ShutdownTimeout: node.ShutdownTimeout, Logger: log}, append([]lifecycle.Part{d}, parts...)...)
+			r, err := lifecycle.New(lifecycle.Config{ShutdownTimeout: node.ShutdownTimeout, Logger: log, Reload: reloadSignals}, append([]lifecycle.Part{d}, parts...)...)
 			if err != nil {
 				return err
 			}

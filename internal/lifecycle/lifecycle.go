@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 )
@@ -37,6 +38,13 @@ type Checker interface {
 	Ready() error
 }
 
+// A Reloader is a Part that reads its files again (certificates, users)
+// when the process is told to (SIGHUP); it keeps what it had when that
+// fails, and says so in the error.
+type Reloader interface {
+	Reload() error
+}
+
 // Config configures a Runner.
 type Config struct {
 	// ShutdownTimeout bounds the stop of all parts together. The default
@@ -45,6 +53,10 @@ type Config struct {
 	// Logger receives a line when the process starts shutting down, and
 	// why, and when it has stopped. The default is slog.Default().
 	Logger *slog.Logger
+	// Reload, when set, delivers the process's reload signals (SIGHUP):
+	// on each, while the parts run, Run calls Reload of every part that
+	// is a Reloader, in order. Default nil: no reloads.
+	Reload <-chan os.Signal
 }
 
 // DefaultShutdownTimeout is Config.ShutdownTimeout's default.
@@ -121,11 +133,18 @@ func (r *Runner) Run(ctx context.Context) error {
 		}()
 	}
 	var runErr error
-	select {
-	case <-ctx.Done():
-		r.cfg.Logger.Info("shutting down", "timeout", r.cfg.ShutdownTimeout)
-	case runErr = <-failed:
-		r.cfg.Logger.Error("a server failed; shutting down", "err", runErr)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			r.cfg.Logger.Info("shutting down", "timeout", r.cfg.ShutdownTimeout)
+			break wait
+		case runErr = <-failed:
+			r.cfg.Logger.Error("a server failed; shutting down", "err", runErr)
+			break wait
+		case <-r.cfg.Reload:
+			r.reload()
+		}
 	}
 	close(quit)
 	r.setRunning(false)
@@ -134,6 +153,18 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.cfg.Logger.Info("stopped")
 	}
 	return errors.Join(runErr, stopErr)
+}
+
+// reload calls Reload of every part that has one; a failure is the
+// part's to log, and changes nothing else.
+func (r *Runner) reload() {
+	for _, p := range r.parts {
+		if rl, ok := p.(Reloader); ok {
+			if err := rl.Reload(); err != nil {
+				r.cfg.Logger.Debug("reload failed", "part", p.Name(), "err", err)
+			}
+		}
+	}
 }
 
 // stop stops parts in reverse order, all within one ShutdownTimeout.

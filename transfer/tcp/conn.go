@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,17 @@ func (t *Transport) Dial(ctx context.Context, addr string) (transfer.Conn, error
 		return nil, fmt.Errorf("tcp: dial %s: %w (%w)", addr, err, transfer.ErrUnavailable)
 	}
 	tune(nc, &t.opts)
+	if t.opts.ClientTLS != nil {
+		hsCtx, cancel := context.WithTimeout(ctx, t.opts.HandshakeTimeout)
+		tc := tls.Client(nc, t.opts.ClientTLS(addr))
+		err := tc.HandshakeContext(hsCtx)
+		cancel()
+		if err != nil {
+			_ = nc.Close()
+			return nil, fmt.Errorf("tcp: TLS with %s: %w", addr, err)
+		}
+		nc = tc
+	}
 	c := &conn{nc: nc, addr: addr, opts: &t.opts, intr: make(chan struct{}, 1)}
 	c.interrupt = func() {
 		_ = c.nc.SetDeadline(aLongTimeAgo)

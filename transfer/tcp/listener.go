@@ -45,7 +45,7 @@ func (t *Transport) Listen(addr string, h transfer.Handler) (transfer.Listener, 
 		MaxConns:    t.opts.MaxConns,
 		MaxRefusing: frame.MaxRefusing,
 		Accepted:    func(c net.Conn) { tune(c, l.opts) },
-		Open:        func(c net.Conn) *served { return &served{l: l, c: c} },
+		Open:        func(c net.Conn) *served { return &served{l: l, c: l.secure(c)} },
 		Refuse:      l.refuse,
 	})
 	l.srv.Start(ln)
@@ -76,6 +76,7 @@ func (l *listener) Shutdown(ctx context.Context) error {
 // refuse reads c's hello, so that closing does not reset the connection and
 // lose the answer, and answers with a hello that says why c is refused.
 func (l *listener) refuse(c net.Conn) {
+	c = l.secure(c)
 	_ = c.SetDeadline(time.Now().Add(min(l.opts.HandshakeTimeout, time.Second)))
 	var hello [helloSize + frame.MaxMsg]byte
 	if _, err := io.ReadFull(c, hello[:helloSize]); err != nil {
@@ -208,6 +209,15 @@ func writeHello(c net.Conn, st frame.Status, msg string) error {
 	copy(b[helloSize:], msg)
 	_, err := c.Write(b)
 	return err
+}
+
+// secure wraps c in TLS when the listener speaks it; the handshake runs
+// on the first read, under the hello's deadline.
+func (l *listener) secure(c net.Conn) net.Conn {
+	if l.opts.ServerTLS == nil {
+		return c
+	}
+	return tls.Server(c, l.opts.ServerTLS)
 }
 
 // tune sets the socket options of a new connection.

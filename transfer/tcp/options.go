@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -94,6 +95,13 @@ type Options struct {
 	// a transfer.Authenticator) checks once per connection. Default
 	// empty: none, and the hello is that of a client before tokens.
 	Token string
+	// ServerTLS, when set, makes a Listener speak TLS only, with this
+	// config (a handshake bounded by HandshakeTimeout precedes the
+	// hellos); nil: plain TCP.
+	ServerTLS *tls.Config
+	// ClientTLS, when set, makes Dial speak TLS, with the config it
+	// returns for the address dialled; nil: plain TCP.
+	ClientTLS func(addr string) *tls.Config
 }
 
 // EnsureDefaults replaces the zero value of every field with its default. It

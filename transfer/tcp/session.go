@@ -329,7 +329,7 @@ func (s *session) fatal(err error) {
 // linger half-closes the connection and reads on until the peer stops
 // sending, for at most lingerTimeout.
 func (s *session) linger() {
-	if tc, ok := s.c.(*net.TCPConn); ok {
+	if tc, ok := s.c.(interface{ CloseWrite() error }); ok { // TCP or TLS
 		_ = tc.CloseWrite()
 	}
 	_ = s.c.SetReadDeadline(time.Now().Add(lingerTimeout))

@@ -189,6 +189,11 @@ func cache(s Spec) []runtime.Object {
 		"--listen-resp=",
 		fmt.Sprintf("--cluster-raft-addr=$(POD_NAME).%s.$(POD_NAMESPACE).svc.cluster.local:%d", CacheName, CacheRaftPort),
 		"--cluster-bootstrap=" + strings.Join(peers, ","),
+		// The pods listen on their network without TLS and authentication:
+		// the cluster's network is trusted. Give them tls.* and
+		// auth.users-file (docs/security.md) and drop this flag where it
+		// is not.
+		"--insecure-allow-remote",
 	}
 	args = append(args, s.CacheArgs...)
 	svc := &corev1.Service{
