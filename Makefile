@@ -8,7 +8,7 @@ TOOLS     := $(CURDIR)/.tools
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: help build build-ucx run test test-short bench fuzz lint proto clean
+.PHONY: help build build-ucx build-cuda run test test-short bench fuzz lint proto clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,6 +20,9 @@ build: ## build kvstrata and kvctl into ./bin
 
 build-ucx: ## build with the UCX data plane (needs libucx-dev)
 	$(GO) build -buildvcs=auto -tags ucx -o $(BIN)/ ./cmd/kvstrata ./cmd/kvctl
+
+build-cuda: ## build with the HBM tier (loads the CUDA driver at run time; no toolkit needed)
+	$(GO) build -buildvcs=auto -tags cuda -o $(BIN)/ ./cmd/kvstrata ./cmd/kvctl
 
 run: ## run a single-node cache with the defaults (./data, 127.0.0.1 ports)
 	$(GO) run ./cmd/kvstrata serve
@@ -33,8 +36,11 @@ UCX := $(shell test -f /usr/include/ucp/api/ucp.h && echo yes)
 # under the race detector: past go test's default 10-minute bound.
 TEST_TIMEOUT := 25m
 
-test: ## run every test with the race detector, and the ucx-tagged ones where libucx-dev is installed (what CI runs)
+test: ## run every test with the race detector, the cuda-tagged ones, and the ucx-tagged ones where libucx-dev is installed (what CI runs)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) vet -tags cuda ./...
+	$(GO) test -race -count=1 -tags cuda ./gpu/... ./tiers/hbm/
+	$(GO) test -race -count=1 -tags cuda -run HBM ./api/daemon/
 ifeq ($(UCX),yes)
 	$(GO) vet -tags ucx ./...
 	$(GO) test -race -count=1 -tags ucx ./transfer/... ./api/client/
