@@ -362,15 +362,7 @@ func (h *Hierarchy) stored(e *entry, m index.Header, err error) error {
 	h.mu.Lock()
 	stale := e.in &^ 1 // level 0's copy was replaced in place
 	h.touchLocked(m.Key, e)
-	if e.in&1 != 0 && e.meta.Meta == m.Meta {
-		// A new version over one of the same Meta in level 0: the listener
-		// (the cluster's directory, which keeps Meta and locations, not
-		// the bytes) already has what it would be told.
-		e.meta = m
-		h.levels[0].Policy.Add(policy.Entry{Key: m.Key, Parent: m.Parent, HasParent: m.HasParent, Size: int64(m.Size)})
-	} else {
-		h.setLocked(e, m, 0)
-	}
+	h.setLocked(e, m, 0)
 	h.mu.Unlock()
 	var errs []error
 	for i := 1; i < len(h.levels); i++ {
