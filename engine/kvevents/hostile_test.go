@@ -354,7 +354,11 @@ func TestPublisherStalledSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	c, s := subscribe(t, nil, SubscriberConfig{Endpoint: "tcp://" + p.Addr(), ReplayEndpoint: "tcp://" + p.ReplayAddr()})
+	// While the publisher waits out the stalled peer (WriteTimeout per
+	// write), a replay the healthy subscriber asks for can wait longer
+	// than the default 5 s on a loaded machine: give it the test's time.
+	c, s := subscribe(t, nil, SubscriberConfig{Endpoint: "tcp://" + p.Addr(), ReplayEndpoint: "tcp://" + p.ReplayAddr(),
+		ReplayTimeout: time.Minute})
 	publishUntil(t, ctx, p, c.heard)
 
 	stalled, err := net.Dial("tcp", p.Addr())
