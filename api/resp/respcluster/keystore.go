@@ -3,9 +3,11 @@ package respcluster
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/index"
 )
 
 // SetWith stores value locally as opts say, with the condition and a kept
@@ -125,9 +127,11 @@ var errNoUpdate = errors.New("respcluster: the node's store cannot update a key 
 
 // Update is an atomic read-modify-write of key (resp.Updater) on the
 // local store. A key held only by other nodes is read from a holder
-// first and its new value stored here, and the other copies are deleted
-// (as EXPIRE does); only the local part is atomic: a write of the key
-// through another node at the same moment may race it.
+// first — one the directory lists, or else any member up, since a copy
+// written through another node a moment ago may not be listed yet — its
+// new value stored here, and the other copies deleted (as EXPIRE does);
+// only the local part is atomic: a write of the key through another node
+// at the same moment may race it.
 func (k *KeyStore) Update(ctx context.Context, key string, fn func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error)) error {
 	u, ok := k.ks.(resp.Updater)
 	if !ok {
@@ -135,14 +139,15 @@ func (k *KeyStore) Update(ctx context.Context, key string, fn func(old []byte, i
 	}
 	var there []byte
 	var thereInfo resp.KeyInfo
+	var from index.NodeID
 	if _, err := k.ks.Stat(ctx, key); errors.Is(err, resp.ErrNotFound) {
-		ki, err := k.remoteStat(ctx, key)
+		node, ki, err := k.findAnywhere(ctx, key)
 		if err == nil {
-			there, err = k.remoteGet(ctx, key)
+			there, err = k.peerGet(ctx, node, key)
 		}
 		switch {
 		case err == nil:
-			thereInfo = ki
+			from, thereInfo = node, ki
 		case !errors.Is(err, resp.ErrNotFound): // a holder did not answer
 			return err
 		}
@@ -158,5 +163,17 @@ func (k *KeyStore) Update(ctx context.Context, key string, fn func(old []byte, i
 	if err != nil {
 		return err
 	}
-	return k.invalidate(ctx, key)
+	if err := k.invalidate(ctx, key); err != nil {
+		return err
+	}
+	if there == nil || slices.ContainsFunc(k.dir.Holders(blockOf(ctx, key)), func(h Holder) bool { return h.Node == from }) {
+		return nil
+	}
+	// The copy read is not listed yet: the invalidation missed it.
+	pctx, cancel := context.WithTimeout(ctx, k.cfg.PeerTimeout)
+	defer cancel()
+	if _, err := k.peers.Delete(pctx, from, key); err != nil {
+		return k.peerFailed("delete", Holder{Node: from, Up: true}, key, err)
+	}
+	return nil
 }

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvstrata/kvstrata/api/resp"
+	"github.com/kvstrata/kvstrata/api/resp/respcluster"
+	"github.com/kvstrata/kvstrata/api/resp/resptest"
 )
 
 // keyMem is a small resp.KeyStore in a map, with deadlines: the local
@@ -238,4 +241,43 @@ func TestKeyStoreExpireOfAnotherNodesKeyBindsTheOnlyCopy(t *testing.T) {
 	if _, err := ks[1].Expire(ctx(t), c.key("none"), at); !errors.Is(err, resp.ErrNotFound) {
 		t.Fatalf("EXPIRE of a key nowhere: %v; want ErrNotFound", err)
 	}
+}
+
+// A read-modify-write through one node of a key another node wrote a
+// moment ago — before the directory lists that node — continues from the
+// other node's value and leaves the one copy, not a fresh value beside
+// the old one.
+func TestUpdateFindsACopyTheDirectoryDoesNotListYet(t *testing.T) {
+	c := newClusterOf(t, 3, 20*time.Second, func() resp.Store { return resptest.NewMemStore() })
+	k := c.key("counter")
+	if err := c.locals[1].Set(ctx(t), k, []byte("41")); err != nil {
+		t.Fatal(err)
+	}
+	c.pin(k) // the directory lists no holder yet
+	incr := func(old []byte, info resp.KeyInfo, found bool) (resp.Write, error) {
+		n := 0
+		if found {
+			var err error
+			if n, err = strconv.Atoi(string(old)); err != nil {
+				return resp.Write{}, err
+			}
+		}
+		return resp.Write{Value: []byte(strconv.Itoa(n + 1))}, nil
+	}
+	if err := c.stores[2].(resp.Updater).Update(ctx(t), k, incr); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := c.locals[1].Exists(ctx(t), k); ok {
+		t.Fatal("node 1 still holds the old value beside node 2's new one")
+	}
+	c.pin(k, respcluster.Holder{Node: 2, Up: true})
+	for _, s := range c.stores {
+		mustGet(t, s, k, "42")
+	}
+	// A key no member holds starts from nothing.
+	n := c.key("new")
+	if err := c.stores[3].(resp.Updater).Update(ctx(t), n, incr); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, c.stores[3], n, "1")
 }

@@ -20,7 +20,11 @@
 // (each reader then finds one); a holder unreachable during a write keeps
 // its old copy (the write replies TRYAGAIN if the node was believed up);
 // a node's copy that the directory does not list yet (its changes are
-// published in batches, within milliseconds) escapes the invalidation.
+// published in batches, within milliseconds) escapes the invalidation —
+// except in a read-modify-write (INCR, APPEND, GETSET, GETDEL…), which
+// asks every member up for a key the directory lists nowhere, so that it
+// continues from a value written through another node a moment ago
+// instead of starting afresh beside it.
 //
 // SCAN, KEYS, DBSIZE and FLUSHDB/FLUSHALL walk every member in the order of
 // their IDs (see KeyStore.Scan for the cursor); a member that does not
@@ -34,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -218,26 +223,50 @@ func (s *Store) peerGet(ctx context.Context, node index.NodeID, key string) ([]b
 
 // remoteStat is remoteGet for Stat.
 func (s *Store) remoteStat(ctx context.Context, key string) (resp.KeyInfo, error) {
+	_, ki, err := s.statHolders(ctx, key, s.dir.Holders(blockOf(ctx, key)))
+	return ki, err
+}
+
+// statHolders asks each of hs in turn for key's description and returns
+// the first holder that has it, with remoteGet's errors.
+func (s *Store) statHolders(ctx context.Context, key string, hs []Holder) (index.NodeID, resp.KeyInfo, error) {
 	var failed error
-	for _, h := range s.dir.Holders(blockOf(ctx, key)) {
+	for _, h := range hs {
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.PeerTimeout)
 		ki, err := s.peers.Stat(pctx, h.Node, key)
 		cancel()
 		switch {
 		case err == nil:
-			return ki, nil
+			return h.Node, ki, nil
 		case errors.Is(err, resp.ErrNotFound):
 		default:
 			failed = s.peerFailed("stat", h, key, err)
 			if ctx.Err() != nil {
-				return resp.KeyInfo{}, failed
+				return 0, resp.KeyInfo{}, failed
 			}
 		}
 	}
 	if failed != nil {
-		return resp.KeyInfo{}, failed
+		return 0, resp.KeyInfo{}, failed
 	}
-	return resp.KeyInfo{}, fmt.Errorf("key %q: %w", key, resp.ErrNotFound)
+	return 0, resp.KeyInfo{}, fmt.Errorf("key %q: %w", key, resp.ErrNotFound)
+}
+
+// findAnywhere is remoteStat for a read-modify-write, which must not take
+// a copy the directory does not list yet for a missing key: the holders
+// the directory lists are asked first, then every other member up. It
+// returns the node that has key.
+func (s *Store) findAnywhere(ctx context.Context, key string) (index.NodeID, resp.KeyInfo, error) {
+	listed := s.dir.Holders(blockOf(ctx, key))
+	node, ki, err := s.statHolders(ctx, key, listed)
+	if !errors.Is(err, resp.ErrNotFound) {
+		return node, ki, err
+	}
+	members, self := s.members()
+	rest := slices.DeleteFunc(members, func(m Holder) bool {
+		return m.Node == self || !m.Up || slices.ContainsFunc(listed, func(h Holder) bool { return h.Node == m.Node })
+	})
+	return s.statHolders(ctx, key, rest)
 }
 
 // peerFailed counts and logs a request to h that failed, and returns the
