@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -69,41 +70,102 @@ func (h *Holder) Certificate(name string) (Identity, error) { return h.Users().C
 const ClusterUser = "cluster"
 
 // ClusterToken is the secret the members of a cluster present to each
-// other (auth.cluster-token-file). Its String hides it.
+// other (auth.cluster-token-file), read from its file again by Reload.
+// The file holds one token a line: a member presents the first and
+// accepts every one, so that a token is rotated without a pause by adding
+// the new one second on every node, then moving it first, then removing
+// the old one, with a reload after each step. Its String hides it. A
+// ClusterToken is safe for concurrent use.
 type ClusterToken struct {
-	secret string
-	sum    [32]byte
+	path string // "" for NewClusterToken's
+	cur  atomic.Pointer[clusterSecrets]
 }
 
-// LoadClusterToken reads the cluster token file: its text, less
-// surrounding white space, is the token, at least MinTokenLength
-// characters.
+type clusterSecrets struct {
+	secrets []string // the first is presented
+	sums    [][32]byte
+}
+
+// LoadClusterToken reads the cluster token file: each line, less
+// surrounding white space, is a token of at least MinTokenLength
+// characters; blank lines are skipped; there must be one.
 func LoadClusterToken(path string) (*ClusterToken, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("auth: read cluster token: %w", err)
+	t := &ClusterToken{path: path}
+	if err := t.Reload(); err != nil {
+		return nil, err
 	}
-	return NewClusterToken(strings.TrimSpace(string(b)))
-}
-
-// NewClusterToken makes a ClusterToken of secret.
-func NewClusterToken(secret string) (*ClusterToken, error) {
-	if len(secret) < MinTokenLength {
-		return nil, fmt.Errorf("auth: the cluster token is %d characters, want at least %d (e.g. `openssl rand -hex 32`)", len(secret), MinTokenLength)
-	}
-	t := &ClusterToken{secret: secret}
-	t.sum = sumOf(secret)
 	return t, nil
 }
 
-// Secret is the token, for a member to present to the others.
-func (t *ClusterToken) Secret() string { return t.secret }
+// NewClusterToken makes a ClusterToken of one secret; its Reload does
+// nothing.
+func NewClusterToken(secret string) (*ClusterToken, error) {
+	cs, err := newClusterSecrets([]string{secret})
+	if err != nil {
+		return nil, err
+	}
+	t := &ClusterToken{}
+	t.cur.Store(cs)
+	return t, nil
+}
 
-// Check returns the cluster member identity if secret is the token, in
-// time that does not depend on how much of it matched.
+func newClusterSecrets(secrets []string) (*clusterSecrets, error) {
+	if len(secrets) == 0 {
+		return nil, errors.New("auth: the cluster token file holds no token (e.g. `openssl rand -hex 32`)")
+	}
+	cs := &clusterSecrets{secrets: secrets}
+	for i, s := range secrets {
+		if len(s) < MinTokenLength {
+			return nil, fmt.Errorf("auth: cluster token %d is %d characters, want at least %d (e.g. `openssl rand -hex 32`)", i+1, len(s), MinTokenLength)
+		}
+		cs.sums = append(cs.sums, sumOf(s))
+	}
+	return cs, nil
+}
+
+// Reload reads the token file again (on SIGHUP). On an error the tokens
+// in use stay, and the error says why.
+func (t *ClusterToken) Reload() error {
+	if t.path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return fmt.Errorf("auth: read cluster token: %w", err)
+	}
+	var secrets []string
+	for line := range strings.Lines(string(b)) {
+		if s := strings.TrimSpace(line); s != "" {
+			secrets = append(secrets, s)
+		}
+	}
+	cs, err := newClusterSecrets(secrets)
+	if err != nil {
+		return fmt.Errorf("%w (in %s)", err, t.path)
+	}
+	t.cur.Store(cs)
+	return nil
+}
+
+// Secret is the token this member presents to the others.
+func (t *ClusterToken) Secret() string { return t.cur.Load().secrets[0] }
+
+// Secrets are the tokens this member accepts, the one it presents first.
+// The slice is not to be changed.
+func (t *ClusterToken) Secrets() []string { return t.cur.Load().secrets }
+
+// Check returns the cluster member identity if secret is one of the
+// tokens accepted, in time that does not depend on how much of one
+// matched.
 func (t *ClusterToken) Check(secret string) (Identity, error) {
 	got := sumOf(secret)
-	if !equal(got[:], t.sum[:]) {
+	ok := false
+	for _, want := range t.cur.Load().sums {
+		if equal(got[:], want[:]) {
+			ok = true
+		}
+	}
+	if !ok {
 		return Identity{}, ErrWrongPass
 	}
 	return MemberIdentity(), nil

@@ -325,6 +325,39 @@ func TestClusterToken(t *testing.T) {
 	}
 }
 
+// A token is rotated by listing the new one after the old, then before
+// it, then alone, with a reload after each step: both are accepted while
+// listed, the first is presented, and a bad file changes nothing.
+func TestClusterTokenRotation(t *testing.T) {
+	const fresh = "fresh-token-0123456789abcdef0123456789"
+	path := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(path, []byte(svcToken+"\n"), 0o600)
+	ct, err := auth.LoadClusterToken(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepts := func(secret string) bool { _, err := ct.Check(secret); return err == nil }
+	for _, step := range []struct {
+		file           string
+		presents       string
+		old, new, fail bool
+	}{
+		{svcToken + "\n\n" + fresh + "\n", svcToken, true, true, false},
+		{fresh + "\n" + svcToken + "\n", fresh, true, true, false},
+		{"\n", fresh, true, true, true},                // no token: kept
+		{fresh + "\nshort\n", fresh, true, true, true}, // a short one: kept
+		{fresh + "\n", fresh, false, true, false},
+	} {
+		os.WriteFile(path, []byte(step.file), 0o600)
+		if err := ct.Reload(); (err != nil) != step.fail {
+			t.Fatalf("reload of %q: %v", step.file, err)
+		}
+		if ct.Secret() != step.presents || accepts(svcToken) != step.old || accepts(fresh) != step.new {
+			t.Fatalf("after %q: presents the %d-character token, accepts old %v new %v", step.file, len(ct.Secret()), accepts(svcToken), accepts(fresh))
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(usersFile(f)))
 	f.Add([]byte("[[user]]\nname = \"a\"\nsecret = \"sha256$00\"\nroles = [\"read\"]\n"))

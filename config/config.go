@@ -90,7 +90,8 @@ type Auth struct {
 	UsersFile string
 	// ClusterTokenFile holds the secret every member of the cluster
 	// presents to the others (raft, the gRPC Cluster service, peer data
-	// plane). Default empty: members prove themselves with certificates
+	// plane), one token a line: the first is presented, each accepted
+	// (a rotation); read again on SIGHUP. Default empty: members prove themselves with certificates
 	// that chain to tls.ca-file, or, without TLS, not at all.
 	ClusterTokenFile string
 }

@@ -5,7 +5,7 @@ import (
 	"net"
 	"strings"
 
-	"github.com/kvstrata/kvstrata/internal/peerauth"
+	"github.com/kvstrata/kvstrata/auth"
 	"github.com/kvstrata/kvstrata/internal/tlsfiles"
 )
 
@@ -47,7 +47,7 @@ func (c *Config) checkSecurity(bad func(format string, args ...any)) {
 		}
 	}
 	if f := c.Auth.ClusterTokenFile; f != "" {
-		if err := peerauth.CheckTokenFile(f); err != nil {
+		if err := checkClusterToken(f); err != nil {
 			bad("auth.cluster-token-file: %v", err)
 		}
 	}
@@ -112,4 +112,10 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// checkClusterToken reads the cluster token file as the node will.
+func checkClusterToken(path string) error {
+	_, err := auth.LoadClusterToken(path)
+	return err
 }

@@ -127,7 +127,7 @@ func (c *Config) Settings() []*Setting {
 		strSetting("tls.ca-file", "PEM certificates client and peer certificates must chain to, and the node trusts when it dials peers (empty: the system's roots)", &c.TLS.CAFile),
 		strSetting("tls.client-auth", "client certificates: none, optional (verify one if given) or require", &c.TLS.ClientAuth),
 		strSetting("auth.users-file", "users, hashed secrets, roles and tenants; with it every port authenticates its clients (re-read on SIGHUP)", &c.Auth.UsersFile),
-		strSetting("auth.cluster-token-file", "file holding the secret cluster members present to each other", &c.Auth.ClusterTokenFile),
+		strSetting("auth.cluster-token-file", "file holding the secret cluster members present to each other, one a line: the first is presented, each accepted (re-read on SIGHUP)", &c.Auth.ClusterTokenFile),
 		boolSetting("insecure.allow-remote", "UNSAFE: listen on non-loopback addresses without TLS and authentication", &c.Insecure.AllowRemote),
 	}
 }

@@ -131,8 +131,8 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	if sec.tls != nil {
 		d.reloaders = append(d.reloaders, reloader{"tls", sec.tls.Reload})
 	}
-	if sec.token != nil {
-		d.reloaders = append(d.reloaders, reloader{"cluster token", sec.token.Reload})
+	if sec.cluster != nil {
+		d.reloaders = append(d.reloaders, reloader{"cluster token", sec.cluster.Reload})
 	}
 	d.reloaders = append(d.reloaders, reloader{"users file", d.ReloadUsers}) // a no-op without one
 	return d, nil
@@ -180,7 +180,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	if err := d.applyTenants(); err != nil {
 		return err
 	}
-	gk, clusterToken, err := openGate(cfg, d.users)
+	gk, clusterToken, err := openGate(d.sec.cluster, d.users)
 	if err != nil {
 		return err
 	}
@@ -401,7 +401,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	hst := h.Stats()
 	log.Info("kvstrata serving", "version", d.opts.Version, "node", cfg.NodeID, "grpc", addrs.GRPC, "data", addrs.Data,
 		"transport", cfg.Transport, "resp", addrs.RESP, "resp-tls", d.respTLS, "http", addrs.HTTP, "raft", cfg.Cluster.RaftAddr,
-		"tls", d.sec.tls != nil, "cluster-token", d.sec.token != nil,
+		"tls", d.sec.tls != nil, "cluster-token", d.sec.cluster != nil,
 		"tiers", tierSummary(hst), "blocks", hst.Keys, "startup", time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/gate"
 	"github.com/kvstrata/kvstrata/auth"
-	"github.com/kvstrata/kvstrata/config"
 )
 
 // nodeAuth is who the node lets in: the members of its cluster (the
@@ -43,26 +42,22 @@ func (a nodeAuth) Certificate(name string) (auth.Identity, error) {
 }
 
 // peerDialOptions are what the node adds to its gRPC dials of the other
-// members: the cluster token, when it has one.
-func peerDialOptions(clusterToken string) []grpc.DialOption {
-	if clusterToken == "" {
+// members: the cluster token in use, when it has one.
+func peerDialOptions(token *auth.ClusterToken) []grpc.DialOption {
+	if token == nil {
 		return nil
 	}
-	return []grpc.DialOption{grpc.WithPerRPCCredentials(gate.Bearer(clusterToken))}
+	return []grpc.DialOption{grpc.WithPerRPCCredentials(gate.Bearer(token.Secret))}
 }
 
-// openGate reads the cluster token the configuration names and makes the
-// gate of the gRPC server and the data plane: nil without a users file
-// (users nil), when the node authenticates no one. The token, if any, is
-// what the node presents to the other members.
-func openGate(cfg config.Config, users *auth.Holder) (a gate.Authenticator, clusterToken string, err error) {
+// openGate makes the gate of the gRPC server and the data plane: nil
+// without a users file (users nil), when the node authenticates no one.
+// It returns the cluster token the node presents to the other members:
+// cluster's, or without one, when the node authenticates, one of its own.
+func openGate(cluster *auth.ClusterToken, users *auth.Holder) (a gate.Authenticator, token *auth.ClusterToken, err error) {
 	var na nodeAuth
-	if f := cfg.Auth.ClusterTokenFile; f != "" {
-		t, err := auth.LoadClusterToken(f)
-		if err != nil {
-			return nil, "", err
-		}
-		na.cluster, clusterToken = t, t.Secret()
+	if cluster != nil {
+		na.cluster, token = cluster, cluster
 	}
 	if users != nil {
 		na.users = users
@@ -75,13 +70,13 @@ func openGate(cfg config.Config, users *auth.Holder) (a gate.Authenticator, clus
 			_, _ = rand.Read(b[:])
 			t, err := auth.NewClusterToken(hex.EncodeToString(b[:]))
 			if err != nil {
-				return nil, "", err
+				return nil, nil, err
 			}
-			na.cluster, clusterToken = t, t.Secret()
+			na.cluster, token = t, t
 		}
 		a = na
 	}
-	return a, clusterToken, nil
+	return a, token, nil
 }
 
 // newGRPCServer is the node's gRPC server: behind the gate when a is set,

@@ -137,6 +137,27 @@ func TestGrpcurlWithAndWithoutATokenOnANodeWithUsers(t *testing.T) {
 	if ls, err := bob.Locate(ctx, []index.Key{key}); err != nil || len(ls[0].Locations) != 0 {
 		t.Errorf("globex locates acme's block: %v, %v; want nowhere", ls, err)
 	}
+
+	// A new cluster token and a reload (SIGHUP): the old token is refused,
+	// the new one is a member's, and the node's own heartbeats to itself
+	// carry the new one (it stays ready).
+	const rotated = "rotated-0123456789abcdef0123456789abcdef"
+	if err := os.WriteFile(tokenFile, []byte(rotated+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if out, ok := call(clusterToken, "kvstrata.v1.Cluster/Heartbeat", `{"id": 1}`); ok {
+		t.Errorf("a heartbeat with the token before the reload was let in:\n%s", out)
+	}
+	if out, ok := call(rotated, "kvstrata.v1.Cluster/Heartbeat", `{"id": 1}`); !ok {
+		t.Errorf("a heartbeat with the reloaded token was refused:\n%s", out)
+	}
+	time.Sleep(2 * time.Second) // a few of its own heartbeats
+	if err := n.Ready(); err != nil {
+		t.Errorf("not ready after the token was reloaded: %v", err)
+	}
 }
 
 // A lone node with a users file and no cluster token file becomes ready:

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kvstrata/kvstrata/auth"
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/internal/grpctls"
 	"github.com/kvstrata/kvstrata/internal/peerauth"
@@ -48,8 +49,11 @@ func DataPlaneTLS(f *tlsfiles.Files) (server *tls.Config, client func(addr strin
 
 // security is what the node secures its ports and peer dials with.
 type security struct {
-	tls   *tlsfiles.Files // nil: plaintext
-	token *peerauth.Token // nil: no cluster token
+	tls *tlsfiles.Files // nil: plaintext
+	// cluster is auth.cluster-token-file's token (nil: none), which the
+	// raft guard and the gRPC side both read, so that one reload reaches
+	// both.
+	cluster *auth.ClusterToken
 }
 
 func openSecurity(cfg config.Config, files *tlsfiles.Files) (*security, error) {
@@ -62,7 +66,7 @@ func openSecurity(cfg config.Config, files *tlsfiles.Files) (*security, error) {
 	}
 	if f := cfg.Auth.ClusterTokenFile; f != "" {
 		var err error
-		if s.token, err = peerauth.LoadToken(f); err != nil {
+		if s.cluster, err = auth.LoadClusterToken(f); err != nil {
 			return nil, err
 		}
 	}
@@ -80,10 +84,14 @@ func (s *security) peerCredentials() credentials.TransportCredentials {
 // raftGuard secures the raft transport; nil when there is nothing to
 // secure it with.
 func (s *security) raftGuard() raftstore.ConnGuard {
-	if s.tls == nil && s.token == nil {
+	if s.tls == nil && s.cluster == nil {
 		return nil
 	}
-	return &peerauth.Guard{TLS: s.tls, Token: s.token}
+	g := &peerauth.Guard{TLS: s.tls}
+	if s.cluster != nil {
+		g.Token = peerauth.NewToken(s.cluster.Secrets)
+	}
+	return g
 }
 
 // serverTLS is the config of the node's TLS listeners (HTTP, RESP).

@@ -175,15 +175,16 @@ func tlsState(ctx context.Context) *tls.ConnectionState {
 	return nil
 }
 
-// Bearer is the per-call credential that sends token as
-// "authorization: Bearer <token>": what a node's own clients of its peers
-// (the cluster token) dial with.
-func Bearer(token string) credentials.PerRPCCredentials { return bearerCreds(token) }
+// Bearer is the per-call credential that sends the token token returns,
+// at each call, as "authorization: Bearer <token>": what a node's own
+// clients of its peers dial with (the cluster token in use, which a
+// reload may change).
+func Bearer(token func() string) credentials.PerRPCCredentials { return bearerCreds(token) }
 
-type bearerCreds string
+type bearerCreds func() string
 
 func (t bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+	return map[string]string{"authorization": "Bearer " + t()}, nil
 }
 
 // RequireTransportSecurity is false: a cluster on loopback or a trusted

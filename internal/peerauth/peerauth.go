@@ -29,9 +29,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/kvstrata/kvstrata/internal/tlsfiles"
@@ -41,52 +38,17 @@ import (
 // or a peer that refused this node's proof.
 var ErrRefused = errors.New("peerauth: the peer does not hold the cluster token")
 
-// MinTokenLen is the shortest token LoadToken accepts, in bytes.
-const MinTokenLen = 16
-
-// Token is the cluster's shared secret, read from a file.
+// Token is the cluster's shared secret as the exchange reads it: the
+// secrets in use each time, so that a reload applies to the next
+// connection. A member proves itself with the first secret and accepts a
+// peer's proof by any of them (a token being rotated).
 type Token struct {
-	path string
-	cur  atomic.Pointer[[]byte]
+	secrets func() []string
 }
 
-// LoadToken reads the token in the file at path (surrounding white space
-// trimmed; at least MinTokenLen bytes).
-func LoadToken(path string) (*Token, error) {
-	t := &Token{path: path}
-	if err := t.Reload(); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-
-// CheckTokenFile reports what is wrong with the token file at path.
-func CheckTokenFile(path string) error {
-	_, err := readToken(path)
-	return err
-}
-
-func readToken(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("peerauth: cluster token: %w", err)
-	}
-	b = []byte(strings.TrimSpace(string(b)))
-	if len(b) < MinTokenLen {
-		return nil, fmt.Errorf("peerauth: cluster token in %s is %d bytes, shorter than %d", path, len(b), MinTokenLen)
-	}
-	return b, nil
-}
-
-// Reload reads the file again; on an error the token in use stays.
-func (t *Token) Reload() error {
-	b, err := readToken(t.path)
-	if err != nil {
-		return err
-	}
-	t.cur.Store(&b)
-	return nil
-}
+// NewToken makes a Token of the secrets that secrets returns, the one to
+// present first (the daemon's auth.ClusterToken's Secrets).
+func NewToken(secrets func() []string) *Token { return &Token{secrets: secrets} }
 
 const (
 	magic     = "KVPA"
@@ -96,8 +58,24 @@ const (
 	exportKey = "EXPORTER-kvstrata-peer-token"
 )
 
+// mac is the proof of label by the secret this member presents.
 func (t *Token) mac(label string, nc, ns, binding []byte) []byte {
-	h := hmac.New(sha256.New, *t.cur.Load())
+	return macOf(t.secrets()[0], label, nc, ns, binding)
+}
+
+// accepts reports whether proof is label's by one of the secrets.
+func (t *Token) accepts(proof []byte, label string, nc, ns, binding []byte) bool {
+	ok := false
+	for _, s := range t.secrets() {
+		if hmac.Equal(proof, macOf(s, label, nc, ns, binding)) {
+			ok = true
+		}
+	}
+	return ok
+}
+
+func macOf(secret, label string, nc, ns, binding []byte) []byte {
+	h := hmac.New(sha256.New, []byte(secret))
 	h.Write([]byte(label))
 	h.Write(nc)
 	h.Write(ns)
@@ -141,7 +119,7 @@ func (t *Token) Client(c net.Conn) error {
 		return fmt.Errorf("peerauth: the server does not speak the cluster-token exchange")
 	}
 	ns, serverMAC := answer[5:5+nonceLen], answer[5+nonceLen:]
-	if !hmac.Equal(serverMAC, t.mac("kvstrata peer server", nc, ns, bind)) {
+	if !t.accepts(serverMAC, "kvstrata peer server", nc, ns, bind) {
 		return fmt.Errorf("%w (the server's proof is wrong)", ErrRefused)
 	}
 	if _, err := c.Write(t.mac("kvstrata peer client", nc, ns, bind)); err != nil {
@@ -187,7 +165,7 @@ func (t *Token) Server(c net.Conn) error {
 	if _, err := io.ReadFull(c, proof); err != nil {
 		return fmt.Errorf("peerauth: reading the client's proof: %w", err)
 	}
-	if !hmac.Equal(proof, t.mac("kvstrata peer client", nc, ns, bind)) {
+	if !t.accepts(proof, "kvstrata peer client", nc, ns, bind) {
 		_, _ = c.Write([]byte{1})
 		return ErrRefused
 	}

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,17 +12,9 @@ import (
 	"github.com/kvstrata/kvstrata/internal/tlsfiles/tlstest"
 )
 
-func tokenFile(t *testing.T, secret string) *peerauth.Token {
+func clusterToken(t *testing.T, secret string) *peerauth.Token {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := peerauth.LoadToken(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
+	return peerauth.NewToken(func() []string { return []string{secret} })
 }
 
 // exchange runs a guarded connection between server and client over real
@@ -67,7 +57,7 @@ func exchange(t *testing.T, server, client *peerauth.Guard) (serverErr, clientEr
 }
 
 func TestMembersWithTheSameTokenConnect(t *testing.T) {
-	tok := tokenFile(t, "a cluster secret of enough bytes")
+	tok := clusterToken(t, "a cluster secret of enough bytes")
 	serr, cerr, seen := exchange(t, &peerauth.Guard{Token: tok}, &peerauth.Guard{Token: tok})
 	if serr != nil || cerr != nil || string(seen) != "raft" {
 		t.Fatalf("server %v, client %v, seen %q", serr, cerr, seen)
@@ -75,8 +65,8 @@ func TestMembersWithTheSameTokenConnect(t *testing.T) {
 }
 
 func TestAPeerWithAnotherTokenIsRefusedBothWays(t *testing.T) {
-	ours := tokenFile(t, "a cluster secret of enough bytes")
-	theirs := tokenFile(t, "another secret, also long enough")
+	ours := clusterToken(t, "a cluster secret of enough bytes")
+	theirs := clusterToken(t, "another secret, also long enough")
 	serr, cerr, _ := exchange(t, &peerauth.Guard{Token: ours}, &peerauth.Guard{Token: theirs})
 	if !errors.Is(serr, peerauth.ErrRefused) && serr == nil {
 		t.Errorf("server: %v, want a refusal", serr)
@@ -86,8 +76,34 @@ func TestAPeerWithAnotherTokenIsRefusedBothWays(t *testing.T) {
 	}
 }
 
+// While a token is rotated, a member that presents the old token and
+// one that presents the new connect as long as each accepts the other's;
+// the step that would skip one is refused.
+func TestMembersConnectThroughEachStepOfARotation(t *testing.T) {
+	const old, fresh = "the old cluster secret, long enough", "the new cluster secret, long enough"
+	tok := func(secrets ...string) *peerauth.Token {
+		return peerauth.NewToken(func() []string { return secrets })
+	}
+	for _, c := range []struct {
+		what           string
+		server, client *peerauth.Token
+		ok             bool
+	}{
+		{"old, and old accepting new", tok(old), tok(old, fresh), true},
+		{"old accepting new, and new accepting old", tok(old, fresh), tok(fresh, old), true},
+		{"new accepting old, and new", tok(fresh, old), tok(fresh), true},
+		{"new, and old only", tok(fresh, old), tok(old), false},
+		{"old only, and new", tok(old), tok(fresh, old), false},
+	} {
+		serr, cerr, seen := exchange(t, &peerauth.Guard{Token: c.server}, &peerauth.Guard{Token: c.client})
+		if ok := serr == nil && cerr == nil && string(seen) == "raft"; ok != c.ok {
+			t.Errorf("%s: server %v, client %v; want connected %v", c.what, serr, cerr, c.ok)
+		}
+	}
+}
+
 func TestAPeerWithoutTheExchangeIsRefused(t *testing.T) {
-	tok := tokenFile(t, "a cluster secret of enough bytes")
+	tok := clusterToken(t, "a cluster secret of enough bytes")
 	serr, _, seen := exchange(t, &peerauth.Guard{Token: tok}, &peerauth.Guard{})
 	if serr == nil || string(seen) == "raft" {
 		t.Fatalf("a plain client was let in: server %v, seen %q", serr, seen)
@@ -105,7 +121,7 @@ func TestTokenOverMutualTLS(t *testing.T) {
 		}
 		return f
 	}
-	tok := tokenFile(t, "a cluster secret of enough bytes")
+	tok := clusterToken(t, "a cluster secret of enough bytes")
 	serr, cerr, seen := exchange(t, &peerauth.Guard{TLS: load(a), Token: tok}, &peerauth.Guard{TLS: load(b), Token: tok})
 	if serr != nil || cerr != nil || string(seen) != "raft" {
 		t.Fatalf("server %v, client %v, seen %q", serr, cerr, seen)
@@ -121,13 +137,5 @@ func TestTokenOverMutualTLS(t *testing.T) {
 	serr, _, seen = exchange(t, &peerauth.Guard{TLS: load(a), Token: tok}, &peerauth.Guard{TLS: sf, Token: tok})
 	if serr == nil || !strings.Contains(serr.Error(), "TLS") || string(seen) == "raft" {
 		t.Fatalf("a stranger's certificate: server %v, seen %q", serr, seen)
-	}
-}
-
-func TestAShortTokenIsRefused(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "token")
-	os.WriteFile(path, []byte("short\n"), 0o600)
-	if err := peerauth.CheckTokenFile(path); err == nil || !strings.Contains(err.Error(), "shorter than 16") {
-		t.Fatalf("CheckTokenFile: %v", err)
 	}
 }
