@@ -35,13 +35,14 @@ need() {
 # free_port prints a loopback TCP port nothing listens on.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'; }
 
-# wait_for CMD... runs CMD until it succeeds, for up to 30 seconds.
+# wait_for CMD... runs CMD until it succeeds, for up to WAIT_SECS seconds
+# (120: a node with gigabytes of DRAM tier starts slowly on a busy machine).
 wait_for() {
-	for _ in $(seq 300); do
+	for _ in $(seq $((${WAIT_SECS:-120} * 10))); do
 		if "$@" >/dev/null 2>&1; then return 0; fi
 		sleep 0.1
 	done
-	echo "timed out waiting for: $*" >&2
+	echo "timed out after ${WAIT_SECS:-120} s waiting for: $*" >&2
 	exit 1
 }
 
