@@ -20,11 +20,16 @@
 # it all on the stand-in driver the tests build from C (needs cc), to test
 # the script: its numbers are memcpy's and say nothing of a GPU.
 #
-# It needs go, curl and python3; on a machine without network, the module
-# cache or a vendor directory (go mod vendor) must be there already.
+# It needs curl, python3 and go to build; on a machine without network, the
+# module cache or a vendor directory (go mod vendor) must be there already,
+# or BIN names a directory of binaries built elsewhere with -tags cuda:
+# hbm.test (go test -c -tags cuda ./tiers/hbm), kvstrata and kvctl. The
+# benchmarks need only hbm.test; without kvstrata and kvctl the node part
+# is skipped.
 #
 # Usage: bench/gpu.sh
 # Environment: BENCHTIME (1s), COUNT (3), FAKE (1: no GPU, the stand-in),
+#              BIN (prebuilt binaries: no build),
 #              HBM_MIB (512, the node's HBM tier in MiB), KEEP (1: keep the logs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +43,7 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU
 	# The tests look for libcuda.so.1 in the usual directories only; name
 	# the one the loader finds, wherever the driver put it.
 	lib=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / { print $NF; exit }')
-	[[ -n $lib ]] && export KVSTRATA_LIBCUDA=$lib
+	if [[ -n $lib ]]; then export KVSTRATA_LIBCUDA=$lib; fi
 elif [[ ${FAKE:-0} == 1 ]]; then
 	gpu=0
 	need cc
@@ -47,7 +52,8 @@ else
 	echo "gpu.sh: skipped: no GPU here (nvidia-smi finds none); FAKE=1 runs it on the stand-in driver"
 	exit 0
 fi
-need go curl python3
+need curl python3
+[[ -n ${BIN:-} ]] || need go
 bench_workdir gpu
 
 if ((gpu)); then
@@ -59,10 +65,19 @@ else
 	cc -shared -fPIC -O1 -o "$work/libfakecuda.so" gpu/cuda/cudatest/testdata/fakecuda.c
 fi
 
-echo "== building (-tags cuda)"
-go test -c -tags cuda -o "$work/hbm.test" ./tiers/hbm
-go build -tags cuda -o "$work/" ./cmd/kvstrata ./cmd/kvctl
-[[ $(go env CGO_ENABLED) == 1 ]] || echo "note: CGO_ENABLED=0: the node has no go-nvml metrics (kvstrata_gpu_*)"
+if [[ -n ${BIN:-} ]]; then
+	echo "== the binaries in $BIN"
+	for f in hbm.test kvstrata kvctl; do
+		if [[ -x $BIN/$f ]]; then ln -s "$(realpath "$BIN/$f")" "$work/$f"; fi
+	done
+else
+	echo "== building (-tags cuda)"
+	go test -c -tags cuda -o "$work/hbm.test" ./tiers/hbm
+	go build -tags cuda -o "$work/" ./cmd/kvstrata ./cmd/kvctl ||
+		echo "(kvstrata did not build: no node, no metrics; BIN= takes prebuilt binaries)"
+	[[ $(go env CGO_ENABLED) == 1 ]] || echo "note: CGO_ENABLED=0: the node has no go-nvml metrics (kvstrata_gpu_*)"
+fi
+[[ -x $work/hbm.test ]] || { echo "gpu.sh: no hbm.test" >&2; exit 1; }
 
 echo "== BenchmarkHBMDRAMCopy, -benchtime $BENCHTIME -count $COUNT"
 (cd tiers/hbm && "$work/hbm.test" -test.run '^$' -test.bench 'HBMDRAMCopy' -test.benchtime "$BENCHTIME" \
@@ -102,6 +117,10 @@ awk '
 
 echo
 echo "== a node with a $HBM_MIB MiB HBM tier, loaded with 1 MiB blocks past it"
+if [[ ! -x $work/kvstrata || ! -x $work/kvctl ]]; then
+	echo "(skipped: no kvstrata and kvctl built with -tags cuda)"
+	exit 0
+fi
 grpc=127.0.0.1:$(free_port) http=127.0.0.1:$(free_port)
 ((gpu)) || export KVSTRATA_LIBCUDA=$work/libfakecuda.so
 "$work/kvstrata" serve --data-dir "$work/node" --hbm-capacity "${HBM_MIB}MiB" --dram-capacity 1GiB --ssd-capacity 1GiB \
