@@ -26,6 +26,7 @@ import (
 //	DetailReporter               ✓    ✓   Hierarchy.Stats (LevelStats.Detail)
 //	HostArena              ✓              New: pinned for a HostPinner level's DMA
 //	HostPinner                             New (hbm: registers HostArena memory)
+//	HostCopier                             demotion into a Reserver level (hbm: DMA into DRAM)
 //	DeviceViewer                           callers in the process (hbm: device addresses)
 
 // View is a pinned, zero-copy window on one block's bytes inside a tier.
@@ -153,6 +154,19 @@ type HostArena interface {
 // driver), and shows in the level's Detail.
 type HostPinner interface {
 	PinHost(region []byte) error
+}
+
+// HostCopier is implemented by tiers whose blocks live outside host memory
+// (hbm, in device memory) and can copy one straight into host memory the
+// caller holds: demotion copies into the room a Reserver level below
+// reserved for the block, with no buffer in between, and the copy runs as
+// DMA when that level's HostArena is pinned. CopyOut copies key's block
+// into dst, which must be exactly the block's size (else ErrInvalid), and
+// returns the block's Header once every byte has arrived: the caller
+// commits dst only then. It fails as Get does; after an error dst holds
+// bytes to be discarded.
+type HostCopier interface {
+	CopyOut(key index.Key, dst []byte) (index.Header, error)
 }
 
 // DeviceView is a pinned block in device memory: its address stays the

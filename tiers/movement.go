@@ -142,9 +142,22 @@ func (h *Hierarchy) demoteBelow(i int, m index.Header, force bool) (int, error) 
 }
 
 // copyDown writes level i's copy of a block into the lower level to,
-// reading it in place when the tier allows.
+// reading it in place when the tier allows, or, from a tier that copies
+// into host memory (hbm) to one written in place (dram), straight into the
+// room reserved for it there.
 func (h *Hierarchy) copyDown(i, to int, m index.Header) error {
 	from := h.levels[i].Tier
+	if c, ok := from.(HostCopier); ok {
+		if rt, ok := h.levels[to].Tier.(Reserver); ok {
+			return h.storeInPlace(to, rt, m, func(dst []byte) error {
+				vm, err := c.CopyOut(m.Key, dst)
+				if err == nil && vm != m {
+					err = fmt.Errorf("%w: %v holds %+v, not the %+v recorded", ErrInvalid, h.levels[i].Kind, vm, m)
+				}
+				return err
+			})
+		}
+	}
 	if v, ok := from.(Viewer); ok {
 		view, err := v.View(m.Key, moveLease)
 		if err != nil {
@@ -161,6 +174,40 @@ func (h *Hierarchy) copyDown(i, to int, m index.Header) error {
 		return err
 	}
 	return h.store(to, vm, buf)
+}
+
+// storeInPlace is store for a level written in place: it reserves room
+// for m in level i (within the tenant's quota, evicting victims while the
+// tier is full), has fill copy the block's bytes into it, and commits the
+// reservation only after fill returned without error; else it aborts it,
+// and the level is as it was. On error the quota the caller held is given
+// back.
+func (h *Hierarchy) storeInPlace(i int, rt Reserver, m index.Header, fill func(dst []byte) error) error {
+	l := h.levels[i]
+	if err := h.holdQuota(i, m); err != nil {
+		return err
+	}
+	for {
+		r, err := rt.Reserve(m)
+		if err == nil {
+			if err = fill(r.Bytes()); err != nil {
+				r.Abort()
+			} else {
+				err = r.Commit()
+			}
+			if err != nil {
+				h.unhold(m.Key)
+			}
+			return err
+		}
+		if !errors.Is(err, ErrFull) || !h.evictOne(i) {
+			h.unhold(m.Key)
+			if errors.Is(err, ErrFull) {
+				err = fmt.Errorf("hierarchy: %v has no room and nothing evictable: %w", l.Kind, err)
+			}
+			return err
+		}
+	}
 }
 
 // admitLocked reports whether level i takes key, a victim of the level
@@ -267,21 +314,41 @@ func (h *Hierarchy) promote(p promotion) {
 }
 
 // copyUp copies level from's copy of key, which the caller owns, into level
-// to, and counts a promotion.
+// to, and counts a promotion. From a tier that hands out its bytes in place
+// (dram) it copies them from there: into a device tier that pinned them,
+// that is DMA with no buffer in between.
 func (h *Hierarchy) copyUp(key index.Key, e *entry, from, to int) error {
 	h.mu.Lock()
 	m := e.meta
 	h.mu.Unlock()
-	buf, vm, err := h.levels[from].Tier.Get(key, make([]byte, 0, m.Size))
-	if errors.Is(err, ErrCorrupt) {
-		h.lost(from, key)
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if err := h.store(to, vm, buf); err != nil {
-		return err
+	var vm index.Header
+	if v, ok := h.levels[from].Tier.(Viewer); ok {
+		view, err := v.View(key, moveLease)
+		if err != nil {
+			return err
+		}
+		vm = view.Meta()
+		err = h.store(to, vm, view.Bytes())
+		if rerr := view.Release(); err == nil && rerr != nil {
+			_ = h.levels[to].Tier.Delete(key) // the bytes may have changed under the copy
+			err = rerr
+		}
+		if err != nil {
+			return err
+		}
+	} else {
+		buf, gm, err := h.levels[from].Tier.Get(key, make([]byte, 0, m.Size))
+		if errors.Is(err, ErrCorrupt) {
+			h.lost(from, key)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if err := h.store(to, gm, buf); err != nil {
+			return err
+		}
+		vm = gm
 	}
 	h.mu.Lock()
 	h.setLocked(e, vm, to)

@@ -76,4 +76,7 @@ func TestANodeWithAnHBMTierServesFromTheGPU(t *testing.T) {
 	if st.Tiers[0].GetDetail()["pinned_host_bytes"] == 0 {
 		t.Fatalf("hbm detail %v: DRAM's arena is not pinned", st.Tiers[0].GetDetail())
 	}
+	if st.Tiers[0].GetDetail()["dma_bytes"] == 0 {
+		t.Fatalf("hbm detail %v: no block left the GPU by DMA into DRAM", st.Tiers[0].GetDetail())
+	}
 }

@@ -12,7 +12,11 @@
 //
 // Copies run on a small set of streams. A copy from or into host memory the
 // tier has registered (PinHost: the DRAM tier's arena) is DMA at the bus's
-// speed; from other host memory the driver stages it, at about half.
+// speed; from other host memory the driver stages it, at about half. In a
+// hierarchy, a block demoted into DRAM is copied straight into the room
+// DRAM reserved for it (CopyOut), and one promoted from DRAM straight from
+// DRAM's arena, so both are DMA with no buffer between; Detail counts the
+// bytes copied each way (dma_bytes, staged_bytes).
 //
 // The driver is loaded at run time (gpu/cuda), and the package builds only
 // with the cuda tag: a default binary has no CUDA dependency.
@@ -25,6 +29,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/kvstrata/kvstrata/gpu/cuda"
 	"github.com/kvstrata/kvstrata/index"
@@ -112,6 +117,9 @@ type Tier struct {
 	closed   bool
 	released bool     // pool freed, device closed
 	pinned   [][]byte // host regions registered with the device
+
+	dmaBytes    int64 // bytes copied to or from pinned host memory
+	stagedBytes int64 // bytes copied to or from other host memory
 }
 
 // block is the heap record of one block; its bytes are in device memory.
@@ -126,6 +134,7 @@ var (
 	_ tiers.Tier           = (*Tier)(nil)
 	_ tiers.DeviceViewer   = (*Tier)(nil)
 	_ tiers.HostPinner     = (*Tier)(nil)
+	_ tiers.HostCopier     = (*Tier)(nil)
 	_ tiers.DetailReporter = (*Tier)(nil)
 )
 
@@ -183,6 +192,7 @@ func (t *Tier) addr(b *block) cuda.DevPtr { return t.pool + cuda.DevPtr(int64(b.
 
 // copyIn copies src into the device at dst on a free stream and waits.
 func (t *Tier) copyIn(dst cuda.DevPtr, src []byte) error {
+	t.count(src)
 	s := <-t.streams
 	defer func() { t.streams <- s }()
 	err := s.HtoD(dst, src)
@@ -195,6 +205,7 @@ func (t *Tier) copyIn(dst cuda.DevPtr, src []byte) error {
 
 // copyOut copies len(dst) device bytes at src into dst and waits.
 func (t *Tier) copyOut(dst []byte, src cuda.DevPtr) error {
+	t.count(dst)
 	s := <-t.streams
 	defer func() { t.streams <- s }()
 	err := s.DtoH(dst, src)
@@ -203,6 +214,25 @@ func (t *Tier) copyOut(dst []byte, src cuda.DevPtr) error {
 	}
 	runtime.KeepAlive(dst)
 	return err
+}
+
+// count adds a copy's bytes to the DMA or the staged count, by whether
+// host lies in a region the tier pinned.
+func (t *Tier) count(host []byte) {
+	if len(host) == 0 {
+		return
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(host)))
+	n := int64(len(host))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range t.pinned {
+		if start := uintptr(unsafe.Pointer(unsafe.SliceData(r))); p >= start && p+uintptr(n) <= start+uintptr(len(r)) {
+			t.dmaBytes += n
+			return
+		}
+	}
+	t.stagedBytes += n
 }
 
 // Put copies value into device memory under m.Key, replacing any block
@@ -265,6 +295,27 @@ func (t *Tier) Get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 		return dst[:n], index.Header{}, fmt.Errorf("hbm: copying %v from the device: %w", key, err)
 	}
 	return dst, b.meta, nil
+}
+
+// CopyOut copies key's block straight into dst, host memory the caller
+// holds (tiers.HostCopier): the room a DRAM tier reserved for a block
+// demoted out of this one. The copy is queued on a stream and the stream
+// synchronized before CopyOut returns, so the caller may commit dst then;
+// into memory the tier pinned (PinHost) it runs as DMA. dst must be
+// exactly the block's size.
+func (t *Tier) CopyOut(key index.Key, dst []byte) (index.Header, error) {
+	b, err := t.use(key)
+	if err != nil {
+		return index.Header{}, err
+	}
+	defer t.unuse(b)
+	if len(dst) != int(b.meta.Size) {
+		return index.Header{}, fmt.Errorf("hbm: %w: %v is %d bytes, not %d", tiers.ErrInvalid, key, b.meta.Size, len(dst))
+	}
+	if err := t.copyOut(dst, t.addr(b)); err != nil {
+		return index.Header{}, fmt.Errorf("hbm: copying %v from the device: %w", key, err)
+	}
+	return b.meta, nil
 }
 
 // use pins key's block against reuse of its pages.
@@ -363,7 +414,9 @@ func (t *Tier) Stats() tiers.Stats {
 	return tiers.Stats{Capacity: t.size, Used: t.used, Blocks: int64(len(t.blocks))}
 }
 
-// Detail reports the device and the host memory registered with it.
+// Detail reports the device, the host memory registered with it, and the
+// bytes copied to and from host memory: as DMA (pinned) or staged by the
+// driver (other memory, about half the speed).
 func (t *Tier) Detail() map[string]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -371,7 +424,8 @@ func (t *Tier) Detail() map[string]int64 {
 	for _, r := range t.pinned {
 		pinned += int64(len(r))
 	}
-	return map[string]int64{"device": int64(t.dev.Ordinal()), "pinned_host_bytes": pinned, "streams": int64(t.cfg.Streams)}
+	return map[string]int64{"device": int64(t.dev.Ordinal()), "pinned_host_bytes": pinned, "streams": int64(t.cfg.Streams),
+		"dma_bytes": t.dmaBytes, "staged_bytes": t.stagedBytes}
 }
 
 // PinHost registers host memory outside the Go heap (the DRAM tier's

@@ -30,6 +30,7 @@ func runExtras(t *testing.T, f Factory) {
 	t.Run("Invalidator", func(t *testing.T) { testInvalidator(t, f) })
 	t.Run("ManyGetter", func(t *testing.T) { testManyGetter(t, f) })
 	t.Run("ObjectLocator", func(t *testing.T) { testObjectLocator(t, f) })
+	t.Run("HostCopier", func(t *testing.T) { testHostCopier(t, f) })
 	t.Run("AvailabilityReporter", func(t *testing.T) {
 		tr := f.open(t, 1<<20, 1<<16)
 		if err := extra[tiers.AvailabilityReporter](t, tr).Available(); err != nil {
@@ -64,6 +65,31 @@ func runExtras(t *testing.T, f Factory) {
 
 // testViewer checks that a view shows the block's bytes in place, pinned:
 // neither a replacing Put nor a Delete changes them until Release.
+// testHostCopier checks CopyOut: the block's bytes land whole in the
+// caller's memory, a wrong-sized destination is refused, and a missing
+// block is ErrNotFound.
+func testHostCopier(t *testing.T, f Factory) {
+	tr := f.open(t, 1<<20, 1<<16)
+	c := extra[tiers.HostCopier](t, tr)
+	if _, err := c.CopyOut(index.Key{NS: ns, Hash: 99}, make([]byte, 10)); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("CopyOut of a missing block: %v, want ErrNotFound", err)
+	}
+	m, b := Block(1, 20000)
+	must(t, tr.Put(m, b))
+	if _, err := c.CopyOut(m.Key, make([]byte, len(b)-1)); !errors.Is(err, tiers.ErrInvalid) {
+		t.Fatalf("CopyOut into one byte too few: %v, want ErrInvalid", err)
+	}
+	dst := make([]byte, len(b))
+	got, err := c.CopyOut(m.Key, dst)
+	must(t, err)
+	if got != m || !bytes.Equal(dst, b) {
+		t.Fatalf("CopyOut gave %+v and other bytes; want %+v", got, m)
+	}
+	if g, gm, err := tr.Get(m.Key, nil); err != nil || gm != m || !bytes.Equal(g, b) {
+		t.Fatalf("Get after CopyOut: %+v, %v", gm, err)
+	}
+}
+
 func testViewer(t *testing.T, f Factory) {
 	tr := f.open(t, 1<<20, 1<<16)
 	vt := extra[tiers.Viewer](t, tr)

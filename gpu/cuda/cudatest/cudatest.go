@@ -10,6 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
+
+	"github.com/ebitengine/purego"
 
 	"github.com/kvstrata/kvstrata/gpu/cuda"
 )
@@ -39,6 +42,7 @@ func Setup(dir string) (string, error) {
 		return "", fmt.Errorf("no GPU here, and the stand-in driver does not build (%v): %s", err, out)
 	}
 	os.Setenv(cuda.LibraryEnv, lib)
+	fake = lib
 	return "a stand-in driver with device memory in host memory (no GPU here)", nil
 }
 
@@ -51,4 +55,40 @@ func realDriver() bool {
 		}
 	}
 	return false
+}
+
+var (
+	fake      string // the stand-in's path, once Setup built it
+	hookOnce  sync.Once
+	failHook  func(n int32)
+	errNoHook error
+)
+
+// FailCopies makes the stand-in driver fail the next n copies queued on
+// any stream: each carries out half its bytes, and the synchronization of
+// its stream reports CUDA_ERROR_LAUNCH_FAILED, as an error on a device
+// would. It returns false, doing nothing, where the tests run on the
+// machine's own driver, which cannot be told to fail: callers skip then.
+func FailCopies(n int) bool {
+	if fake == "" {
+		return false
+	}
+	hookOnce.Do(func() {
+		lib, err := purego.Dlopen(fake, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			errNoHook = err
+			return
+		}
+		sym, err := purego.Dlsym(lib, "fakecuda_fail_copies")
+		if err != nil {
+			errNoHook = err
+			return
+		}
+		purego.RegisterFunc(&failHook, sym)
+	})
+	if errNoHook != nil {
+		return false
+	}
+	failHook(int32(n))
+	return true
 }

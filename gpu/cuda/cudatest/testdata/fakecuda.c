@@ -14,7 +14,8 @@ typedef int CUdevice;
 typedef uint64_t CUdeviceptr;
 
 enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, NO_DEVICE = 100,
-       INVALID_DEVICE = 101, ALREADY_REGISTERED = 712, NOT_REGISTERED = 713 };
+       INVALID_DEVICE = 101, ALREADY_REGISTERED = 712, NOT_REGISTERED = 713,
+       LAUNCH_FAILED = 719 };
 
 static int inited;
 static size_t used;
@@ -40,6 +41,7 @@ CUresult cuGetErrorName(CUresult e, const char **s) {
     case INVALID_DEVICE: *s = "CUDA_ERROR_INVALID_DEVICE"; return OK;
     case ALREADY_REGISTERED: *s = "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"; return OK;
     case NOT_REGISTERED: *s = "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"; return OK;
+    case LAUNCH_FAILED: *s = "CUDA_ERROR_LAUNCH_FAILED"; return OK;
     }
     return INVALID_VALUE;
 }
@@ -88,18 +90,62 @@ CUresult cuMemHostUnregister(void *p) {
     for (int i = 0; i < MAXR; i++) if (regs[i].p == p) { regs[i].p = 0; return OK; }
     return NOT_REGISTERED;
 }
-static int streams;
-CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; streams++; *s = (void *)(uintptr_t)streams; return OK; }
-CUresult cuStreamDestroy_v2(void *s) { (void)s; streams--; return OK; }
-CUresult cuStreamSynchronize(void *s) { (void)s; return OK; }
+/*
+ * Streams queue their copies and carry them out at cuStreamSynchronize (or
+ * cuStreamDestroy), as a GPU's copy engine does them some time after the
+ * call: a caller that reads or commits bytes before synchronizing sees the
+ * old ones. A copy whose arguments are wrong fails at once, as the real
+ * driver's does; a copy made to fail (fakecuda_fail_copies) carries out
+ * half its bytes and fails the synchronization, as an error on the device
+ * would.
+ */
+struct op { char *dst; const char *src; size_t n; int fail; };
+struct stream { struct op *ops; int len, cap; };
+static int streams, fail_next;
+CUresult cuStreamCreate(void **s, unsigned flags) {
+    (void)flags;
+    struct stream *st = calloc(1, sizeof *st);
+    if (!st) return OUT_OF_MEMORY;
+    streams++; *s = st; return OK;
+}
+static CUresult run(struct stream *st) {
+    CUresult r = OK;
+    for (int i = 0; i < st->len; i++) {
+        struct op *o = &st->ops[i];
+        memmove(o->dst, o->src, o->fail ? o->n / 2 : o->n);
+        if (o->fail) r = LAUNCH_FAILED;
+    }
+    st->len = 0;
+    return r;
+}
+static CUresult queue(void *s, void *d, const void *src, size_t n) {
+    struct stream *st = s;
+    if (!st) return INVALID_VALUE;
+    if (st->len == st->cap) {
+        int c = st->cap ? 2 * st->cap : 8;
+        struct op *ops = realloc(st->ops, c * sizeof *ops);
+        if (!ops) return OUT_OF_MEMORY;
+        st->ops = ops; st->cap = c;
+    }
+    st->ops[st->len++] = (struct op){ d, src, n, fail_next > 0 };
+    if (fail_next > 0) fail_next--;
+    return OK;
+}
+CUresult cuStreamDestroy_v2(void *s) { struct stream *st = s; run(st); free(st->ops); free(st); streams--; return OK; }
+CUresult cuStreamSynchronize(void *s) { return run(s); }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st) {
-    (void)st; if (!inside(d, n)) return INVALID_VALUE; memcpy((void *)(uintptr_t)d, s, n); return OK;
+    if (!inside(d, n)) return INVALID_VALUE;
+    return queue(st, (void *)(uintptr_t)d, s, n);
 }
 CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st) {
-    (void)st; if (!inside(s, n)) return INVALID_VALUE; memcpy(d, (void *)(uintptr_t)s, n); return OK;
+    if (!inside(s, n)) return INVALID_VALUE;
+    return queue(st, d, (const void *)(uintptr_t)s, n);
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void *st) {
-    (void)st; if (!inside(d, n) || !inside(s, n)) return INVALID_VALUE; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return OK;
+    if (!inside(d, n) || !inside(s, n)) return INVALID_VALUE;
+    return queue(st, (void *)(uintptr_t)d, (const void *)(uintptr_t)s, n);
 }
+/* Test hook: the next n copies queued fail when their stream is synchronized. */
+void fakecuda_fail_copies(int n) { fail_next = n; }
 /* Test hook: bytes of "device memory" allocated now. */
 size_t fakecuda_used(void) { return used; }
