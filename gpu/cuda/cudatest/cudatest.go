@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/ebitengine/purego"
@@ -46,10 +47,17 @@ func Setup(dir string) (string, error) {
 	return "a stand-in driver with device memory in host memory (no GPU here)", nil
 }
 
-// realDriver reports whether the machine's libcuda.so.1 is there; it does
-// not load it (cuda.Load may then load only one driver per process).
+// realDriver reports whether the machine's libcuda.so.1 is there — in
+// the dynamic loader's cache, a directory of $LD_LIBRARY_PATH or a usual
+// library directory; it does not load it (cuda.Load may then load only
+// one driver per process).
 func realDriver() bool {
-	for _, dir := range []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib"} {
+	if out, err := exec.Command("ldconfig", "-p").Output(); err == nil && strings.Contains(string(out), "libcuda.so.1 ") {
+		return true
+	}
+	dirs := append(filepath.SplitList(os.Getenv("LD_LIBRARY_PATH")),
+		"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/nvidia/lib64")
+	for _, dir := range dirs {
 		if _, err := os.Stat(filepath.Join(dir, "libcuda.so.1")); err == nil {
 			return true
 		}
