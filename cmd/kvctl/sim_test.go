@@ -167,7 +167,7 @@ func TestSimDrawsProgressOnlyOnATerminal(t *testing.T) {
 	if code := a.execute(context.Background(), []string{"sim", path, "--block-tokens", "4", "-c", "8"}); code != exitOK {
 		t.Fatalf("status %d: %s", code, errOut.String())
 	}
-	if !strings.Contains(errOut.String(), "replaying 10 caches") {
+	if !strings.Contains(errOut.String(), "replaying 11 caches") {
 		t.Errorf("no progress on a terminal; stderr %q", errOut.String())
 	}
 	if strings.Contains(out.String(), "replaying") {

@@ -23,11 +23,26 @@ import (
 // hit density: the hits expected of a block of that class and age before
 // it leaves, divided by the accesses it is expected to stay.
 //
-// Victim samples lhdSamples blocks at random (deterministically seeded) and
-// returns the one of lowest density; Add, Touch and Remove are O(1), Victim
-// O(lhdSamples), and the reconfiguration, once per interval of at least as
-// many accesses as blocks held, O(classes × ages). Evicted keys are kept as
-// ghosts, four per held block, with their use count.
+// Victim draws lhdSamples blocks at random (deterministically seeded)
+// from those with no held children, and only if none qualifies from all
+// blocks, and returns the one of lowest density, the least recently used
+// on a tie (until the histograms have data every density is 0: LRU among
+// the samples). Leaves first because evicting a block strands its held
+// children: a lookup stops at the first block missing. Sampling from all
+// blocks lost to LRU on the Mooncake traces (docs/BENCHMARKS.md).
+//
+// Evicted keys are kept as ghosts, four per held block, with their use
+// count, class, age and last access. A block that comes back from its ghost
+// is counted as a hit at the age it came back at, not as an eviction, and
+// a ghost forgotten as an eviction at its age then: within the ghosts'
+// reach the histograms see what would have happened had the block stayed,
+// reuses later than blocks stay included.
+//
+// Add, Touch and Remove are O(1); Victim is O(lhdSamples), plus O(k) for k
+// skipped blocks when the draws find none skip lets through; the
+// reconfiguration, once per as many accesses as blocks held, is
+// O(classes × ages). Memory: a fixed 144 KiB of histograms, plus a node,
+// two slice slots and four ghosts per held block.
 type LHD struct {
 	items  map[index.Key]*lhdNode
 	nodes  []*lhdNode // every held block, for sampling
@@ -99,13 +114,6 @@ func NewLHD() *LHD {
 		ageUnit: 1,
 	}
 	p.ghost.expired = p.ghostExpired
-	// Until the first reconfiguration every class ranks blocks by age
-	// alone: the least recently used goes first.
-	for c := range p.classes {
-		for a := range lhdAges {
-			p.classes[c].density[a] = 1 / float64(a+1)
-		}
-	}
 	return p
 }
 
