@@ -42,11 +42,12 @@ import (
 // skipped blocks when the draws find none skip lets through; the
 // reconfiguration, once per as many accesses as blocks held, is
 // O(classes × ages). Memory: a fixed 144 KiB of histograms, plus a node,
-// two slice slots and four ghosts per held block.
+// two slice slots, a child count and four ghosts per held block.
 type LHD struct {
 	items  map[index.Key]*lhdNode
 	nodes  []*lhdNode // every held block, for sampling
 	leaves []*lhdNode // held blocks without held children
+	chains *chainCounts
 	ghost  ghostQueue[lhdGhost]
 	rng    *rand.Rand
 	last   lastVictim
@@ -99,7 +100,6 @@ type lhdNode struct {
 	lastUse  uint64 // now at its last access
 	idx      int32  // position in nodes
 	leafIdx  int32  // position in leaves, or -1
-	children int32  // held blocks naming it as parent
 	uses     uint8  // accesses before the last, saturating
 	depth    uint8  // blocks before it in its chain, saturating
 	hadChild bool   // a block naming it as parent was added
@@ -110,6 +110,7 @@ func NewLHD() *LHD {
 	p := &LHD{
 		items:   make(map[index.Key]*lhdNode),
 		ghost:   newGhostQueue[lhdGhost](),
+		chains:  newChainCounts(),
 		rng:     rand.New(rand.NewPCG(0x6c6864, 1)),
 		ageUnit: 1,
 	}
@@ -169,36 +170,32 @@ func (p *LHD) Add(e Entry) {
 	p.linkParent(n)
 }
 
-// linkParent counts n as a child of its held parent, which then is no
-// leaf.
+// linkParent counts n as a child of its parent, which, if held, then is
+// no leaf. The count is kept whether or not the parent is held, so that a
+// parent stored after its children (an SSD receives a chain's blocks as
+// DRAM gives them up, leaves first) is no leaf either.
 func (p *LHD) linkParent(n *lhdNode) {
-	pk, ok := parentKey(n.entry)
-	if !ok {
-		return
-	}
-	if parent := p.items[pk]; parent != nil {
-		parent.children++
-		p.removeLeaf(parent)
+	p.chains.link(n.entry)
+	if pk, ok := parentKey(n.entry); ok {
+		if parent := p.items[pk]; parent != nil {
+			p.removeLeaf(parent)
+		}
 	}
 }
 
-// unlinkParent stops counting n as a child of its held parent, which may
-// become a leaf.
+// unlinkParent stops counting n as a child of its parent, which may become
+// a leaf.
 func (p *LHD) unlinkParent(n *lhdNode) {
-	pk, ok := parentKey(n.entry)
-	if !ok {
-		return
-	}
-	if parent := p.items[pk]; parent != nil && parent.children > 0 {
-		parent.children--
-		if parent.children == 0 {
+	p.chains.unlink(n.entry)
+	if pk, ok := parentKey(n.entry); ok {
+		if parent := p.items[pk]; parent != nil {
 			p.addLeaf(parent)
 		}
 	}
 }
 
 func (p *LHD) addLeaf(n *lhdNode) {
-	if n.leafIdx >= 0 || n.children > 0 {
+	if n.leafIdx >= 0 || p.chains.hasChildren(n.entry.Key) {
 		return
 	}
 	n.leafIdx = int32(len(p.leaves))

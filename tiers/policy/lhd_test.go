@@ -82,24 +82,34 @@ func TestLHDMarksABlockThatGotAChild(t *testing.T) {
 		key      int
 		depth    uint8
 		hadChild bool
-		children int32
+		children bool
 		leaf     bool
 	}{
-		{0, 0, true, 1, false},
-		{1, 1, true, 1, false},
-		{2, 2, false, 0, true},
+		{0, 0, true, true, false},
+		{1, 1, true, true, false},
+		{2, 2, false, false, true},
 	} {
 		n := p.items[key(c.key)]
-		if n.depth != c.depth || n.hadChild != c.hadChild || n.children != c.children || (n.leafIdx >= 0) != c.leaf {
-			t.Errorf("block %d: depth %d, had a child %v, %d children, leaf %v; want %d, %v, %d, %v",
-				c.key, n.depth, n.hadChild, n.children, n.leafIdx >= 0, c.depth, c.hadChild, c.children, c.leaf)
+		if n.depth != c.depth || n.hadChild != c.hadChild || p.chains.hasChildren(key(c.key)) != c.children || (n.leafIdx >= 0) != c.leaf {
+			t.Errorf("block %d: depth %d, had a child %v, has children %v, leaf %v; want %d, %v, %v, %v",
+				c.key, n.depth, n.hadChild, p.chains.hasChildren(key(c.key)), n.leafIdx >= 0, c.depth, c.hadChild, c.children, c.leaf)
 		}
 	}
 	// The leaf goes; its parent becomes a leaf but keeps the mark.
 	p.Remove(key(2))
-	if n := p.items[key(1)]; n.leafIdx < 0 || !n.hadChild || n.children != 0 {
-		t.Fatalf("block 1 after its child left: leaf %v, had a child %v, %d children", n.leafIdx >= 0, n.hadChild, n.children)
+	if n := p.items[key(1)]; n.leafIdx < 0 || !n.hadChild {
+		t.Fatalf("block 1 after its child left: leaf %v, had a child %v", n.leafIdx >= 0, n.hadChild)
 	}
+}
+
+func TestLHDParentStoredAfterItsChildIsNoLeaf(t *testing.T) {
+	// An SSD is given a chain's blocks leaf first, as DRAM evicts them.
+	p := NewLHD()
+	p.Add(child(2, 1))
+	p.Add(child(1, 0))
+	p.Add(entry(0))
+	p.Touch(key(2)) // the least recently used is now 1, which has a child
+	wantDrain(t, p, 2, 1, 0)
 }
 
 func TestLHDGhostsAreBoundedByTheBlocksHeld(t *testing.T) {
