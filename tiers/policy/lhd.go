@@ -29,7 +29,8 @@ import (
 // on a tie (until the histograms have data every density is 0: LRU among
 // the samples). Leaves first because evicting a block strands its held
 // children: a lookup stops at the first block missing. Sampling from all
-// blocks lost to LRU on the Mooncake traces (docs/BENCHMARKS.md).
+// blocks stayed below S3-FIFO on the Mooncake conversation trace and below
+// LRU on the synthetic one (docs/BENCHMARKS.md).
 //
 // Evicted keys are kept as ghosts, four per held block, with their use
 // count, class, age and last access. A block that comes back from its ghost
