@@ -143,7 +143,8 @@ type DRAM struct {
 	Capacity ByteSize
 	// PageSize is the arena's allocation unit. Default 4KiB.
 	PageSize ByteSize
-	// Policy is lru (default), lfu or prefix.
+	// Policy is lru (default), lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix,
+	// wtinylfu-prefix, arc, arc-prefix or lhd.
 	Policy string
 	// HighWatermark and LowWatermark bound background demotion, as
 	// fractions of capacity. Defaults 0.95 and 0.85.
@@ -160,7 +161,7 @@ type SSD struct {
 	// space of Dir's file system, at most 256 GiB.
 	Capacity ByteSize
 	// Policy is lru (default), lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix,
-	// wtinylfu-prefix, arc or arc-prefix.
+	// wtinylfu-prefix, arc, arc-prefix or lhd.
 	Policy string
 	// AdmitMinSeen admits a DRAM victim only if it was accessed at least
 	// this often lately. Default 1 (admit every victim).
@@ -204,7 +205,8 @@ type S3 struct {
 	RequireAtStart bool
 	// Capacity caps the bytes the tier holds; 0 (default) is unlimited.
 	Capacity ByteSize
-	// Policy is lru (default), lfu or prefix.
+	// Policy is lru (default), lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix,
+	// wtinylfu-prefix, arc, arc-prefix or lhd.
 	Policy string
 	// PromoteTo lists the tiers a hit in the object store is copied into:
 	// "dram" (default), "ssd" or "dram,ssd".

@@ -77,7 +77,7 @@ max-block-size = "lots"
 	}
 	for _, want := range []string{
 		`unknown key "dram.capcity" (did you mean "dram.capacity"?)`,
-		`dram.policy "mru" is unknown (want lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix)`,
+		`dram.policy "mru" is unknown (want lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix, lhd)`,
 		`limits.max-block-size: size "lots"`,
 		`KVSTRATA_SSD_ADMIT_MIN_SEEN: ssd.admit-min-seen: "zero" is not an integer`,
 		`listen.resp "6380" is not host:port`,

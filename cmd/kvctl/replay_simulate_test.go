@@ -104,7 +104,7 @@ func TestReplaySimulateRefusesBadFlagsAllAtOnce(t *testing.T) {
 			`--baseline: "fastest" is not a policy (want kv-tiered, kv-hbm, least-loaded, random, round-robin); --baseline: "" is not a policy (want kv-tiered, kv-hbm, least-loaded, random, round-robin); --workers is 0, must be ≥ 1`},
 		{[]string{good, "--simulate", "--baseline", "kv-hbm,kv-hbm", "--router", "kv-hbm,kv-hbm"}, exitUsage,
 			"policy kv-hbm is given twice; baseline kv-hbm is given twice"},
-		{[]string{good, "--simulate", "--cache-policy", "mru"}, exitUsage, `cache policy "mru" is not one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix`},
+		{[]string{good, "--simulate", "--cache-policy", "mru"}, exitUsage, `cache policy "mru" is not one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix, lhd`},
 		{[]string{short, "--simulate"}, exitFailure, "request 1: replay: bad request in trace: input_length 2000 needs 4 hash ids"},
 		{[]string{good + ".missing", "--simulate"}, exitFailure, "no such file"},
 	} {

@@ -66,6 +66,10 @@ Policies:
   arc     ARC: an LRU of blocks used once and one of blocks used again,
           with ghost lists of evicted keys steering the split between them
   arc-prefix  ARC that passes over blocks with cached children
+  lhd     least hit density: evicts, of 64 sampled blocks with no cached
+          children, the one whose class (uses, depth in the chain, whether
+          a block followed it) and age have shown the fewest hits per unit
+          of time held; learned online from hits, evictions and ghosts
   belady  Belady's MIN, the offline optimum (it reads the trace's future);
           when it runs, each row shows how far the policy is below it
 

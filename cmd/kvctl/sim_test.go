@@ -127,7 +127,7 @@ func TestSimRejectsABadCommandLine(t *testing.T) {
 	}{
 		{[]string{"sim"}, "sim takes one TRACE file, got 0 arguments"},
 		{[]string{"sim", path, path}, "sim takes one TRACE file, got 2 arguments"},
-		{[]string{"sim", path, "-p", "lru,mru"}, `unknown policy "mru" (want lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix, belady)`},
+		{[]string{"sim", path, "-p", "lru,mru"}, `unknown policy "mru" (want lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix, lhd, belady)`},
 		{[]string{"sim", path, "-c", "0"}, `token count "0" is out of range`},
 		{[]string{"sim", path, "-c", "-1e6"}, `token count "-1e6" is out of range`},
 		{[]string{"sim", path, "-c", "lots"}, `token count "lots" is not a number (want a whole number like 1000000, 1e6 or 1M)`},
@@ -136,7 +136,7 @@ func TestSimRejectsABadCommandLine(t *testing.T) {
 		{[]string{"sim", path, "--block-tokens", "0"}, "--block-tokens is 0, must be in [1, 65536]"},
 		{[]string{"sim", path, "--parallel", "-1"}, "--parallel is -1, must be ≥ 0"},
 		{[]string{"sim", path, "--admit-by-frequency"}, "--admit-by-frequency needs --ssd-capacity-tokens (multi-tier mode)"},
-		{[]string{"sim", path, "--ssd-capacity-tokens", "1e6", "--ssd-policy", "mru"}, `--ssd-policy "mru" is unknown (want one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix)`},
+		{[]string{"sim", path, "--ssd-capacity-tokens", "1e6", "--ssd-policy", "mru"}, `--ssd-policy "mru" is unknown (want one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix, lhd)`},
 		{[]string{"sim", path, "--ssd-capacity-tokens", "1e6", "--admit-by-frequency", "--admit-min-seen", "2"}, "--admit-by-frequency and --admit-min-seen are two admission rules: give one"},
 		{[]string{"sim", path, "--block-tokens", "x"}, `invalid argument "x" for "--block-tokens" flag`},
 	} {
@@ -167,7 +167,7 @@ func TestSimDrawsProgressOnlyOnATerminal(t *testing.T) {
 	if code := a.execute(context.Background(), []string{"sim", path, "--block-tokens", "4", "-c", "8"}); code != exitOK {
 		t.Fatalf("status %d: %s", code, errOut.String())
 	}
-	if !strings.Contains(errOut.String(), "replaying 10 caches") {
+	if !strings.Contains(errOut.String(), "replaying 11 caches") {
 		t.Errorf("no progress on a terminal; stderr %q", errOut.String())
 	}
 	if strings.Contains(out.String(), "replaying") {

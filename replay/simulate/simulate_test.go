@@ -225,7 +225,7 @@ func TestBadInputIsAClearError(t *testing.T) {
 		msg  string
 	}{
 		{"bad config, every problem at once", good, Config{Workers: -1, Speedup: -2, CachePolicy: "mru", Tiers: [3]TierModel{{Bandwidth: -1}}},
-			ErrConfig, "workers is -1, must be in [1, 1024]; speedup is -2, must be in (0, 1e9]; cache policy \"mru\" is not one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix; dram bandwidth is -1, must be > 0"},
+			ErrConfig, "workers is -1, must be in [1, 1024]; speedup is -2, must be in (0, 1e9]; cache policy \"mru\" is not one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix, lhd; dram bandwidth is -1, must be > 0"},
 		{"a policy twice", good, Config{Policies: []policy.Policy{policy.Random, policy.Random}}, ErrConfig, "policy random is given twice"},
 		{"a baseline twice", good, Config{Baselines: []policy.Policy{policy.KVHBM, policy.Random, policy.KVHBM}}, ErrConfig, "baseline kv-hbm is given twice"},
 		{"a pool of one block", good, Config{PoolTokens: 16}, ErrConfig, "pool tokens is 16, must hold at least two blocks"},

@@ -35,7 +35,7 @@ import "github.com/kvstrata/kvstrata/index"
 // same block.
 type ARC struct {
 	t1, t2 qlist
-	b1, b2 ghostQueue
+	b1, b2 ghostQueue[struct{}]
 	items  map[index.Key]*qnode
 	target int // T1's target length, 0 to the blocks held
 	last   lastVictim
@@ -51,7 +51,7 @@ const (
 
 // NewARC returns an empty ARC policy.
 func NewARC() *ARC {
-	return &ARC{items: make(map[index.Key]*qnode), b1: newGhostQueue(), b2: newGhostQueue()}
+	return &ARC{items: make(map[index.Key]*qnode), b1: newGhostQueue[struct{}](), b2: newGhostQueue[struct{}]()}
 }
 
 // NewARCPrefix returns ARC in its prefix-aware form.
@@ -123,9 +123,9 @@ func (p *ARC) Remove(key index.Key) {
 	delete(p.items, key)
 	budget := max(ghostsPerBlock*len(p.items), minGhosts)
 	if n.queue == inT1 {
-		p.b1.add(key, max(budget-p.t1.len, 0))
+		p.b1.add(key, struct{}{}, max(budget-p.t1.len, 0))
 	} else {
-		p.b2.add(key, budget)
+		p.b2.add(key, struct{}{}, budget)
 	}
 	// Both lists share the budget; B2 gives way to B1.
 	p.b2.trim(max(budget-p.b1.len(), 0))

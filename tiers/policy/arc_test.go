@@ -64,6 +64,7 @@ func TestPrefixAwareFormsEvictTheLeavesOfAChainBeforeItsRoot(t *testing.T) {
 	}{
 		{"arc-prefix", func() Policy { return NewARCPrefix() }},
 		{"wtinylfu-prefix", func() Policy { return NewWTinyLFUPrefix() }},
+		{"lhd", func() Policy { return NewLHD() }},
 	} {
 		t.Run(pc.name, func(t *testing.T) {
 			p := pc.new()
@@ -79,7 +80,7 @@ func TestPrefixAwareFormsEvictTheLeavesOfAChainBeforeItsRoot(t *testing.T) {
 }
 
 func TestPrefixAwareFormsFallBackWhenSkipLeavesNoLeaf(t *testing.T) {
-	for _, p := range []Policy{NewARCPrefix(), NewWTinyLFUPrefix()} {
+	for _, p := range []Policy{NewARCPrefix(), NewWTinyLFUPrefix(), NewLHD()} {
 		p.Add(entry(0))
 		p.Add(child(1, 0))
 		wantVictimSkip(t, p, func(k index.Key) bool { return k == key(1) }, 0)

@@ -2,7 +2,8 @@
 // dynamic aging, a prefix-aware policy that evicts the leaves of a chain
 // before their ancestors, S3-FIFO, W-TinyLFU and ARC (which keep blocks used
 // once from displacing blocks used again, each also in a prefix-aware
-// form), and Belady's offline optimum as a yardstick.
+// form), LHD (which learns online which blocks yield the most hits per unit
+// of space and time), and Belady's offline optimum as a yardstick.
 //
 // A Policy only orders blocks; it never touches bytes. Policies are not safe
 // for concurrent use: the tier hierarchy serialises calls under its lock.
@@ -45,7 +46,7 @@ type Policy interface {
 }
 
 // Names lists the policies New can build.
-var Names = []string{"lru", "lfu", "prefix", "s3fifo", "wtinylfu", "s3fifo-prefix", "wtinylfu-prefix", "arc", "arc-prefix"}
+var Names = []string{"lru", "lfu", "prefix", "s3fifo", "wtinylfu", "s3fifo-prefix", "wtinylfu-prefix", "arc", "arc-prefix", "lhd"}
 
 // New returns the named online policy.
 func New(name string) (Policy, error) {
@@ -68,6 +69,8 @@ func New(name string) (Policy, error) {
 		return NewARC(), nil
 	case "arc-prefix":
 		return NewARCPrefix(), nil
+	case "lhd":
+		return NewLHD(), nil
 	}
 	return nil, fmt.Errorf("policy: unknown policy %q (want one of %s)", name, strings.Join(Names, ", "))
 }

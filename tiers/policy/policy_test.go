@@ -22,6 +22,7 @@ var policies = []struct {
 	{"wtinylfu-prefix", func() Policy { return NewWTinyLFUPrefix() }},
 	{"arc", func() Policy { return NewARC() }},
 	{"arc-prefix", func() Policy { return NewARCPrefix() }},
+	{"lhd", func() Policy { return NewLHD() }},
 	{"belady", func() Policy { return NewBelady(newRandomOracle(1)) }},
 }
 

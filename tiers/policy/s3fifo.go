@@ -30,7 +30,7 @@ import "github.com/kvstrata/kvstrata/index"
 type S3FIFO struct {
 	small, main qlist
 	items       map[index.Key]*qnode
-	ghost       ghostQueue
+	ghost       ghostQueue[struct{}]
 	last        lastVictim
 	chains      *chainCounts // prefix-aware form only
 }
@@ -39,7 +39,7 @@ var _ Policy = (*S3FIFO)(nil)
 
 // NewS3FIFO returns an empty S3-FIFO policy.
 func NewS3FIFO() *S3FIFO {
-	return &S3FIFO{items: make(map[index.Key]*qnode), ghost: newGhostQueue()}
+	return &S3FIFO{items: make(map[index.Key]*qnode), ghost: newGhostQueue[struct{}]()}
 }
 
 // NewS3FIFOPrefix returns S3-FIFO in a prefix-aware form: a block with
@@ -119,7 +119,7 @@ func (p *S3FIFO) Remove(key index.Key) {
 	p.chains.unlink(n.entry)
 	if n.queue == inSmall {
 		p.small.remove(n)
-		p.ghost.add(key, max(ghostsPerBlock*(len(p.items)-1), minGhosts))
+		p.ghost.add(key, struct{}{}, max(ghostsPerBlock*(len(p.items)-1), minGhosts))
 	} else {
 		p.main.remove(n)
 	}
@@ -223,15 +223,26 @@ func (p *S3FIFO) Name() string {
 	return "s3fifo"
 }
 
-// ghostQueue is a FIFO of keys evicted from the small queue, bounded by a
-// limit given at each add; membership is a map lookup. Memory: one key in a
-// ring and one map entry per ghost.
-type ghostQueue struct {
+// ghostQueue is a FIFO of keys evicted from a policy's queues, bounded by
+// a limit given at each add, each with a value of type T that the policy
+// keeps for it (struct{} when it keeps none); membership is a map lookup.
+// Memory: one key in a ring and one map entry per ghost.
+type ghostQueue[T any] struct {
 	ring []ghostSlot // FIFO; slots whose seq no longer matches are stale
 	head int         // index of the oldest slot
 	n    int         // slots in use
-	seq  map[index.Key]uint64
+	seq  map[index.Key]ghostVal[T]
 	next uint64
+	// expired, if set, is called with each ghost forgotten to respect the
+	// limit (not with those removed or taken).
+	expired func(index.Key, T)
+}
+
+// ghostVal is a ghost's value and the seq of its live slot. The value
+// comes first so that a struct{} value takes no room.
+type ghostVal[T any] struct {
+	val T
+	seq uint64
 }
 
 type ghostSlot struct {
@@ -239,12 +250,14 @@ type ghostSlot struct {
 	seq uint64
 }
 
-func newGhostQueue() ghostQueue { return ghostQueue{seq: make(map[index.Key]uint64)} }
+func newGhostQueue[T any]() ghostQueue[T] {
+	return ghostQueue[T]{seq: make(map[index.Key]ghostVal[T])}
+}
 
-// add remembers key, then forgets the oldest ghosts beyond limit.
-func (g *ghostQueue) add(key index.Key, limit int) {
+// add remembers key with val, then forgets the oldest ghosts beyond limit.
+func (g *ghostQueue[T]) add(key index.Key, val T, limit int) {
 	g.next++
-	g.seq[key] = g.next
+	g.seq[key] = ghostVal[T]{val, g.next}
 	if g.n == len(g.ring) {
 		g.grow()
 	}
@@ -258,17 +271,20 @@ func (g *ghostQueue) add(key index.Key, limit int) {
 	}
 }
 
-func (g *ghostQueue) pop() {
+func (g *ghostQueue[T]) pop() {
 	s := g.ring[g.head]
 	g.ring[g.head] = ghostSlot{}
 	g.head = (g.head + 1) % len(g.ring)
 	g.n--
-	if cur, ok := g.seq[s.key]; ok && cur == s.seq {
+	if cur, ok := g.seq[s.key]; ok && cur.seq == s.seq {
 		delete(g.seq, s.key)
+		if g.expired != nil {
+			g.expired(s.key, cur.val)
+		}
 	}
 }
 
-func (g *ghostQueue) grow() {
+func (g *ghostQueue[T]) grow() {
 	ring := make([]ghostSlot, max(16, 2*len(g.ring)))
 	for i := range g.n {
 		ring[i] = g.ring[(g.head+i)%len(g.ring)]
@@ -276,27 +292,34 @@ func (g *ghostQueue) grow() {
 	g.ring, g.head = ring, 0
 }
 
-// remove forgets key and reports whether it was a ghost.
-func (g *ghostQueue) remove(key index.Key) bool {
-	if _, ok := g.seq[key]; !ok {
-		return false
+// take forgets key and returns its value, reporting whether it was a
+// ghost.
+func (g *ghostQueue[T]) take(key index.Key) (T, bool) {
+	v, ok := g.seq[key]
+	if ok {
+		delete(g.seq, key)
 	}
-	delete(g.seq, key)
-	return true
+	return v.val, ok
+}
+
+// remove forgets key and reports whether it was a ghost.
+func (g *ghostQueue[T]) remove(key index.Key) bool {
+	_, ok := g.take(key)
+	return ok
 }
 
 // len returns the number of ghosts.
-func (g *ghostQueue) len() int { return len(g.seq) }
+func (g *ghostQueue[T]) len() int { return len(g.seq) }
 
 // trim forgets the oldest ghosts beyond limit.
-func (g *ghostQueue) trim(limit int) {
+func (g *ghostQueue[T]) trim(limit int) {
 	for len(g.seq) > max(limit, 0) && g.n > 0 {
 		g.pop()
 	}
 }
 
 // has reports whether key is a ghost.
-func (g *ghostQueue) has(key index.Key) bool {
+func (g *ghostQueue[T]) has(key index.Key) bool {
 	_, ok := g.seq[key]
 	return ok
 }

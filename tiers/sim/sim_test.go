@@ -186,7 +186,7 @@ func TestRunReportsEveryBadSpec(t *testing.T) {
 		t.Fatal("Run accepted bad specs")
 	}
 	for _, want := range []string{
-		`mru@1000000: unknown policy "mru" (want one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix, belady)`,
+		`mru@1000000: unknown policy "mru" (want one of lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix, lhd, belady)`,
 		"lfu@0: capacity is 0 tokens, must be > 0",
 		"prefix@100: capacity of 100 tokens holds no block of 512 tokens",
 	} {
