@@ -55,6 +55,9 @@ const (
 	// before the store is told (PendingSet.Filled): small enough that the
 	// piece is still in the CPU's cache when the store hashes it.
 	filledRead = 128 << 10
+	// copiedPiece is the most copied from the read buffer into a store's
+	// room before the store is told, as index.CopySum copies and hashes.
+	copiedPiece = 16 << 10
 )
 
 // reader reads commands from one connection: RESP arrays of bulk strings
@@ -391,10 +394,15 @@ func (r *reader) bulkReserved(n int) (bool, error) {
 	}
 	r.pending = p
 	room := p.Bytes()
-	k := copy(room, r.buf[r.r:r.w])
-	r.r += k
-	if k > 0 {
-		p.Filled(room[:k])
+	// What came in the read buffer with the command's header is copied
+	// in pieces, each told at once, while it is still in the CPU's first
+	// level cache; the rest is read from src straight into the room.
+	k := 0
+	for k < n && r.r < r.w {
+		c := copy(room[k:min(n, k+copiedPiece)], r.buf[r.r:r.w])
+		p.Filled(room[k : k+c])
+		r.r += c
+		k += c
 	}
 	for k < n {
 		if r.beforeRead != nil {
