@@ -394,31 +394,39 @@ func (r *reader) bulkReserved(n int) (bool, error) {
 	}
 	r.pending = p
 	room := p.Bytes()
-	// What came in the read buffer with the command's header is copied
-	// in pieces, each told at once, while it is still in the CPU's first
-	// level cache; the rest is read from src straight into the room.
-	k := 0
-	for k < n && r.r < r.w {
+	// The value is read from src straight into the room, but for what
+	// came in the read buffer with the command's header and a last piece
+	// of copiedPiece or less, which is read into the buffer with the CRLF
+	// after it (and what follows), saving a read. Bytes from the buffer
+	// are copied in pieces, each told at once, while it is still in the
+	// CPU's first-level cache.
+	for k := 0; k < n; {
+		if r.r == r.w && n-k > copiedPiece {
+			if r.beforeRead != nil {
+				if err := r.beforeRead(); err != nil {
+					return true, err
+				}
+			}
+			m, err := r.src.Read(room[k:min(n, k+filledRead)])
+			r.count(m)
+			if m > 0 {
+				p.Filled(room[k : k+m])
+			}
+			k += m
+			if err != nil && k < n {
+				return true, err
+			}
+			continue
+		}
+		if r.r == r.w {
+			if err := r.fill(); err != nil {
+				return true, err
+			}
+		}
 		c := copy(room[k:min(n, k+copiedPiece)], r.buf[r.r:r.w])
 		p.Filled(room[k : k+c])
 		r.r += c
 		k += c
-	}
-	for k < n {
-		if r.beforeRead != nil {
-			if err := r.beforeRead(); err != nil {
-				return true, err
-			}
-		}
-		m, err := r.src.Read(room[k:min(n, k+filledRead)])
-		r.count(m)
-		if m > 0 {
-			p.Filled(room[k : k+m])
-		}
-		k += m
-		if err != nil && k < n {
-			return true, err
-		}
 	}
 	for r.w-r.r < 2 {
 		if err := r.fill(); err != nil {
