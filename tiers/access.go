@@ -44,11 +44,12 @@ func (v heapView) Meta() index.Header { return v.m }
 func (v heapView) Release() error     { return nil }
 
 // PutReservation is room for one block in level 0, to be filled in place and
-// committed: the zero-copy form of Put. The key stays owned (other writers of
-// it wait) until Commit or Abort, so fill it promptly.
+// committed: the zero-copy form of Put. A reservation Reserve made keeps the
+// key owned (other writers of it wait) until Commit or Abort, so fill it
+// promptly; one ReserveRoom made owns the key only during Commit.
 type PutReservation struct {
 	h    *Hierarchy
-	e    *entry
+	e    *entry // nil until Commit for ReserveRoom
 	m    index.Header
 	res  Reservation // nil when level 0 cannot be written in place
 	buf  []byte
@@ -64,8 +65,7 @@ func (h *Hierarchy) Reserve(m index.Header) (*PutReservation, error) {
 		return nil, err
 	}
 	r := &PutReservation{h: h, e: e, m: m}
-	l := h.levels[0]
-	rt, ok := l.Tier.(Reserver)
+	rt, ok := h.levels[0].Tier.(Reserver)
 	if !ok {
 		r.buf = make([]byte, m.Size) // Commit stores it, within the quota
 		return r, nil
@@ -74,15 +74,50 @@ func (h *Hierarchy) Reserve(m index.Header) (*PutReservation, error) {
 		h.release(m.Key, e)
 		return nil, err
 	}
+	if r.res, err = h.reserveIn(rt, m); err != nil {
+		h.release(m.Key, e)
+		return nil, err
+	}
+	return r, nil
+}
+
+// ReserveRoom is Reserve that takes ownership of m.Key only at Commit, for
+// a writer that fills the room at the pace of a client (from a socket):
+// other writers of the key go on meanwhile, and Commit waits its turn as a
+// Put does. The tenant's quota is checked at Commit, which fails then with
+// the error Reserve would have returned (ErrQuota), the room given back.
+// Until then the room counts in level 0's use, but in no tenant's.
+func (h *Hierarchy) ReserveRoom(m index.Header) (*PutReservation, error) {
+	r := &PutReservation{h: h, m: m}
+	rt, ok := h.levels[0].Tier.(Reserver)
+	if !ok {
+		r.buf = make([]byte, m.Size) // Commit stores it, within the quota
+		return r, nil
+	}
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	var err error
+	if r.res, err = h.reserveIn(rt, m); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// reserveIn reserves room for m in level 0, whose tier is rt, evicting
+// victims while it is full.
+func (h *Hierarchy) reserveIn(rt Reserver, m index.Header) (Reservation, error) {
 	for {
-		r.res, err = rt.Reserve(m)
+		res, err := rt.Reserve(m)
 		if err == nil {
-			return r, nil
+			return res, nil
 		}
 		if !errors.Is(err, ErrFull) || !h.evictOne(0) {
-			h.release(m.Key, e)
 			if errors.Is(err, ErrFull) {
-				err = fmt.Errorf("hierarchy: %v has no room and nothing evictable: %w", l.Kind, err)
+				err = fmt.Errorf("hierarchy: %v has no room and nothing evictable: %w", h.levels[0].Kind, err)
 			}
 			return nil, err
 		}
@@ -113,6 +148,14 @@ func (r *PutReservation) Commit() error {
 		return fmt.Errorf("%w: reservation already committed or aborted", ErrInvalid)
 	}
 	r.done = true
+	if r.e == nil { // ReserveRoom: take the key now
+		if err := r.own(); err != nil {
+			if r.res != nil {
+				r.res.Abort()
+			}
+			return err
+		}
+	}
 	var err error
 	if r.res != nil {
 		err = r.res.Commit()
@@ -120,6 +163,23 @@ func (r *PutReservation) Commit() error {
 		err = r.h.store(0, r.m, r.buf)
 	}
 	return r.h.stored(r.e, r.m, err)
+}
+
+// own takes ownership of the key of a reservation ReserveRoom made and,
+// for room reserved in level 0's tier, holds its tenant's quota for it.
+func (r *PutReservation) own() error {
+	e, err := r.h.acquire(r.m.Key, true)
+	if err != nil {
+		return err
+	}
+	if r.res != nil {
+		if err := r.h.holdQuota(0, r.m); err != nil {
+			r.h.release(r.m.Key, e)
+			return err
+		}
+	}
+	r.e = e
+	return nil
 }
 
 // Abort gives the room back and leaves the cache as it was.
@@ -131,7 +191,9 @@ func (r *PutReservation) Abort() {
 	if r.res != nil {
 		r.res.Abort()
 	}
-	r.h.release(r.m.Key, r.e)
+	if r.e != nil {
+		r.h.release(r.m.Key, r.e)
+	}
 }
 
 // BlockInfo describes one block for selection (eviction, listing).

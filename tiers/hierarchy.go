@@ -177,7 +177,6 @@ type Hierarchy struct {
 	cfg    Config
 
 	mu       sync.Mutex
-	idle     *sync.Cond // broadcast when a key stops being busy
 	entries  map[index.Key]*entry
 	pins     map[index.Key]*pin
 	pinCalls int
@@ -213,6 +212,10 @@ type entry struct {
 	meta index.Header
 	in   uint8 // bit i: level i holds this version
 	busy bool  // a writer owns the key
+	// idle, when not nil, is closed when the key's owner lets go of it:
+	// made by the first goroutine that waits for that, so that a release
+	// wakes only the waiters of its own key.
+	idle chan struct{}
 	// holdIn is 1 + the level where the key's owner holds hold bytes of
 	// its tenant's quota for a copy it is storing; 0 when it holds none.
 	holdIn uint8
@@ -252,7 +255,6 @@ func New(cfg Config) (*Hierarchy, error) {
 		settle:   make(chan chan struct{}),
 		stop:     make(chan struct{}),
 	}
-	h.idle = sync.NewCond(&h.mu)
 	for _, lc := range cfg.Levels {
 		loc := index.Location{Node: cfg.Node, Tier: lc.Kind}
 		if lc.Shared {
@@ -447,7 +449,7 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, err
 		e := h.entries[key]
 		if e != nil && e.in != 0 && e.in&^leaving == 0 {
 			for e.busy && h.entries[key] == e && !h.closed {
-				h.idle.Wait() // its owner is dropping or moving every copy we tried
+				h.waitLocked(e) // its owner is dropping or moving every copy we tried
 			}
 			leaving = 0
 			h.mu.Unlock()
@@ -623,20 +625,44 @@ func (h *Hierarchy) acquire(key index.Key, create bool) (*entry, error) {
 			e.busy = true
 			return e, nil
 		}
-		h.idle.Wait()
+		h.waitLocked(e)
 	}
+}
+
+// waitLocked waits until e's owner lets go of it or the hierarchy closes,
+// with h.mu given up meanwhile; the caller holds h.mu, and holds it again
+// on return, and must look at the entry again.
+func (h *Hierarchy) waitLocked(e *entry) {
+	if e.idle == nil {
+		e.idle = make(chan struct{})
+	}
+	idle := e.idle
+	h.mu.Unlock()
+	select {
+	case <-idle:
+	case <-h.stop:
+	}
+	h.mu.Lock()
 }
 
 // release gives up ownership of key and forgets it if no level holds it.
 func (h *Hierarchy) release(key index.Key, e *entry) {
 	h.mu.Lock()
+	h.releaseLocked(key, e)
+	h.mu.Unlock()
+}
+
+// releaseLocked is release for a caller that holds h.mu.
+func (h *Hierarchy) releaseLocked(key index.Key, e *entry) {
 	e.busy = false
 	h.unholdLocked(e, key)
 	if e.in == 0 && h.entries[key] == e {
 		delete(h.entries, key)
 	}
-	h.idle.Broadcast()
-	h.mu.Unlock()
+	if e.idle != nil {
+		close(e.idle)
+		e.idle = nil
+	}
 }
 
 // setLocked records that level i holds version m of e's key, turning
@@ -723,9 +749,8 @@ func (h *Hierarchy) Close() error {
 		return nil
 	}
 	h.closed = true
-	h.idle.Broadcast()
 	h.mu.Unlock()
-	close(h.stop)
+	close(h.stop) // wakes every waiter for a key (waitLocked)
 	h.mover.Wait()
 	var errs []error
 	for _, l := range h.levels {

@@ -83,21 +83,26 @@ func (h *Hierarchy) evict(i int, t index.TenantTag, own bool) bool {
 	admit := i+1 < len(h.levels) && !below && h.admitLocked(i+1, key)
 	h.mu.Unlock()
 
+	j, demoted := 0, false // the level the block was demoted to, if it was
 	if admit {
-		if j, err := h.demoteBelow(i, m, false); err == nil {
-			h.mu.Lock()
-			h.setLocked(e, m, j)
-			h.levels[j].demotions++
-			h.mu.Unlock()
-			below = true
-		}
+		var err error
+		j, err = h.demoteBelow(i, m, false)
+		demoted = err == nil
+		below = demoted
 	}
 	if !below && pinned { // the demotion failed: a pinned block stays
 		h.release(key, e)
 		return false
 	}
-	h.dropCopy(i, e, key)
+	// The copy leaves the tier before the hierarchy records the move, all
+	// at once: a reader that misses it meanwhile waits for the key (read).
+	_ = l.Tier.Delete(key) // ErrNotFound: already gone, which is the goal
 	h.mu.Lock()
+	if demoted {
+		h.setLocked(e, m, j)
+		h.levels[j].demotions++
+	}
+	h.removedLocked(i, e, key)
 	l.evictions++
 	if own {
 		l.quotaEvictions++
@@ -105,8 +110,8 @@ func (h *Hierarchy) evict(i int, t index.TenantTag, own bool) bool {
 	if !below {
 		l.drops++
 	}
+	h.releaseLocked(key, e)
 	h.mu.Unlock()
-	h.release(key, e)
 	return true
 }
 

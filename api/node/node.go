@@ -228,6 +228,16 @@ func (n *Node) Reserve(m index.Header) (*tiers.PutReservation, error) {
 	return n.h.Reserve(m)
 }
 
+// ReserveRoom is Reserve that takes the block's key only at Commit
+// (tiers.Hierarchy.ReserveRoom): for a writer that fills the room at a
+// client's pace.
+func (n *Node) ReserveRoom(m index.Header) (*tiers.PutReservation, error) {
+	if err := n.checkBlock(m); err != nil {
+		return nil, err
+	}
+	return n.h.ReserveRoom(m)
+}
+
 // CommitChecked commits r if its bytes match sum, else aborts it.
 func CommitChecked(r *tiers.PutReservation, m index.Header) error {
 	if sum := index.Checksum(r.Bytes()); sum != m.Sum {

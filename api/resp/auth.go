@@ -57,11 +57,16 @@ func (c *conn) mustAuthenticate(cmd *command) bool {
 // permitted reports whether c's identity may run cmd, and writes the
 // NOPERM reply if not.
 func (c *conn) permitted(cmd *command) bool {
-	if c.s.cfg.Auth == nil || c.ident.Roles&cmd.needs == cmd.needs || c.ident.Can(auth.Admin) {
+	if c.may(cmd) {
 		return true
 	}
 	c.error(fmt.Sprintf("NOPERM User %s has no permissions to run the '%s' command", c.ident.User, cmd.name))
 	return false
+}
+
+// may reports whether c's identity may run cmd.
+func (c *conn) may(cmd *command) bool {
+	return c.s.cfg.Auth == nil || c.ident.Roles&cmd.needs == cmd.needs || c.ident.Can(auth.Admin)
 }
 
 // login checks user's secret and, if it holds, makes the connection that

@@ -78,6 +78,9 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	c.rd.awaitCommand, c.rd.commandStarted = c.awaitCommand, c.commandStarted
 	c.rd.nread, c.w.nwritten = &s.st.netIn, &s.st.netOut
 	c.rd.hold, c.rd.unhold = c.hold, s.pending.release
+	if s.reserver != nil {
+		c.rd.reserveSet = c.reserveSet
+	}
 	c.active.Store(c.created.UnixNano())
 	return c
 }
@@ -108,6 +111,29 @@ func (c *conn) Serve() {
 			return
 		}
 	}
+}
+
+// reserveSet asks the store for room for the value of a plain SET the
+// connection may run now (authenticated and permitted, outside MULTI), of
+// size bytes under key; nil when it gives none, and the value is read as
+// any argument.
+func (c *conn) reserveSet(name, key []byte, size int) PendingSet {
+	if c.multi.active {
+		return nil
+	}
+	cmd := c.s.cmds.lookup(name)
+	if cmd == nil || cmd.name != "set" || c.mustAuthenticate(cmd) || !c.may(cmd) {
+		return nil
+	}
+	p, ok, err := c.s.reserver.ReserveSet(c.direct.ctx, string(key), size)
+	if err != nil || !ok {
+		return nil
+	}
+	if len(p.Bytes()) != size {
+		p.Abort()
+		return nil
+	}
+	return p
 }
 
 // beforeRead runs before the reader may block: replies go out now, since

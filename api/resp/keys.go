@@ -107,6 +107,14 @@ func checkSet(args [][]byte) string {
 }
 
 func (c *conn) set(args [][]byte) {
+	if p := c.rd.takePending(); p != nil { // a plain SET, its value read into the store's room
+		if err := p.Commit(); err != nil {
+			c.storeError(err)
+			return
+		}
+		c.w.simple("OK")
+		return
+	}
 	opts, msg := parseSet(args, c.now())
 	if msg != "" {
 		c.error(msg)

@@ -51,6 +51,13 @@ const (
 	// maxPooledSlab is the largest slab kept for reuse; longer arguments
 	// get a slab of their exact size, handed back to the garbage collector.
 	maxPooledSlab = 16 << 20
+	// filledRead is the most read from the socket into a store's room
+	// before the store is told (PendingSet.Filled): small enough that the
+	// piece is still in the CPU's cache when the store hashes it.
+	filledRead = 128 << 10
+	// copiedPiece is the most copied from the read buffer into a store's
+	// room before the store is told, as index.CopySum copies and hashes.
+	copiedPiece = 16 << 10
 )
 
 // reader reads commands from one connection: RESP arrays of bulk strings
@@ -88,6 +95,15 @@ type reader struct {
 	slabs []*[]byte
 
 	nread *atomic.Uint64 // counts the bytes read from src, if not nil
+
+	// reserveSet, if set, is asked for room in the store for the value of
+	// a plain SET (name, key, size) longer than smallArg before it is
+	// read; nil means none. pending is the room it gave for the current
+	// command, which the value was read into (pendingRoom), until the
+	// command takes it (takePending) or release aborts it.
+	reserveSet  func(name, key []byte, size int) PendingSet
+	pending     PendingSet
+	pendingRoom []byte
 
 	// Progress of the command being read, for its connection's deadline
 	// and for choosing which connection a full server closes. inCmd is set
@@ -186,6 +202,11 @@ func (r *reader) next() ([][]byte, error) {
 // release ends the current command: its arguments become invalid, slabs
 // go back to the pool, and oversized scratch space is dropped.
 func (r *reader) release() {
+	if r.pending != nil {
+		r.pending.Abort()
+		r.pending = nil
+	}
+	r.pendingRoom = nil
 	for i, s := range r.slabs {
 		putSlab(s)
 		r.slabs[i] = nil
@@ -341,11 +362,92 @@ func (r *reader) multibulk() (*refusedError, error) {
 			}
 			continue
 		}
+		if refused == nil && n == 3 && len(r.refs) == 2 && l > int64(r.smallArg) && r.reserveSet != nil {
+			ok, err := r.bulkReserved(int(l))
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				continue
+			}
+		}
 		if err := r.bulk(int(l)); err != nil {
 			return nil, err
 		}
 	}
 	return refused, nil
+}
+
+// bulkReserved reads the n bytes of a plain SET's value, and the CRLF
+// after them, straight into room the store reserved for it, within the
+// server's budget as a slab would be, and reports whether it had room.
+func (r *reader) bulkReserved(n int) (bool, error) {
+	if err := r.take(int64(n)); err != nil {
+		return false, err
+	}
+	arg := func(i int) []byte { ref := r.refs[i]; return r.arena[ref.off : ref.off+ref.n] }
+	p := r.reserveSet(arg(0), arg(1), n)
+	if p == nil {
+		r.held -= int64(n)
+		r.giveBack()
+		return false, nil
+	}
+	r.pending = p
+	room := p.Bytes()
+	// The value is read from src straight into the room, but for what
+	// came in the read buffer with the command's header and a last piece
+	// of copiedPiece or less, which is read into the buffer with the CRLF
+	// after it (and what follows), saving a read. Bytes from the buffer
+	// are copied in pieces, each told at once, while it is still in the
+	// CPU's first-level cache.
+	for k := 0; k < n; {
+		if r.r == r.w && n-k > copiedPiece {
+			if r.beforeRead != nil {
+				if err := r.beforeRead(); err != nil {
+					return true, err
+				}
+			}
+			m, err := r.src.Read(room[k:min(n, k+filledRead)])
+			r.count(m)
+			if m > 0 {
+				p.Filled(room[k : k+m])
+			}
+			k += m
+			if err != nil && k < n {
+				return true, err
+			}
+			continue
+		}
+		if r.r == r.w {
+			if err := r.fill(); err != nil {
+				return true, err
+			}
+		}
+		c := copy(room[k:min(n, k+copiedPiece)], r.buf[r.r:r.w])
+		p.Filled(room[k : k+c])
+		r.r += c
+		k += c
+	}
+	for r.w-r.r < 2 {
+		if err := r.fill(); err != nil {
+			return true, err
+		}
+	}
+	if err := r.crlfAt(r.r); err != nil {
+		return true, err
+	}
+	r.r += 2
+	r.pendingRoom = room
+	r.refs = append(r.refs, argRef{slab: &r.pendingRoom, n: n})
+	return true, nil
+}
+
+// takePending returns the room the current command's value was read into,
+// if any, for the command to commit; the reader forgets it.
+func (r *reader) takePending() PendingSet {
+	p := r.pending
+	r.pending = nil
+	return p
 }
 
 func (r *reader) settingNote() string {

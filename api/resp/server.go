@@ -27,6 +27,9 @@ type Server struct {
 	runID string
 
 	ks KeyStore // store's optional powers, or nil
+	// reserver is the store's optional power to take a plain SET's value
+	// straight into place, or nil.
+	reserver SetReserver
 
 	ctx    context.Context // cancelled by Close; passed to the Store
 	cancel context.CancelFunc
@@ -119,6 +122,7 @@ func NewServer(store Store, cfg *Config) (*Server, error) {
 	})
 	s.cond, _ = store.(ConditionalSetter)
 	s.ks, _ = store.(KeyStore)
+	s.reserver, _ = store.(SetReserver)
 	s.st.calls = make([]atomic.Uint64, len(s.cmds.list))
 	return s, nil
 }

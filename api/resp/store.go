@@ -58,6 +58,38 @@ type ConditionalSetter interface {
 	SetIf(ctx context.Context, key string, value []byte, exists bool) (stored bool, err error)
 }
 
+// SetReserver is an optional power of a Store: it reserves room for the
+// value of a plain SET (SET key value, no options) before the value is
+// read, so that the server reads the value from the socket straight into
+// place rather than into a buffer of its own and then copying it. The
+// server asks only for values longer than it copies out of its read
+// buffer, outside MULTI, once the command may run.
+type SetReserver interface {
+	// ReserveSet returns room for a value of size bytes to be stored under
+	// key as Set stores it. ok false (err nil) asks the server to read the
+	// value itself and call SetWith or Set, as for a Store without this
+	// power (a value the store keeps in pieces, say); so does an error,
+	// which the store is expected to return again from that call.
+	ReserveSet(ctx context.Context, key string, size int) (p PendingSet, ok bool, err error)
+}
+
+// PendingSet is room ReserveSet returned, for one value.
+type PendingSet interface {
+	// Bytes is the room; its length is the value's size. The server fills
+	// it in order, from the first byte.
+	Bytes() []byte
+	// Filled is told each piece of Bytes() once it holds the value's
+	// bytes, in order, so that the store can hash them while they are in
+	// the CPU's cache.
+	Filled(piece []byte)
+	// Commit stores the value under the key, replacing any value there, as
+	// Set does, once every byte is filled.
+	Commit() error
+	// Abort gives the room back, leaving the key as it was; after Commit
+	// it does nothing.
+	Abort()
+}
+
 // KeyStore is the rest of what the Redis commands need of a Store:
 // expiry, all-or-nothing batches, key enumeration. A Store that lacks it
 // serves only the commands Store covers.
