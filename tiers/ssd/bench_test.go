@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
@@ -236,8 +237,9 @@ func BenchmarkGetCold1MiB(b *testing.B) {
 const benchChain = 64
 
 // BenchmarkChainCold1MiB restores chains of benchChain blocks from the
-// disk: each chain with one GetMany where the tier has it (the hierarchy's
-// ReadMany, which a node's get of a context uses, reads a level so), else
+// disk: each chain with one GetManyPooled, or GetMany, where the tier has
+// it (the hierarchy's ReadManyPooled, which a node's get of a context
+// uses, reads a level so), else
 // with one Get after another, as ReadMany does then. The blocks of a chain
 // are wherever their random hashes put them in the blob files.
 func BenchmarkChainCold1MiB(b *testing.B) {
@@ -255,6 +257,7 @@ func BenchmarkChainCold1MiB(b *testing.B) {
 		keys[i] = benchMeta(i, sums[i%benchValues]).Key
 	}
 	mg, batched := any(tr).(tiers.ManyGetter)
+	pg, pooled := any(tr).(tiers.PooledManyGetter)
 	b.ReportMetric(map[bool]float64{false: 0, true: 1}[batched], "batched")
 	b.SetBytes(benchBlock)
 	b.ResetTimer()
@@ -275,11 +278,21 @@ func BenchmarkChainCold1MiB(b *testing.B) {
 			continue
 		}
 		var failed error
-		err := mg.GetMany(context.Background(), chain, func(_ int, _ []byte, _ index.Header, err error) {
-			if err != nil {
-				failed = err
-			}
-		})
+		var err error
+		if pooled { // as the hierarchy's ReadManyPooled reads a level
+			err = pg.GetManyPooled(context.Background(), chain, func(_ int, _ []byte, ref *bufpool.Buffer, _ index.Header, err error) {
+				ref.Release()
+				if err != nil {
+					failed = err
+				}
+			})
+		} else {
+			err = mg.GetMany(context.Background(), chain, func(_ int, _ []byte, _ index.Header, err error) {
+				if err != nil {
+					failed = err
+				}
+			})
+		}
 		if err != nil || failed != nil {
 			b.Fatal(err, failed)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
@@ -200,5 +201,37 @@ func TestConfigReadWindow(t *testing.T) {
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); !errors.Is(err, tiers.ErrInvalidConfig) || !strings.Contains(err.Error(), "ReadWindow") {
 		t.Fatalf("ReadWindow -1: %v", err)
+	}
+}
+
+// GetManyPooled reads a chain into the tier's buffers: each block whole,
+// its reference the caller's; once released, the buffers serve the next
+// chain's reads instead of fresh ones, and a block still held is not
+// overwritten by them.
+func TestGetManyPooledReusesBuffersOnceReleased(t *testing.T) {
+	tr := openTest(t, Config{Capacity: 1 << 30, ReadWindow: 3})
+	tr, ms, bs := putChain(t, tr, 8, bigBlock, 2)
+	held := make([]*bufpool.Buffer, len(ms))
+	read := func(keep int) {
+		t.Helper()
+		must(t, tr.GetManyPooled(context.Background(), keysOf(ms), func(i int, v []byte, ref *bufpool.Buffer, m index.Header, err error) {
+			if err != nil || m != ms[i] || !bytes.Equal(v, bs[i]) {
+				t.Errorf("block %d: %d bytes, %+v, %v", i, len(v), m, err)
+			}
+			if i == keep {
+				held[i] = ref
+				return
+			}
+			ref.Release()
+		}))
+	}
+	read(0)
+	read(-1)
+	if !bytes.Equal(held[0].Bytes(), bs[0]) {
+		t.Fatal("a block still held was overwritten by a later read")
+	}
+	held[0].Release()
+	if gets, reused, _ := tr.bufs.Stats(); reused == 0 {
+		t.Fatalf("%d buffers lent, none reused", gets)
 	}
 }

@@ -100,6 +100,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/internal/units"
 	"github.com/kvstrata/kvstrata/tiers"
 )
@@ -133,6 +134,8 @@ type Tier struct {
 	stripes [stripeCount]sync.RWMutex
 	acct    accounting
 	batches sync.Pool // of *pebble.Batch, reset, sized for a block
+	// bufs lends the buffers GetManyPooled reads blocks into.
+	bufs *bufpool.Pool
 
 	logical atomic.Int64 // bytes of blocks put since Open
 	dirty   atomic.Bool  // written since the last flush began
@@ -172,6 +175,7 @@ func Open(cfg Config) (*Tier, error) {
 		space:  sp,
 		faults: wf,
 		acct:   accounting{capacity: cfg.Capacity},
+		bufs:   bufpool.New(pooledIdle),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
