@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -274,7 +275,14 @@ func TestUpdateFindsACopyTheDirectoryDoesNotListYet(t *testing.T) {
 	for _, s := range c.stores {
 		mustGet(t, s, k, "42")
 	}
-	// A key no member holds starts from nothing.
+	// A key no member holds starts from nothing, even while a member
+	// that holds nothing listed does not answer.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.setAddr(9, l.Addr().String())
+	l.Close() // nothing listens there
 	n := c.key("new")
 	if err := c.stores[3].(resp.Updater).Update(ctx(t), n, incr); err != nil {
 		t.Fatal(err)

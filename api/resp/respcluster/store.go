@@ -266,7 +266,15 @@ func (s *Store) findAnywhere(ctx context.Context, key string) (index.NodeID, res
 	rest := slices.DeleteFunc(members, func(m Holder) bool {
 		return m.Node == self || !m.Up || slices.ContainsFunc(listed, func(h Holder) bool { return h.Node == m.Node })
 	})
-	return s.statHolders(ctx, key, rest)
+	node, ki, err = s.statHolders(ctx, key, rest)
+	if err != nil && !errors.Is(err, resp.ErrNotFound) && ctx.Err() == nil {
+		// A member no one lists that does not answer (logged) most
+		// likely holds nothing: the sweep is a best effort for a copy
+		// too fresh to be listed, and must not fail every update of a
+		// new key while one member is hung.
+		return 0, resp.KeyInfo{}, fmt.Errorf("key %q: %w", key, resp.ErrNotFound)
+	}
+	return node, ki, err
 }
 
 // peerFailed counts and logs a request to h that failed, and returns the
