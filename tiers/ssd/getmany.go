@@ -98,8 +98,7 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 					r.ref.Release()
 					return
 				}
-				err := r.err
-				if errors.Is(err, tiers.ErrClosed) {
+				if errors.Is(r.err, tiers.ErrClosed) {
 					return
 				}
 			}
