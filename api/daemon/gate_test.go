@@ -63,8 +63,15 @@ func TestGrpcurlWithAndWithoutATokenOnANodeWithUsers(t *testing.T) {
 			t.Fatalf("not ready after 20s: %v", n.Ready())
 		}
 	}
-	if out, err := exec.Command(probe, "-addr", addr).CombinedOutput(); err != nil || !strings.Contains(string(out), "SERVING") {
-		t.Errorf("grpc-health-probe without a token: %v\n%s", err, out)
+	// The health service follows readiness at its next check (healthEvery).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, err := exec.Command(probe, "-addr", addr).CombinedOutput()
+		if err == nil && strings.Contains(string(out), "SERVING") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("grpc-health-probe without a token: %v\n%s", err, out)
+		}
 	}
 
 	call := func(token, method, body string) (string, bool) {
