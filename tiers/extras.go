@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
@@ -27,6 +28,8 @@ import (
 //	HostArena              ✓              New: pinned for a HostPinner level's DMA
 //	HostPinner                             New (hbm: registers HostArena memory)
 //	HostCopier                             demotion into a Reserver level (hbm: DMA into DRAM)
+//	FileLocator                  ✓        promotion into a FileFiller level (blocks kept in files)
+//	FileFiller                             promotion from a FileLocator level (hbm: GPUDirect Storage)
 //	DeviceViewer                           callers in the process (hbm: device addresses)
 
 // View is a pinned, zero-copy window on one block's bytes inside a tier.
@@ -184,4 +187,43 @@ type DeviceView interface {
 // caller in the same process that hands blocks to its own kernels.
 type DeviceViewer interface {
 	DeviceView(key index.Key, lease time.Duration) (DeviceView, error)
+}
+
+// BlockFile is an open file in which a tier keeps blocks' bytes.
+type BlockFile interface {
+	io.ReaderAt
+	// Fd is the file's descriptor, for a reader with its own path to the
+	// disk (cuFile registers it).
+	Fd() uintptr
+}
+
+// FileExtent is where one block's bytes lie in a file a tier keeps: Meta's
+// Size bytes from Offset in File. The tier neither moves nor reuses those
+// bytes, and keeps File open, until Release.
+type FileExtent interface {
+	File() BlockFile
+	Offset() int64
+	Meta() index.Header
+	Release() error
+}
+
+// FileLocator is implemented by tiers that keep blocks whole in files of
+// their own (ssd, for blocks above its inline size), so that a reader with
+// its own path to the disk — GPUDirect Storage into device memory — reads
+// them there rather than through the tier. LocateFile fails as Get does,
+// and with ErrNotFound also for a block the tier holds elsewhere than in a
+// file. The bytes are as put, unchecked: the reader checks them against
+// Meta's Sum.
+type FileLocator interface {
+	LocateFile(key index.Key) (FileExtent, error)
+}
+
+// FileFiller is implemented by tiers that can fill a block straight from a
+// file (hbm: cuFile reads into device memory): promotion from a
+// FileLocator level stores the block with no host buffer in between.
+// FillFromFile stores ext's block under its Meta only once its bytes match
+// Meta's Sum (else an error wrapping ErrCorrupt, and the tier is as it
+// was); otherwise it fails as Put does. It does not Release ext.
+type FileFiller interface {
+	FillFromFile(ext FileExtent) error
 }
