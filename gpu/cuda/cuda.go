@@ -239,6 +239,11 @@ func (dv *Device) call(fn func() error) error {
 	return fn()
 }
 
+// Do runs fn on a locked OS thread with dv's context current: for calls
+// into another library that works on the current context's memory
+// (cuFile, gpu/cufile), made from any goroutine.
+func (dv *Device) Do(fn func() error) error { return dv.call(fn) }
+
 // MemInfo returns the device's free and total memory.
 func (dv *Device) MemInfo() (free, total uint64, err error) {
 	err = dv.call(func() error { return dv.d.check("cuMemGetInfo_v2", dv.d.cuMemGetInfo(&free, &total)) })

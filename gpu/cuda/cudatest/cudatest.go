@@ -28,6 +28,9 @@ var fakeSource []byte
 // compiler): the caller skips its GPU tests with that line.
 func Setup(dir string) (string, error) {
 	if p := os.Getenv(cuda.LibraryEnv); p != "" {
+		if isFake(p) {
+			fake = p
+		}
 		return "the driver at $" + cuda.LibraryEnv + " (" + p + ")", nil
 	}
 	if os.Getenv("KVSTRATA_FAKE_CUDA") == "" && realDriver() {
@@ -47,6 +50,17 @@ func Setup(dir string) (string, error) {
 	return "a stand-in driver with device memory in host memory (no GPU here)", nil
 }
 
+// isFake reports whether the library at path is the stand-in (it has the
+// stand-in's test hooks).
+func isFake(path string) bool {
+	lib, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return false
+	}
+	_, err = purego.Dlsym(lib, "fakecuda_fail_copies")
+	return err == nil
+}
+
 // realDriver reports whether the machine's libcuda.so.1 is there — in
 // the dynamic loader's cache, a directory of $LD_LIBRARY_PATH or a usual
 // library directory; it does not load it (cuda.Load may then load only
@@ -64,6 +78,11 @@ func realDriver() bool {
 	}
 	return false
 }
+
+// Fake reports whether Setup chose the stand-in driver, whose device
+// pointers are host addresses: another stand-in (gpu/cufile/cufiletest)
+// may then read and write "device memory" as host memory.
+func Fake() bool { return fake != "" }
 
 var (
 	fake      string // the stand-in's path, once Setup built it
