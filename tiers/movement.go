@@ -17,12 +17,18 @@ const moveLease = time.Minute
 // any victims from level i while the tier reports it full. The caller owns
 // m.Key; on error the quota it held is given back.
 func (h *Hierarchy) store(i int, m index.Header, value []byte) error {
+	return h.storeWith(i, m, func() error { return h.levels[i].Tier.Put(m, value) })
+}
+
+// storeWith is store with put in place of level i's Put of the value: a
+// FileFiller's FillFromFile.
+func (h *Hierarchy) storeWith(i int, m index.Header, put func() error) error {
 	l := h.levels[i]
 	if err := h.holdQuota(i, m); err != nil {
 		return err
 	}
 	for {
-		err := l.Tier.Put(m, value)
+		err := put()
 		if err == nil {
 			return nil
 		}
@@ -319,41 +325,22 @@ func (h *Hierarchy) promote(p promotion) {
 }
 
 // copyUp copies level from's copy of key, which the caller owns, into level
-// to, and counts a promotion. From a tier that hands out its bytes in place
-// (dram) it copies them from there: into a device tier that pinned them,
-// that is DMA with no buffer in between.
+// to, and counts a promotion. From a tier that keeps the block in a file of
+// its own (FileLocator: ssd) into one that fills blocks from files
+// (FileFiller: hbm) it has the upper tier read the file (fillUp). From a
+// tier that hands out its bytes in place (dram) it copies them from there:
+// into a device tier that pinned them, that is DMA with no buffer in
+// between.
 func (h *Hierarchy) copyUp(key index.Key, e *entry, from, to int) error {
 	h.mu.Lock()
 	m := e.meta
 	h.mu.Unlock()
-	var vm index.Header
-	if v, ok := h.levels[from].Tier.(Viewer); ok {
-		view, err := v.View(key, moveLease)
-		if err != nil {
-			return err
-		}
-		vm = view.Meta()
-		err = h.store(to, vm, view.Bytes())
-		if rerr := view.Release(); err == nil && rerr != nil {
-			_ = h.levels[to].Tier.Delete(key) // the bytes may have changed under the copy
-			err = rerr
-		}
-		if err != nil {
-			return err
-		}
-	} else {
-		buf, gm, err := h.levels[from].Tier.Get(key, make([]byte, 0, m.Size))
-		if errors.Is(err, ErrCorrupt) {
-			h.lost(from, key)
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		if err := h.store(to, gm, buf); err != nil {
-			return err
-		}
-		vm = gm
+	vm, filled, err := h.fillUp(key, from, to)
+	if err == nil && !filled {
+		vm, err = h.copyUpThroughHost(key, m, from, to)
+	}
+	if err != nil {
+		return err
 	}
 	h.mu.Lock()
 	h.setLocked(e, vm, to)
@@ -361,6 +348,66 @@ func (h *Hierarchy) copyUp(key index.Key, e *entry, from, to int) error {
 	h.mu.Unlock()
 	h.checkWatermark(to)
 	return nil
+}
+
+// copyUpThroughHost stores level from's copy of key (recorded as m) into
+// level to through host memory: from the tier's own bytes when it hands
+// them out in place, else from a Get. It returns the stored block's Header.
+func (h *Hierarchy) copyUpThroughHost(key index.Key, m index.Header, from, to int) (index.Header, error) {
+	if v, ok := h.levels[from].Tier.(Viewer); ok {
+		view, err := v.View(key, moveLease)
+		if err != nil {
+			return index.Header{}, err
+		}
+		vm := view.Meta()
+		err = h.store(to, vm, view.Bytes())
+		if rerr := view.Release(); err == nil && rerr != nil {
+			_ = h.levels[to].Tier.Delete(key) // the bytes may have changed under the copy
+			err = rerr
+		}
+		return vm, err
+	}
+	buf, gm, err := h.levels[from].Tier.Get(key, make([]byte, 0, m.Size))
+	if errors.Is(err, ErrCorrupt) {
+		h.lost(from, key)
+	}
+	if err != nil {
+		return index.Header{}, err
+	}
+	return gm, h.store(to, gm, buf)
+}
+
+// fillUp stores level from's copy of key into level to straight from the
+// file that holds it, when from is a FileLocator and to a FileFiller: with
+// GPUDirect Storage, the bytes go from the disk into device memory with no
+// host buffer in between. It reports false, having stored nothing, when
+// the levels cannot: either is not such a tier, from holds the block
+// elsewhere than in a file of its own (LocateFile fails: ErrNotFound, or
+// as Get would, and Get then says so), the filler is turned off
+// (errors.ErrUnsupported), or the bytes in the file fail their checksum
+// (ErrCorrupt): the caller then reads the block through from's Get, which
+// checks the bytes itself and drops a corrupt copy, as it does without
+// files. Any other error of the fill is the promotion's.
+func (h *Hierarchy) fillUp(key index.Key, from, to int) (index.Header, bool, error) {
+	fl, ok := h.levels[from].Tier.(FileLocator)
+	if !ok {
+		return index.Header{}, false, nil
+	}
+	ff, ok := h.levels[to].Tier.(FileFiller)
+	if !ok {
+		return index.Header{}, false, nil
+	}
+	ext, err := fl.LocateFile(key)
+	if err != nil {
+		return index.Header{}, false, nil
+	}
+	defer func() { _ = ext.Release() }()
+	m := ext.Meta()
+	err = h.storeWith(to, m, func() error { return ff.FillFromFile(ext) })
+	if errors.Is(err, errors.ErrUnsupported) || errors.Is(err, ErrCorrupt) {
+		return index.Header{}, false, nil
+	}
+	return m, err == nil, err
 }
 
 // PromoteTo copies a block into the tier of the given kind, now, from the
