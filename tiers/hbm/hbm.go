@@ -18,6 +18,14 @@
 // DRAM's arena, so both are DMA with no buffer between; Detail counts the
 // bytes copied each way (dma_bytes, staged_bytes).
 //
+// A block promoted out of the SSD tier, which keeps large blocks in files
+// of its own, is read from its file straight into the pages reserved for
+// it (FillFromFile, tiers.FileFiller): through cuFile — GPUDirect Storage,
+// or cuFile's compatibility mode without the nvidia-fs module — where
+// libcufile loads (gpu/cufile), else through pinned staging buffers; the
+// bytes are checked against the block's checksum before it is stored
+// (file.go says how, and what Detail counts).
+//
 // The driver is loaded at run time (gpu/cuda), and the package builds only
 // with the cuda tag: a default binary has no CUDA dependency.
 package hbm
@@ -54,7 +62,28 @@ type Config struct {
 	MaxBlockSize int64
 	// Streams is how many copies run at once. Default 4.
 	Streams int
+	// GDS is how FillFromFile reads a block from a file (a promotion out
+	// of the SSD tier): GDSAuto (the default) through cuFile when
+	// libcufile loads — GPUDirect Storage, or cuFile's compatibility mode
+	// where the nvidia-fs module is missing — else as GDSStaged; GDSStaged
+	// with pread into pinned host buffers and a copy to the device; GDSOff
+	// not at all (promotions then read through the SSD tier's Get and this
+	// tier's Put).
+	GDS string
+	// GDSTrustDisk skips the check of the bytes cuFile reads into device
+	// memory against the block's checksum. By default FillFromFile copies
+	// them back through pinned host memory and hashes them there before the
+	// block is stored, which costs a device-to-host copy of the block; the
+	// staged reads check the bytes in the pinned buffers in any case.
+	GDSTrustDisk bool
 }
+
+// Values of Config.GDS.
+const (
+	GDSAuto   = "auto"
+	GDSStaged = "staged"
+	GDSOff    = "off"
+)
 
 // Defaults of Config.
 const (
@@ -72,6 +101,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.Streams == 0 {
 		c.Streams = DefaultStreams
+	}
+	if c.GDS == "" {
+		c.GDS = GDSAuto
 	}
 }
 
@@ -92,6 +124,9 @@ func (c *Config) validate() error {
 	}
 	if c.Device < 0 {
 		bad("Device is %d, want ≥ 0", c.Device)
+	}
+	if c.GDS != GDSAuto && c.GDS != GDSStaged && c.GDS != GDSOff {
+		bad("GDS is %q, want %q, %q or %q", c.GDS, GDSAuto, GDSStaged, GDSOff)
 	}
 	if len(probs) == 0 {
 		return nil
@@ -120,6 +155,8 @@ type Tier struct {
 
 	dmaBytes    int64 // bytes copied to or from pinned host memory
 	stagedBytes int64 // bytes copied to or from other host memory
+
+	files fileReader // FillFromFile's
 }
 
 // block is the heap record of one block; its bytes are in device memory.
@@ -136,6 +173,7 @@ var (
 	_ tiers.HostPinner     = (*Tier)(nil)
 	_ tiers.HostCopier     = (*Tier)(nil)
 	_ tiers.DetailReporter = (*Tier)(nil)
+	_ tiers.FileFiller     = (*Tier)(nil)
 )
 
 // Open loads the CUDA driver, opens cfg.Device and allocates the pool. It
@@ -178,6 +216,10 @@ func Open(cfg Config) (*Tier, error) {
 			return nil, err
 		}
 		t.streams <- s
+	}
+	if err := t.openFiles(); err != nil {
+		t.release()
+		return nil, err
 	}
 	return t, nil
 }
@@ -241,26 +283,42 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 	if err := tiers.CheckPut(m, value, t.cfg.MaxBlockSize); err != nil {
 		return err
 	}
+	b, err := t.reserve(m)
+	if err != nil {
+		return err
+	}
+	err = t.copyIn(t.addr(b), value)
+	if err != nil {
+		err = fmt.Errorf("hbm: copying %v to the device: %w", m.Key, err)
+	}
+	return t.publish(b, err)
+}
+
+// reserve allocates pages for a block of m.Size bytes, to be filled and
+// then published (publish), and counts it in flight.
+func (t *Tier) reserve(m index.Header) (*block, error) {
 	pages := uint32(max((int64(m.Size)+t.page-1)/t.page, 1))
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.closed {
-		t.mu.Unlock()
-		return tiers.ErrClosed
+		return nil, tiers.ErrClosed
 	}
 	start, ok := t.alloc.Alloc(pages)
 	if !ok {
-		used := t.used
-		t.mu.Unlock()
-		return fmt.Errorf("hbm: no room for %s (%s of %s used): %w",
-			units.FormatBytes(int64(m.Size)), units.FormatBytes(used), units.FormatBytes(t.size), tiers.ErrFull)
+		return nil, fmt.Errorf("hbm: no room for %s (%s of %s used): %w",
+			units.FormatBytes(int64(m.Size)), units.FormatBytes(t.used), units.FormatBytes(t.size), tiers.ErrFull)
 	}
 	b := &block{meta: m, start: start, pages: pages, users: 1}
 	t.used += int64(pages) * t.page
 	t.inflight++
-	t.mu.Unlock()
+	return b, nil
+}
 
-	err := t.copyIn(t.addr(b), value)
-
+// publish ends a reserved block's fill: it stores the block under its key,
+// replacing any older one, when the fill succeeded (err is nil) and the
+// tier is still open; else it frees the pages and returns err or
+// ErrClosed.
+func (t *Tier) publish(b *block, err error) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.inflight--
@@ -268,14 +326,14 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 	if err != nil || t.closed {
 		t.freeLocked(b)
 		if err != nil {
-			return fmt.Errorf("hbm: copying %v to the device: %w", m.Key, err)
+			return err
 		}
 		return tiers.ErrClosed
 	}
-	if old := t.blocks[m.Key]; old != nil {
+	if old := t.blocks[b.meta.Key]; old != nil {
 		t.dropLocked(old)
 	}
-	t.blocks[m.Key] = b
+	t.blocks[b.meta.Key] = b
 	return nil
 }
 
@@ -416,7 +474,11 @@ func (t *Tier) Stats() tiers.Stats {
 
 // Detail reports the device, the host memory registered with it, and the
 // bytes copied to and from host memory: as DMA (pinned) or staged by the
-// driver (other memory, about half the speed).
+// driver (other memory, about half the speed); and how FillFromFile reads
+// blocks from files (gds_mode: 0 off, 1 staged, 2 cuFile's compatibility
+// mode, 3 GPUDirect Storage) with the bytes read each way (gds_bytes,
+// gds_compat_bytes, file_staged_bytes) and its checks (file_verified_bytes,
+// file_corrupt, gds_errors).
 func (t *Tier) Detail() map[string]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -424,8 +486,10 @@ func (t *Tier) Detail() map[string]int64 {
 	for _, r := range t.pinned {
 		pinned += int64(len(r))
 	}
-	return map[string]int64{"device": int64(t.dev.Ordinal()), "pinned_host_bytes": pinned, "streams": int64(t.cfg.Streams),
+	d := map[string]int64{"device": int64(t.dev.Ordinal()), "pinned_host_bytes": pinned, "streams": int64(t.cfg.Streams),
 		"dma_bytes": t.dmaBytes, "staged_bytes": t.stagedBytes}
+	t.files.detail(d)
+	return d
 }
 
 // PinHost registers host memory outside the Go heap (the DRAM tier's
@@ -504,7 +568,7 @@ func (t *Tier) release() error {
 		return nil
 	}
 	t.released = true
-	var errs []error
+	errs := t.closeFiles()
 	for _, r := range t.pinned {
 		if err := t.dev.UnregisterHost(r); err != nil {
 			errs = append(errs, err)

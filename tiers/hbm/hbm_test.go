@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/gpu/cuda/cudatest"
+	"github.com/kvstrata/kvstrata/gpu/cufile/cufiletest"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/dram"
@@ -18,7 +19,9 @@ import (
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
-var skip string
+// skip says why the tests cannot run (no driver to be had), skipCuFile
+// why those of cuFile reads cannot (no cuFile library to be had).
+var skip, skipCuFile string
 
 func TestMain(m *testing.M) {
 	dir, _ := os.MkdirTemp("", "hbmtest")
@@ -27,6 +30,12 @@ func TestMain(m *testing.M) {
 		skip = err.Error()
 	} else {
 		fmt.Println("hbm tests run on", how)
+		if lib, err := cufiletest.Setup(dir); err != nil {
+			skipCuFile = err.Error()
+			fmt.Println("hbm tests of cuFile reads skipped:", skipCuFile)
+		} else {
+			fmt.Println("hbm tests of cuFile reads run on", lib)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
