@@ -130,6 +130,17 @@ type HBM struct {
 	Policy string
 	// HighWatermark and LowWatermark as for DRAM. Defaults 0.95 and 0.85.
 	HighWatermark, LowWatermark float64
+	// GDS is how a block promoted out of the SSD tier is read from its
+	// file into device memory: "auto" (the default) through cuFile where
+	// libcufile.so.0 loads — GPUDirect Storage, or cuFile's compatibility
+	// mode where the nvidia-fs module is missing — else "staged"; "staged"
+	// by pread into pinned host buffers and a copy to the device; "off"
+	// through the SSD tier's Get and a copy from the heap.
+	GDS string
+	// GDSTrustDisk skips the check of blocks cuFile reads into device
+	// memory against their checksum (by default they are copied back into
+	// pinned host memory and hashed before they are stored). Default false.
+	GDSTrustDisk bool
 }
 
 // HBMBuilt says whether this binary has the HBM tier (the cuda tag); the
@@ -332,7 +343,7 @@ func Default() Config {
 			GRPC: "127.0.0.1:7070", Data: "127.0.0.1:7071",
 			RESP: "127.0.0.1:6380", HTTP: "127.0.0.1:9090",
 		},
-		HBM:  HBM{PageSize: 64 << 10, Policy: "s3fifo", HighWatermark: 0.95, LowWatermark: 0.85},
+		HBM:  HBM{PageSize: 64 << 10, Policy: "s3fifo", HighWatermark: 0.95, LowWatermark: 0.85, GDS: "auto"},
 		DRAM: DRAM{PageSize: 4 << 10, Policy: "s3fifo", HighWatermark: 0.95, LowWatermark: 0.85},
 		SSD: SSD{Enabled: true, Policy: "lru", AdmitMinSeen: 1,
 			HighWatermark: 0.95, LowWatermark: 0.85},
@@ -418,6 +429,9 @@ func (c *Config) Validate() error {
 		}
 		if h.Device < 0 {
 			bad("hbm.device %d is negative", h.Device)
+		}
+		if h.GDS != "auto" && h.GDS != "staged" && h.GDS != "off" {
+			bad("hbm.gds %q is not auto, staged or off", h.GDS)
 		}
 		if h.Capacity < c.Limits.MaxBlockSize {
 			bad("hbm.capacity %v is below limits.max-block-size %v", h.Capacity, c.Limits.MaxBlockSize)

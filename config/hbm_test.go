@@ -17,9 +17,9 @@ func TestAnHBMTierNeedsABinaryWithIt(t *testing.T) {
 	if err := c.Validate(); err != nil && strings.Contains(err.Error(), "hbm") {
 		t.Fatalf("a valid HBM tier: %v", err)
 	}
-	c.HBM.PageSize, c.HBM.Policy, c.HBM.Capacity = 1000, "fifo", 1<<20
+	c.HBM.PageSize, c.HBM.Policy, c.HBM.Capacity, c.HBM.GDS = 1000, "fifo", 1<<20, "always"
 	err = c.Validate()
-	for _, want := range []string{"hbm.page-size", "hbm.policy", "hbm.capacity 1MiB is below limits.max-block-size"} {
+	for _, want := range []string{"hbm.page-size", "hbm.policy", "hbm.capacity 1MiB is below limits.max-block-size", `hbm.gds "always"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("bad HBM settings: %v; want it to name %s", err, want)
 		}

@@ -66,6 +66,8 @@ func (c *Config) Settings() []*Setting {
 		strSetting("hbm.policy", "HBM eviction policy, as dram.policy", &c.HBM.Policy),
 		floatSetting("hbm.high-watermark", "fraction of HBM capacity that starts demotion to DRAM", &c.HBM.HighWatermark),
 		floatSetting("hbm.low-watermark", "fraction of HBM capacity demotion stops at", &c.HBM.LowWatermark),
+		strSetting("hbm.gds", "how SSD blocks promoted into HBM are read: auto (GPUDirect Storage through cuFile where it loads, else staged), staged (pread into pinned host memory, then DMA) or off", &c.HBM.GDS),
+		boolSetting("hbm.gds-trust-disk", "store blocks cuFile read into HBM without checking them against their checksum", &c.HBM.GDSTrustDisk),
 		sizeSetting("dram.capacity", "DRAM tier size, e.g. 8GiB (0: a quarter of available memory, ≤ 64GiB)", &c.DRAM.Capacity),
 		sizeSetting("dram.page-size", "DRAM arena allocation unit", &c.DRAM.PageSize),
 		strSetting("dram.policy", "DRAM eviction policy: lru, lfu, prefix, s3fifo, wtinylfu, s3fifo-prefix, wtinylfu-prefix, arc, arc-prefix or lhd", &c.DRAM.Policy),

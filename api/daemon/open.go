@@ -61,6 +61,14 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger,
 		if err != nil {
 			return nil, fmt.Errorf("hbm tier on GPU %d: %w", cfg.HBM.Device, err)
 		}
+		if fr, ok := t.(interface{ FileReads() (string, string) }); ok {
+			args := []any{"gds", cfg.HBM.GDS}
+			mode, why := fr.FileReads()
+			if args = append(args, "reads", mode); why != "" {
+				args = append(args, "cufile", why)
+			}
+			log.Info("hbm tier: how blocks promoted out of SSD files reach device memory", args...)
+		}
 		p, _ := policy.New(cfg.HBM.Policy) // validated
 		levels = append(levels, tiers.LevelConfig{Kind: index.TierHBM, Tier: t, Policy: p,
 			HighWatermark: cfg.HBM.HighWatermark, LowWatermark: cfg.HBM.LowWatermark})

@@ -342,11 +342,7 @@ func (a *app) writeStats(s statsOutput) error {
 		names := slices.Sorted(maps.Keys(t.Detail))
 		fmt.Fprintf(&b, "\n%s:", t.Tier)
 		for _, n := range names {
-			v := thousands(t.Detail[n])
-			if strings.HasSuffix(n, "bytes") {
-				v = formatBytes(t.Detail[n])
-			}
-			fmt.Fprintf(&b, " %s=%s", n, v)
+			fmt.Fprintf(&b, " %s=%s", n, detailValue(n, t.Detail[n]))
 		}
 		fmt.Fprintln(&b)
 	}
@@ -359,6 +355,22 @@ func (a *app) writeStats(s statsOutput) error {
 	_, err := fmt.Fprint(a.stdout, b.String())
 	return err
 }
+
+// detailValue formats a tier detail's value: bytes in binary units, a
+// mode by its name, a count with thousands separated.
+func detailValue(name string, v int64) string {
+	if names, ok := detailNames[name]; ok && v >= 0 && v < int64(len(names)) {
+		return names[v]
+	}
+	if strings.HasSuffix(name, "bytes") {
+		return formatBytes(v)
+	}
+	return thousands(v)
+}
+
+// detailNames names the values of the tier details that are modes, not
+// counts: the HBM tier's gds_mode, how it reads blocks from SSD files.
+var detailNames = map[string][]string{"gds_mode": {"off", "staged", "compat", "gds"}}
 
 // writeTenants writes the tenants' use of each tier, by tenant, when the
 // node counts tenants.

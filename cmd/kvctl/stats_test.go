@@ -207,3 +207,18 @@ func TestStatsListsTheNodesGPUs(t *testing.T) {
 		}
 	}
 }
+
+func TestStatsNamesTheHBMTiersWayOfReadingFiles(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		v    int64
+		want string
+	}{
+		{"gds_mode", 0, "off"}, {"gds_mode", 1, "staged"}, {"gds_mode", 2, "compat"}, {"gds_mode", 3, "gds"},
+		{"gds_mode", 9, "9"}, {"gds_bytes", 3 << 20, "3.0 MiB"}, {"file_fills", 12345, "12,345"},
+	} {
+		if got := detailValue(c.name, c.v); got != c.want {
+			t.Errorf("%s=%d shows as %q, want %q", c.name, c.v, got, c.want)
+		}
+	}
+}

@@ -16,6 +16,6 @@ func init() {
 	config.HBMBuilt = true
 	openHBM = func(c config.HBM, maxBlockSize int64) (tiers.Tier, error) {
 		return hbm.Open(hbm.Config{Device: c.Device, Capacity: int64(c.Capacity), PageSize: int(c.PageSize),
-			MaxBlockSize: min(maxBlockSize, int64(c.Capacity))})
+			MaxBlockSize: min(maxBlockSize, int64(c.Capacity)), GDS: c.GDS, GDSTrustDisk: c.GDSTrustDisk})
 	}
 }
