@@ -29,12 +29,12 @@ func (e *extent) Meta() index.Header    { return e.meta }
 func (e *extent) Release() error        { return nil }
 
 // blockFile writes blocks one after another into a new file, after a
-// header of 4096+100 bytes (so that no offset is aligned), and returns an
-// extent for each, on one open file closed with the test.
-func blockFile(t testing.TB, blocks ...[]byte) []*extent {
+// header of header bytes, and returns an extent for each, on one open file
+// closed with the test.
+func blockFile(t testing.TB, header int, blocks ...[]byte) []*extent {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "blocks")
-	data := bytes.Repeat([]byte{0xee}, 4096+100)
+	data := bytes.Repeat([]byte{0xee}, header)
 	var exts []*extent
 	for i, v := range blocks {
 		m, _ := tiertest.Block(index.Hash(i+1), len(v))
@@ -55,6 +55,9 @@ func blockFile(t testing.TB, blocks ...[]byte) []*extent {
 	}
 	return exts
 }
+
+// unaligned is a file header after which no block is aligned.
+const unaligned = 4096 + 100
 
 // sizes of the blocks the tests fill: empty, a few bytes, and several
 // staging chunks and a bit.
@@ -99,7 +102,7 @@ func TestFillFromFileReadsEachWay(t *testing.T) {
 			tr := open(t, cfg)
 			defer tr.Close()
 			vs := values()
-			exts := blockFile(t, vs...)
+			exts := blockFile(t, unaligned, vs...)
 			var total int64
 			for i, e := range exts {
 				if err := tr.FillFromFile(e); err != nil {
@@ -144,7 +147,7 @@ func TestACorruptOrShortFileStoresNothing(t *testing.T) {
 			tr := open(t, cfg)
 			defer tr.Close()
 			vs := values()
-			exts := blockFile(t, vs...)
+			exts := blockFile(t, unaligned, vs...)
 			e := exts[2]
 			old := bytes.Repeat([]byte{1}, 5000)
 			om, _ := tiertest.Block(0, len(old))
@@ -188,7 +191,7 @@ func TestAFailedCuFileReadIsDoneAgainStaged(t *testing.T) {
 		t.Skip("the machine's cuFile library cannot be told to fail")
 	}
 	vs := values()
-	e := blockFile(t, vs...)[2]
+	e := blockFile(t, unaligned, vs...)[2]
 	if err := tr.FillFromFile(e); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +211,7 @@ func TestAFailedStagedCopyStoresNothing(t *testing.T) {
 	if !cudatest.FailCopies(1) {
 		t.Skip("the machine's driver cannot be told to fail")
 	}
-	e := blockFile(t, values()...)[2]
+	e := blockFile(t, unaligned, values()...)[2]
 	if err := tr.FillFromFile(e); err == nil {
 		t.Fatal("a fill whose copy failed succeeded")
 	}
@@ -232,7 +235,7 @@ func TestCuFileHandlesAreKeptPerFileAndReleasedAtClose(t *testing.T) {
 		tr.Close()
 		t.Skip("the machine's cuFile library does not say")
 	}
-	a, b := blockFile(t, values()...), blockFile(t, values()...)
+	a, b := blockFile(t, unaligned, values()...), blockFile(t, unaligned, values()...)
 	for _, e := range append(a, b...) {
 		if err := tr.FillFromFile(e); err != nil {
 			t.Fatal(err)
@@ -261,7 +264,7 @@ func TestFillingFromFilesCanBeTurnedOff(t *testing.T) {
 	}
 	tr := open(t, Config{Capacity: 1 << 20, PageSize: 4096, GDS: GDSOff})
 	defer tr.Close()
-	e := blockFile(t, values()[1])[0]
+	e := blockFile(t, unaligned, values()[1])[0]
 	if err := tr.FillFromFile(e); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("FillFromFile with GDS off: %v; want errors.ErrUnsupported", err)
 	}
