@@ -5,154 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/dram"
+	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
-
-// fileTier keeps each block in a file of its own on disk, after a header
-// of fileHeader bytes (so that a block's offset is not 0), and hands out
-// where (tiers.FileLocator), as the SSD tier does for large blocks. Its
-// Get checks the bytes and drops a corrupt block, as a tier must. With
-// inline set it answers LocateFile with ErrNotFound: blocks it keeps
-// elsewhere than in files.
-type fileTier struct {
-	dir    string
-	inline bool
-
-	mu       sync.Mutex
-	metas    map[index.Key]index.Header
-	gets     int
-	open     int // extents not yet released
-	closed   bool
-	capacity int64
-}
-
-const fileHeader = 512
-
-var _ tiers.FileLocator = (*fileTier)(nil)
-
-func newFileTier(t *testing.T) *fileTier {
-	return &fileTier{dir: t.TempDir(), metas: map[index.Key]index.Header{}, capacity: 64 * blockSize}
-}
-
-func (f *fileTier) path(k index.Key) string {
-	return filepath.Join(f.dir, fmt.Sprintf("%x-%x", k.NS, k.Hash))
-}
-
-func (f *fileTier) Put(m index.Header, value []byte) error {
-	if err := tiers.CheckPut(m, value, blockSize); err != nil {
-		return err
-	}
-	b := append(bytes.Repeat([]byte{0xee}, fileHeader), value...)
-	if err := os.WriteFile(f.path(m.Key), b, 0o644); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.metas[m.Key] = m
-	return nil
-}
-
-func (f *fileTier) Get(k index.Key, dst []byte) ([]byte, index.Header, error) {
-	f.mu.Lock()
-	m, ok := f.metas[k]
-	f.gets++
-	f.mu.Unlock()
-	if !ok {
-		return dst, index.Header{}, tiers.ErrNotFound
-	}
-	b, err := os.ReadFile(f.path(k))
-	if err != nil {
-		return dst, index.Header{}, err
-	}
-	if index.Checksum(b[fileHeader:]) != m.Sum {
-		_ = f.Delete(k)
-		return dst, index.Header{}, fmt.Errorf("fileTier: %v: %w", k, tiers.ErrCorrupt)
-	}
-	return append(dst, b[fileHeader:]...), m, nil
-}
-
-func (f *fileTier) Stat(k index.Key) (index.Header, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if m, ok := f.metas[k]; ok {
-		return m, nil
-	}
-	return index.Header{}, tiers.ErrNotFound
-}
-
-func (f *fileTier) Delete(k index.Key) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.metas[k]; !ok {
-		return tiers.ErrNotFound
-	}
-	delete(f.metas, k)
-	return os.Remove(f.path(k))
-}
-
-func (f *fileTier) Scan(fn func(index.Header) bool) error {
-	f.mu.Lock()
-	var ms []index.Header
-	for _, m := range f.metas {
-		ms = append(ms, m)
-	}
-	f.mu.Unlock()
-	for _, m := range ms {
-		if !fn(m) {
-			break
-		}
-	}
-	return nil
-}
-
-func (f *fileTier) Stats() tiers.Stats {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var used int64
-	for _, m := range f.metas {
-		used += int64(m.Size)
-	}
-	return tiers.Stats{Capacity: f.capacity, Used: used, Blocks: int64(len(f.metas))}
-}
-
-func (f *fileTier) Close() error { f.closed = true; return nil }
-
-func (f *fileTier) LocateFile(k index.Key) (tiers.FileExtent, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	m, ok := f.metas[k]
-	if !ok || f.inline {
-		return nil, fmt.Errorf("fileTier: %v: %w", k, tiers.ErrNotFound)
-	}
-	file, err := os.Open(f.path(k))
-	if err != nil {
-		return nil, err
-	}
-	f.open++
-	return &fileExtent{f: f, file: file, meta: m}, nil
-}
-
-type fileExtent struct {
-	f    *fileTier
-	file *os.File
-	meta index.Header
-}
-
-func (e *fileExtent) File() tiers.BlockFile { return e.file }
-func (e *fileExtent) Offset() int64         { return fileHeader }
-func (e *fileExtent) Meta() index.Header    { return e.meta }
-func (e *fileExtent) Release() error {
-	e.f.mu.Lock()
-	e.f.open--
-	e.f.mu.Unlock()
-	return e.file.Close()
-}
 
 // fillerTier stands in for a device tier (hbm) over a real DRAM tier,
 // its extras hidden but FileFiller: FillFromFile reads the extent with
@@ -196,13 +56,13 @@ func (c *fillerTier) FillFromFile(ext tiers.FileExtent) error {
 
 // fillerOverFiles stacks a fillerTier labelled HBM over a fileTier
 // labelled SSD.
-func fillerOverFiles(t *testing.T) (*tiers.Hierarchy, *fillerTier, *fileTier) {
+func fillerOverFiles(t *testing.T) (*tiers.Hierarchy, *fillerTier, *tiertest.FileTier) {
 	t.Helper()
 	top, err := dram.New(dram.Config{Capacity: 8 * blockSize, MaxBlockSize: blockSize})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, f := &fillerTier{Tier: top}, newFileTier(t)
+	c, f := &fillerTier{Tier: top}, tiertest.NewFileTier(t, 64*blockSize, blockSize)
 	h, err := tiers.New(tiers.Config{Inline: true, Levels: []tiers.LevelConfig{
 		{Kind: index.TierHBM, Tier: c, HighWatermark: 1, LowWatermark: 1},
 		{Kind: index.TierSSD, Tier: f, HighWatermark: 1, LowWatermark: 1},
@@ -239,11 +99,8 @@ func TestPromotionFromAFileLocatorFillsFromTheFile(t *testing.T) {
 	if err != nil || kind != index.TierSSD || !bytes.Equal(got, want) {
 		t.Fatalf("the read: %v from %v, equal %v", err, kind, bytes.Equal(got, want))
 	}
-	if c.fills != 1 || c.puts != 0 || f.gets != 1 {
-		t.Fatalf("the promotion made %d fills and %d Puts, the file tier %d Gets; want 1, 0 and 1 (the read's)", c.fills, c.puts, f.gets)
-	}
-	if f.open != 0 {
-		t.Fatalf("%d extents left unreleased", f.open)
+	if gets, open := f.Counts(); c.fills != 1 || c.puts != 0 || gets != 1 || open != 0 {
+		t.Fatalf("the promotion made %d fills and %d Puts, the file tier %d Gets, %d extents left open; want 1, 0, 1 (the read's) and 0", c.fills, c.puts, gets, open)
 	}
 	got, _, kind, err = h.Get(key(1), nil)
 	if err != nil || kind != index.TierHBM || !bytes.Equal(got, want) {
@@ -264,12 +121,13 @@ func TestPromotionFallsBackToGetAndPut(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h, c, f := fillerOverFiles(t)
 			want := putBelow(t, h, 1)
-			f.inline, c.off, c.puts = tc.inline, tc.off, 0
+			f.SetInline(tc.inline)
+			c.off, c.puts = tc.off, 0
 			if ok, err := h.PromoteTo(index.TierHBM, key(1)); !ok || err != nil {
 				t.Fatalf("PromoteTo: %v, %v", ok, err)
 			}
-			if c.fills != 0 || c.puts != 1 || f.gets != 1 || f.open != 0 {
-				t.Fatalf("%d fills, %d Puts, %d Gets, %d extents open; want 0, 1, 1, 0", c.fills, c.puts, f.gets, f.open)
+			if gets, open := f.Counts(); c.fills != 0 || c.puts != 1 || gets != 1 || open != 0 {
+				t.Fatalf("%d fills, %d Puts, %d Gets, %d extents open; want 0, 1, 1, 0", c.fills, c.puts, gets, open)
 			}
 			got, _, kind, err := h.Get(key(1), nil)
 			if err != nil || kind != index.TierHBM || !bytes.Equal(got, want) {
@@ -286,19 +144,19 @@ func TestACorruptFileIsNotPromotedAndIsAMiss(t *testing.T) {
 	h, c, f := fillerOverFiles(t)
 	putBelow(t, h, 1)
 	putBelow(t, h, 2)
-	fd, err := os.OpenFile(f.path(key(1)), os.O_WRONLY, 0)
+	fd, err := os.OpenFile(f.Path(key(1)), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fd.WriteAt([]byte{0x55, 0xaa}, fileHeader+100); err != nil {
+	if _, err := fd.WriteAt([]byte{0x55, 0xaa}, tiertest.FileHeader+100); err != nil {
 		t.Fatal(err)
 	}
 	fd.Close()
 	if _, err := h.PromoteTo(index.TierHBM, key(1)); !errors.Is(err, tiers.ErrCorrupt) {
 		t.Fatalf("PromoteTo of a corrupt block: %v, want ErrCorrupt", err)
 	}
-	if c.fills != 1 || f.open != 0 {
-		t.Fatalf("%d fills, %d extents open; want 1 and 0", c.fills, f.open)
+	if _, open := f.Counts(); c.fills != 1 || open != 0 {
+		t.Fatalf("%d fills, %d extents open; want 1 and 0", c.fills, open)
 	}
 	if st := c.Stats(); st.Blocks != 0 || st.Used != 0 {
 		t.Fatalf("the upper tier after the corrupt fill: %+v, want empty", st)

@@ -40,8 +40,8 @@ func benchFill(b *testing.B, size int) {
 		b.Skip(skip)
 	}
 	_, v := tiertest.Block(1, size)
-	e := blockFile(b, 4096, v)[0]
-	fd := int(e.f.Fd())
+	e := tiertest.BlockFile(b, 4096, v)[0]
+	fd := int(e.F.Fd())
 	cold := func() { _ = unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) }
 	base := Config{Capacity: 4 * int64(size), PageSize: 64 << 10, MaxBlockSize: int64(size)}
 	probe := open(b, base)
@@ -82,7 +82,7 @@ func benchFill(b *testing.B, size int) {
 		b.ReportAllocs()
 		for b.Loop() {
 			cold()
-			if _, err := e.f.ReadAt(host, e.off); err != nil {
+			if _, err := e.F.ReadAt(host, e.Off); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/kvstrata/kvstrata/gpu/cuda/cudatest"
@@ -16,48 +15,8 @@ import (
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
-// extent is a tiers.FileExtent over a real file on disk.
-type extent struct {
-	f    *os.File
-	off  int64
-	meta index.Header
-}
-
-func (e *extent) File() tiers.BlockFile { return e.f }
-func (e *extent) Offset() int64         { return e.off }
-func (e *extent) Meta() index.Header    { return e.meta }
-func (e *extent) Release() error        { return nil }
-
-// blockFile writes blocks one after another into a new file, after a
-// header of header bytes, and returns an extent for each, on one open file
-// closed with the test.
-func blockFile(t testing.TB, header int, blocks ...[]byte) []*extent {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "blocks")
-	data := bytes.Repeat([]byte{0xee}, header)
-	var exts []*extent
-	for i, v := range blocks {
-		m, _ := tiertest.Block(index.Hash(i+1), len(v))
-		m.Sum = index.Checksum(v)
-		exts = append(exts, &extent{off: int64(len(data)), meta: m})
-		data = append(data, v...)
-	}
-	if err := os.WriteFile(p, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	for _, e := range exts {
-		e.f = f
-	}
-	return exts
-}
-
 // unaligned is a file header after which no block is aligned.
-const unaligned = 4096 + 100
+const unaligned = tiertest.FileHeader
 
 // sizes of the blocks the tests fill: empty, a few bytes, and several
 // staging chunks and a bit.
@@ -102,7 +61,7 @@ func TestFillFromFileReadsEachWay(t *testing.T) {
 			tr := open(t, cfg)
 			defer tr.Close()
 			vs := values()
-			exts := blockFile(t, unaligned, vs...)
+			exts := tiertest.BlockFile(t, unaligned, vs...)
 			var total int64
 			for i, e := range exts {
 				if err := tr.FillFromFile(e); err != nil {
@@ -111,9 +70,9 @@ func TestFillFromFileReadsEachWay(t *testing.T) {
 				total += int64(sizes[i])
 			}
 			for i, e := range exts {
-				got, m, err := tr.Get(e.meta.Key, nil)
-				if err != nil || m != e.meta || !bytes.Equal(got, vs[i]) {
-					t.Fatalf("block of %d bytes: %v, meta %v, equal %v", sizes[i], err, m == e.meta, bytes.Equal(got, vs[i]))
+				got, m, err := tr.Get(e.M.Key, nil)
+				if err != nil || m != e.M || !bytes.Equal(got, vs[i]) {
+					t.Fatalf("block of %d bytes: %v, meta %v, equal %v", sizes[i], err, m == e.M, bytes.Equal(got, vs[i]))
 				}
 			}
 			d := tr.Detail()
@@ -147,30 +106,30 @@ func TestACorruptOrShortFileStoresNothing(t *testing.T) {
 			tr := open(t, cfg)
 			defer tr.Close()
 			vs := values()
-			exts := blockFile(t, unaligned, vs...)
+			exts := tiertest.BlockFile(t, unaligned, vs...)
 			e := exts[2]
 			old := bytes.Repeat([]byte{1}, 5000)
 			om, _ := tiertest.Block(0, len(old))
-			om.Key, om.Sum = e.meta.Key, index.Checksum(old)
+			om.Key, om.Sum = e.M.Key, index.Checksum(old)
 			if err := tr.Put(om, old); err != nil {
 				t.Fatal(err)
 			}
 			used := tr.Stats().Used
 			bad := *e
-			bad.meta.Sum++
+			bad.M.Sum++
 			if err := tr.FillFromFile(&bad); !errors.Is(err, tiers.ErrCorrupt) {
 				t.Fatalf("a fill with the wrong checksum: %v; want ErrCorrupt", err)
 			}
 			short := *e
-			short.off += 10 // past the file's end by 10 bytes
-			short.meta.Sum = 0
+			short.Off += 10 // past the file's end by 10 bytes
+			short.M.Sum = 0
 			if err := tr.FillFromFile(&short); err == nil || errors.Is(err, tiers.ErrCorrupt) {
 				t.Fatalf("a fill past the file's end: %v; want a read error", err)
 			}
 			if st := tr.Stats(); st.Used != used || st.Blocks != 1 {
 				t.Fatalf("after the failed fills: %+v; want %d bytes in 1 block", st, used)
 			}
-			if got, _, err := tr.Get(e.meta.Key, nil); err != nil || !bytes.Equal(got, old) {
+			if got, _, err := tr.Get(e.M.Key, nil); err != nil || !bytes.Equal(got, old) {
 				t.Fatalf("the older block: %v, equal %v", err, bytes.Equal(got, old))
 			}
 			if d := tr.Detail(); d["file_corrupt"] != 1 || d["file_fills"] != 0 {
@@ -191,11 +150,11 @@ func TestAFailedCuFileReadIsDoneAgainStaged(t *testing.T) {
 		t.Skip("the machine's cuFile library cannot be told to fail")
 	}
 	vs := values()
-	e := blockFile(t, unaligned, vs...)[2]
+	e := tiertest.BlockFile(t, unaligned, vs...)[2]
 	if err := tr.FillFromFile(e); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := tr.Get(e.meta.Key, nil); err != nil || !bytes.Equal(got, vs[2]) {
+	if got, _, err := tr.Get(e.M.Key, nil); err != nil || !bytes.Equal(got, vs[2]) {
 		t.Fatalf("%v, equal %v", err, bytes.Equal(got, vs[2]))
 	}
 	n := int64(sizes[2])
@@ -211,7 +170,7 @@ func TestAFailedStagedCopyStoresNothing(t *testing.T) {
 	if !cudatest.FailCopies(1) {
 		t.Skip("the machine's driver cannot be told to fail")
 	}
-	e := blockFile(t, unaligned, values()...)[2]
+	e := tiertest.BlockFile(t, unaligned, values()...)[2]
 	if err := tr.FillFromFile(e); err == nil {
 		t.Fatal("a fill whose copy failed succeeded")
 	}
@@ -235,7 +194,7 @@ func TestCuFileHandlesAreKeptPerFileAndReleasedAtClose(t *testing.T) {
 		tr.Close()
 		t.Skip("the machine's cuFile library does not say")
 	}
-	a, b := blockFile(t, unaligned, values()...), blockFile(t, unaligned, values()...)
+	a, b := tiertest.BlockFile(t, unaligned, values()...), tiertest.BlockFile(t, unaligned, values()...)
 	for _, e := range append(a, b...) {
 		if err := tr.FillFromFile(e); err != nil {
 			t.Fatal(err)
@@ -264,11 +223,65 @@ func TestFillingFromFilesCanBeTurnedOff(t *testing.T) {
 	}
 	tr := open(t, Config{Capacity: 1 << 20, PageSize: 4096, GDS: GDSOff})
 	defer tr.Close()
-	e := blockFile(t, unaligned, values()[1])[0]
+	e := tiertest.BlockFile(t, unaligned, values()[1])[0]
 	if err := tr.FillFromFile(e); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("FillFromFile with GDS off: %v; want errors.ErrUnsupported", err)
 	}
 	if mode, _ := tr.FileReads(); mode != "off" || tr.Detail()["gds_mode"] != modeOff {
 		t.Fatalf("mode %q, gds_mode %d", mode, tr.Detail()["gds_mode"])
+	}
+}
+
+// In a hierarchy, a block promoted out of a level that keeps it in a file
+// is read into device memory by FillFromFile, and a corrupt file leaves
+// nothing in HBM and is a miss.
+func TestPromotionFromAFileLevelFillsFromTheFile(t *testing.T) {
+	hb := open(t, Config{Capacity: 8 << 20, PageSize: 4096, MaxBlockSize: 1 << 20, GDS: GDSStaged})
+	ft := tiertest.NewFileTier(t, 64<<20, 1<<20)
+	want := map[index.Key][]byte{}
+	for i := range 3 {
+		m, v := tiertest.Block(index.Hash(i+1), 1<<20-i)
+		if err := ft.Put(m, v); err != nil {
+			t.Fatal(err)
+		}
+		want[m.Key] = v
+	}
+	h, err := tiers.New(tiers.Config{Node: 1, Inline: true, Levels: []tiers.LevelConfig{
+		{Kind: index.TierHBM, Tier: hb},
+		{Kind: index.TierSSD, Tier: ft},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	k1, k2 := index.Key{NS: 7, Hash: 1}, index.Key{NS: 7, Hash: 2}
+	if got, _, kind, err := h.Get(k1, nil); err != nil || kind != index.TierSSD || !bytes.Equal(got, want[k1]) {
+		t.Fatalf("the first read: %v from %v", err, kind)
+	}
+	if got, _, kind, err := h.Get(k1, nil); err != nil || kind != index.TierHBM || !bytes.Equal(got, want[k1]) {
+		t.Fatalf("the read after the promotion: %v from %v", err, kind)
+	}
+	if d := hb.Detail(); d["file_fills"] != 1 || d["file_staged_bytes"] != int64(len(want[k1])) {
+		t.Fatalf("Detail %v; want one fill of %d bytes", d, len(want[k1]))
+	}
+	fd, err := os.OpenFile(ft.Path(k2), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fd.WriteAt([]byte{0x5a}, tiertest.FileHeader+12345); err != nil {
+		t.Fatal(err)
+	}
+	fd.Close()
+	if _, err := h.PromoteTo(index.TierHBM, k2); !errors.Is(err, tiers.ErrCorrupt) {
+		t.Fatalf("the promotion of a corrupt block: %v, want ErrCorrupt", err)
+	}
+	if _, err := hb.Stat(k2); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("HBM's Stat of the corrupt block: %v, want ErrNotFound", err)
+	}
+	if _, _, _, err := h.Get(k2, nil); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("the corrupt block: %v, want a miss", err)
+	}
+	if d := hb.Detail(); d["file_corrupt"] != 1 || d["file_fills"] != 1 {
+		t.Fatalf("Detail %v; want file_corrupt 1", d)
 	}
 }

@@ -31,6 +31,7 @@ func runExtras(t *testing.T, f Factory) {
 	t.Run("ManyGetter", func(t *testing.T) { testManyGetter(t, f) })
 	t.Run("ObjectLocator", func(t *testing.T) { testObjectLocator(t, f) })
 	t.Run("HostCopier", func(t *testing.T) { testHostCopier(t, f) })
+	t.Run("FileFiller", func(t *testing.T) { testFileFiller(t, f) })
 	t.Run("AvailabilityReporter", func(t *testing.T) {
 		tr := f.open(t, 1<<20, 1<<16)
 		if err := extra[tiers.AvailabilityReporter](t, tr).Available(); err != nil {
