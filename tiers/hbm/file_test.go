@@ -285,3 +285,34 @@ func TestPromotionFromAFileLevelFillsFromTheFile(t *testing.T) {
 		t.Fatalf("Detail %v; want file_corrupt 1", d)
 	}
 }
+
+// Fills from several goroutines at once, more than there are streams and
+// staging buffers, each come out whole.
+func TestConcurrentFills(t *testing.T) {
+	for _, gds := range []string{GDSStaged, GDSAuto} {
+		t.Run(gds, func(t *testing.T) {
+			tr := open(t, Config{Capacity: 32 << 20, PageSize: 4096, MaxBlockSize: 2 << 20, Streams: 2, GDS: gds})
+			defer tr.Close()
+			var vs [][]byte
+			for i := range 6 {
+				_, v := tiertest.Block(index.Hash(500+i), 1<<20+i*4099)
+				vs = append(vs, v)
+			}
+			exts := tiertest.BlockFile(t, unaligned, vs...)
+			errs := make(chan error, len(exts))
+			for _, e := range exts {
+				go func() { errs <- tr.FillFromFile(e) }()
+			}
+			for range exts {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, e := range exts {
+				if got, _, err := tr.Get(e.M.Key, nil); err != nil || !bytes.Equal(got, vs[i]) {
+					t.Fatalf("block %d: %v, equal %v", i, err, bytes.Equal(got, vs[i]))
+				}
+			}
+		})
+	}
+}
