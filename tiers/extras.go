@@ -223,7 +223,11 @@ type FileLocator interface {
 // FileLocator level stores the block with no host buffer in between.
 // FillFromFile stores ext's block under its Meta only once its bytes match
 // Meta's Sum (else an error wrapping ErrCorrupt, and the tier is as it
-// was); otherwise it fails as Put does. It does not Release ext.
+// was); otherwise it fails as Put does, or with errors.ErrUnsupported when
+// the tier is configured not to fill from files. It does not Release ext.
+// The hierarchy promotes through Get and Put instead when FillFromFile is
+// unsupported or finds the bytes corrupt (Get then checks them itself and
+// drops a corrupt copy).
 type FileFiller interface {
 	FillFromFile(ext FileExtent) error
 }
