@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"time"
+	"unsafe"
 
 	"github.com/kvstrata/kvstrata/index"
 )
@@ -352,7 +353,9 @@ func (h *Hierarchy) copyUp(key index.Key, e *entry, from, to int) error {
 
 // copyUpThroughHost stores level from's copy of key (recorded as m) into
 // level to through host memory: from the tier's own bytes when it hands
-// them out in place, else from a Get. It returns the stored block's Header.
+// them out in place, else from a Get — into the room level to reserved for
+// the block when it is written in place (an SSD block read straight into
+// DRAM's arena), else into a buffer. It returns the stored block's Header.
 func (h *Hierarchy) copyUpThroughHost(key index.Key, m index.Header, from, to int) (index.Header, error) {
 	if v, ok := h.levels[from].Tier.(Viewer); ok {
 		view, err := v.View(key, moveLease)
@@ -367,6 +370,15 @@ func (h *Hierarchy) copyUpThroughHost(key index.Key, m index.Header, from, to in
 		}
 		return vm, err
 	}
+	if rt, ok := h.levels[to].Tier.(Reserver); ok {
+		err := h.storeInPlace(to, rt, m, func(dst []byte) error {
+			return h.getInto(from, m, dst)
+		})
+		if errors.Is(err, ErrCorrupt) {
+			h.lost(from, key)
+		}
+		return m, err
+	}
 	buf, gm, err := h.levels[from].Tier.Get(key, make([]byte, 0, m.Size))
 	if errors.Is(err, ErrCorrupt) {
 		h.lost(from, key)
@@ -375,6 +387,24 @@ func (h *Hierarchy) copyUpThroughHost(key index.Key, m index.Header, from, to in
 		return index.Header{}, err
 	}
 	return gm, h.store(to, gm, buf)
+}
+
+// getInto reads level from's copy of the block m records into dst, which
+// is m's size: in place where the tier's Get appends into room it is
+// given, as the SSD tier's pread does. A copy that is not m's block (the
+// key was written anew meanwhile) fails with ErrInvalid.
+func (h *Hierarchy) getInto(from int, m index.Header, dst []byte) error {
+	got, gm, err := h.levels[from].Tier.Get(m.Key, dst[:0])
+	if err != nil {
+		return err
+	}
+	if gm != m || len(got) != len(dst) {
+		return fmt.Errorf("%w: %v holds %+v, not the %+v recorded", ErrInvalid, h.levels[from].Kind, gm, m)
+	}
+	if len(got) > 0 && unsafe.SliceData(got) != unsafe.SliceData(dst) {
+		copy(dst, got)
+	}
+	return nil
 }
 
 // fillUp stores level from's copy of key into level to straight from the
