@@ -24,8 +24,8 @@ type faultyDisk struct {
 	*errorfs.FS
 	dir string
 	// What fails while set: the creation of flush and compaction outputs
-	// and writes to sstables; syncs of sstables; reads of blob files, which
-	// hold the blocks' bytes. (A failed sync of a blob file, or a failed
+	// and writes to sstables; syncs of sstables; reads of blob files and
+	// block files, which hold the blocks' bytes. (A failed sync of a blob file, or a failed
 	// write of one that lands in its last flush, crashes Pebble v2.1.7: see
 	// TestFailedBlobSyncIsAnError.) logs fails writes and syncs of the
 	// tier's invalidation logs.
@@ -53,13 +53,18 @@ func (d *faultyDisk) maybeError(op errorfs.Op) error {
 	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
 		fail = fail || d.syncs.Load() && ext == ".sst"
 	case errorfs.OpFileRead, errorfs.OpFileReadAt:
-		fail = d.reads.Load() && ext == ".blob"
+		fail = d.reads.Load() && (ext == ".blob" || isBlockFile(op.Path))
 	}
 	if !fail {
 		return nil
 	}
 	d.injected.Add(1)
 	return errorfs.ErrInjected
+}
+
+// isBlockFile reports whether path is in the block files' directory.
+func isBlockFile(path string) bool {
+	return strings.Contains(filepath.ToSlash(path), "/"+blocksDir+"/")
 }
 
 // openFaulty opens a tier on disk that flushes every interval (in

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 
 	"github.com/kvstrata/kvstrata/index"
@@ -151,25 +150,21 @@ func (t *Tier) getPooled(key index.Key) ([]byte, *bufpool.Buffer, index.Header, 
 	if t.closed {
 		return nil, nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, tiers.ErrClosed)
 	}
-	s := t.stripe(key)
-	s.RLock()
 	var ref *bufpool.Buffer
-	m, err := t.record(key)
+	b, err := t.locate(key)
 	if err == nil {
-		var v []byte
-		var closer io.Closer
-		if v, closer, err = t.payload(m); err == nil {
-			if len(v) > 0 {
-				ref = t.bufs.Get(len(v))
-				copy(ref.Bytes(), v)
+		if b.m.Size > 0 {
+			ref = t.bufs.Get(int(b.m.Size))
+			if err = b.readInto(ref.Bytes()); err != nil {
+				ref.Release()
+				ref = nil
 			}
-			_ = closer.Close()
 		}
+		b.close()
 	}
-	s.RUnlock()
 	if err != nil {
 		t.dropIfCorrupt(key, err)
 		return nil, nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, err)
 	}
-	return ref.Bytes(), ref, m, nil
+	return ref.Bytes(), ref, b.m, nil
 }

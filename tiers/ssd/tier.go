@@ -94,11 +94,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/internal/units"
@@ -111,6 +113,7 @@ var (
 	_ tiers.Invalidator         = (*Tier)(nil)
 	_ tiers.ManyGetter          = (*Tier)(nil)
 	_ tiers.DegradationReporter = (*Tier)(nil)
+	_ tiers.FileLocator         = (*Tier)(nil)
 )
 
 // stripeCount is the number of key locks; a power of two.
@@ -125,6 +128,8 @@ type Tier struct {
 	space *space
 	// faults tracks writes that failed with an I/O error (fault.go).
 	faults *writeFaults
+	// files keeps the blocks of FileMinSize bytes or more (blockfile.go).
+	files *blockFiles
 
 	// life guards closed and with it the use of db: every method holds it
 	// shared while it uses db, Close exclusively.
@@ -185,6 +190,10 @@ func Open(cfg Config) (*Tier, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
+	if t.files, err = newBlockFiles(fs, cfg.Dir); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
+	}
 	next, err := t.replayInvalidations()
 	if err != nil {
 		_ = db.Close()
@@ -195,11 +204,15 @@ func Open(cfg Config) (*Tier, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
+	if err := t.sweep(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
+	}
 	if s := t.acct.stats(); s.Used > s.Capacity {
 		cfg.Logger.Warn("ssd: store holds more than its capacity", "dir", cfg.Dir,
 			"used", s.Used, "capacity", s.Capacity)
 	}
-	sp.sample(int64(db.Metrics().DiskSpaceUsage()))
+	sp.sample(t.diskUsage())
 	if fits := sp.capacity(cfg.Capacity); fits < cfg.Capacity {
 		cfg.Logger.Warn("ssd: capacity exceeds what the file system has room for; the tier will hold less and refuse puts once the file system fills",
 			"dir", cfg.Dir, "capacity", units.FormatBytes(cfg.Capacity), "room", units.FormatBytes(fits),
@@ -221,7 +234,7 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 	}
 	s := t.stripe(m.Key)
 	s.Lock()
-	old, err := t.record(m.Key)
+	old, oldGen, err := t.record(m.Key)
 	if errors.Is(err, tiers.ErrCorrupt) {
 		// The old block's cost is unknown: drop it, which recounts.
 		s.Unlock()
@@ -229,7 +242,7 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 			return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 		}
 		s.Lock()
-		old, err = t.record(m.Key)
+		old, oldGen, err = t.record(m.Key)
 	}
 	defer s.Unlock()
 	var oldCost, oldBlocks int64
@@ -252,11 +265,20 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 		t.acct.release(bytes, blocks)
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
-	if err := t.write(m, value); err != nil {
+	inFile, err := t.write(m, value, oldBlocks == 1 && oldGen == 0)
+	if err != nil {
 		t.acct.release(bytes, blocks)
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
-	t.space.unflushed.Add(cost(m.Size))
+	if oldGen != 0 {
+		t.files.doom(m.Key, oldGen, int64(old.Size))
+	}
+	if inFile {
+		// The file's bytes are on the file system already.
+		t.space.unflushed.Add(RecordOverhead)
+	} else {
+		t.space.unflushed.Add(cost(m.Size))
+	}
 	t.logical.Add(int64(len(value)))
 	t.dirty.Store(true)
 	return nil
@@ -266,10 +288,25 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 // with room for the batch's header and per-entry encoding.
 func batchSize(size int64) int64 { return size + 2*(keySize+16) + recordSize + 16 }
 
-// write commits m's record and value in one batch. Batches are pooled
-// with their buffers, so that a Put does not allocate a block-sized buffer
-// for the garbage collector to clear.
-func (t *Tier) write(m index.Header, value []byte) error {
+// write stores m's block: a block of Config.FileMinSize bytes or more in
+// a new block file, then its record; a smaller one as its record and
+// value, in one batch. Batches are pooled with their buffers, so that a
+// Put does not allocate a block-sized buffer for the garbage collector to
+// clear. oldInline says the block replaced is kept inline: its value is
+// deleted with the new record when the new block goes to a file. write
+// reports whether the block went to a file.
+func (t *Tier) write(m index.Header, value []byte, oldInline bool) (inFile bool, err error) {
+	var gen uint64
+	if int64(len(value)) >= t.cfg.FileMinSize {
+		if gen, err = t.files.write(m.Key, value); err != nil {
+			// The tier's FS has told space or faults (countingFS), so
+			// that the next puts are refused as this one.
+			if isNoSpace(err) {
+				return false, fmt.Errorf("%w: %w", tiers.ErrNoSpace, err)
+			}
+			return false, fmt.Errorf("%w: %w", ErrWriteFailing, err)
+		}
+	}
 	rk, pk := makeKey(prefixRecord, m.Key), makeKey(prefixPayload, m.Key)
 	var rec [recordSize]byte
 	b := t.batches.Get().(*pebble.Batch)
@@ -277,13 +314,23 @@ func (t *Tier) write(m index.Header, value []byte) error {
 		b.Reset()
 		t.batches.Put(b)
 	}()
-	if err := b.Set(rk[:], encodeRecord(rec[:0], m), nil); err != nil {
-		return err
+	err = b.Set(rk[:], encodeRecord(rec[:0], m, gen), nil)
+	switch {
+	case err != nil:
+	case gen == 0:
+		err = b.Set(pk[:], value, nil)
+	case oldInline:
+		err = b.Delete(pk[:], nil)
 	}
-	if err := b.Set(pk[:], value, nil); err != nil {
-		return err
+	if err == nil {
+		err = b.Commit(pebble.NoSync)
 	}
-	return b.Commit(pebble.NoSync)
+	if err != nil && gen != 0 {
+		// No record names the file: remove it now (or the next Open does).
+		t.files.doom(m.Key, gen, int64(len(value)))
+		_ = t.files.removeDoomed(t.files.stamp())
+	}
+	return gen != 0, err
 }
 
 // Get appends the block's bytes to dst after checking them against the
@@ -298,25 +345,71 @@ func (t *Tier) Get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 	return t.get(key, dst)
 }
 
-// get is Get for a caller that holds t.life shared.
+// get is Get for a caller that holds t.life shared. A block in a file is
+// read straight into dst's spare capacity, grown as needed.
 func (t *Tier) get(key index.Key, dst []byte) ([]byte, index.Header, error) {
-	s := t.stripe(key)
-	s.RLock()
-	m, err := t.record(key)
+	b, err := t.locate(key)
 	if err == nil {
-		var v []byte
-		var closer io.Closer
-		if v, closer, err = t.payload(m); err == nil {
-			dst = append(dst, v...)
-			_ = closer.Close()
-		}
+		n := len(dst)
+		dst = slices.Grow(dst, int(b.m.Size))[:n+int(b.m.Size)]
+		err = b.readInto(dst[n:])
+		b.close()
 	}
-	s.RUnlock()
 	if err != nil {
 		t.dropIfCorrupt(key, err)
 		return nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, err)
 	}
-	return dst, m, nil
+	return dst, b.m, nil
+}
+
+// located is a block found by locate: its record, and its file open or its
+// inline bytes, checked.
+type located struct {
+	m      index.Header
+	gen    uint64
+	f      vfs.File  // the block's file, when gen != 0
+	v      []byte    // the inline bytes, when gen == 0
+	closer io.Closer // of v
+}
+
+// locate reads key's record under the key's lock and opens the block's
+// file, or reads and checks its inline bytes: once open, the file stays
+// readable whatever happens to the key. The caller holds t.life shared,
+// and closes the result.
+func (t *Tier) locate(key index.Key) (located, error) {
+	s := t.stripe(key)
+	s.RLock()
+	defer s.RUnlock()
+	var b located
+	var err error
+	b.m, b.gen, err = t.record(key)
+	switch {
+	case err != nil:
+	case b.gen != 0:
+		b.f, err = t.files.open(key, b.gen)
+	default:
+		b.v, b.closer, err = t.payload(b.m)
+	}
+	return b, err
+}
+
+// readInto reads the block into p, len(p) == m.Size, and checks a block
+// read from its file.
+func (b *located) readInto(p []byte) error {
+	if b.f != nil {
+		return readBlock(b.f, b.m, b.gen, p)
+	}
+	copy(p, b.v)
+	return nil
+}
+
+func (b *located) close() {
+	if b.f != nil {
+		_ = b.f.Close()
+	}
+	if b.closer != nil {
+		_ = b.closer.Close()
+	}
 }
 
 // Stat returns the block's Meta from its record, without reading its
@@ -329,7 +422,7 @@ func (t *Tier) Stat(key index.Key) (index.Header, error) {
 	}
 	s := t.stripe(key)
 	s.RLock()
-	m, err := t.record(key)
+	m, _, err := t.record(key)
 	s.RUnlock()
 	if err != nil {
 		t.dropIfCorrupt(key, err)
@@ -348,7 +441,7 @@ func (t *Tier) Delete(key index.Key) error {
 	}
 	s := t.stripe(key)
 	s.Lock()
-	m, err := t.record(key)
+	m, gen, err := t.record(key)
 	if errors.Is(err, tiers.ErrCorrupt) {
 		s.Unlock()
 		if err := t.drop(key); err != nil {
@@ -360,7 +453,7 @@ func (t *Tier) Delete(key index.Key) error {
 	if err != nil {
 		return fmt.Errorf("ssd: delete %v: %w", key, err)
 	}
-	if err := t.deleteKeys(key); err != nil {
+	if err := t.deleteKeys(key, gen, m.Size); err != nil {
 		return fmt.Errorf("ssd: delete %v: %w", key, err)
 	}
 	t.acct.release(cost(m.Size), 1)
@@ -481,7 +574,13 @@ func (t *Tier) DiskUsage() int64 {
 	if t.closed {
 		return 0
 	}
-	return int64(t.db.Metrics().DiskSpaceUsage())
+	return t.diskUsage()
+}
+
+// diskUsage is DiskUsage for a caller that holds t.life, or the
+// background loop: Pebble's files and the block files.
+func (t *Tier) diskUsage() int64 {
+	return int64(t.db.Metrics().DiskSpaceUsage()) + t.files.bytes.Load()
 }
 
 // Close flushes the memtable and closes the store, after the operations
@@ -502,6 +601,7 @@ func (t *Tier) Close() error {
 		errs = append(errs, fmt.Errorf("flush: %w", err))
 	}
 	t.inval.close()
+	t.files.closeFiles()
 	if err := t.db.Close(); err != nil {
 		errs = append(errs, err)
 	}
