@@ -54,8 +54,9 @@ const (
 // blockFiles manages the block files of a store. It is safe for
 // concurrent use.
 type blockFiles struct {
-	fs  vfs.FS // the tier's countingFS
-	dir string // Config.Dir/blocks
+	fs     vfs.FS // the tier's countingFS, for writes
+	readFS vfs.FS // Config.FS, for reads (no split: see readBlock)
+	dir    string // Config.Dir/blocks
 
 	gen   atomic.Uint64 // the last number given to a file
 	bytes atomic.Int64  // bytes of the files on disk, removed ones excepted
@@ -75,8 +76,8 @@ type doomedFile struct {
 	seq  uint64
 }
 
-func newBlockFiles(fs vfs.FS, dir string) (*blockFiles, error) {
-	b := &blockFiles{fs: fs, dir: fs.PathJoin(dir, blocksDir)}
+func newBlockFiles(fs, readFS vfs.FS, dir string) (*blockFiles, error) {
+	b := &blockFiles{fs: fs, readFS: readFS, dir: fs.PathJoin(dir, blocksDir)}
 	for i := range 256 {
 		if err := fs.MkdirAll(b.sub(byte(i)), 0o755); err != nil {
 			return nil, fmt.Errorf("create block file directory: %w", err)
@@ -154,7 +155,7 @@ func (b *blockFiles) noteGen(gen uint64) {
 // open opens key's block file number gen for reading. A missing file
 // fails with an error wrapping tiers.ErrCorrupt.
 func (b *blockFiles) open(key index.Key, gen uint64) (vfs.File, error) {
-	f, err := b.fs.Open(b.path(key, gen))
+	f, err := b.readFS.Open(b.path(key, gen))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("payload: %w: block file %s missing", tiers.ErrCorrupt, fileName(key, gen))
 	}
@@ -178,7 +179,14 @@ func (b *blockFiles) read(m index.Header, gen uint64, p []byte) error {
 
 // readBlock reads the block that m describes from f, its file number
 // gen, into p and checks it against m's size and checksum.
+//
+// It asks the kernel for the whole block at once (willNeed), which
+// submits every piece of it to the disk without waiting, then reads it
+// with one pread: the disk works on the whole block in parallel whatever
+// the kernel's readahead settings, with no goroutine per piece (the split
+// of readsplit.go, which Pebble's reads need, adds nothing here).
 func readBlock(f vfs.File, m index.Header, gen uint64, p []byte) error {
+	willNeed(f, int64(len(p)))
 	n, err := f.ReadAt(p, 0)
 	if n < len(p) {
 		if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {

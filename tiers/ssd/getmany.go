@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-// GetMany reads keys' blocks with up to Config.ReadWindow reads in flight
-// and calls fn once per key, one call at a time, from the calling
+// GetMany reads keys' blocks with up to Config.ReadWindow reads in flight,
+// and the block files of as many blocks again being read ahead into the
+// page cache (posix_fadvise POSIX_FADV_WILLNEED), and calls fn once per key, one call at a time, from the calling
 // goroutine, as the reads complete: with the block's bytes (fn's to keep)
 // and Header, or the error Get would return for it. Reads start in the
 // order of keys, so that the blocks of a chain arrive roughly in order
@@ -84,6 +86,9 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 				if !ok {
 					return
 				}
+				if j := i + window; j < len(keys) {
+					t.readAhead(keys[j])
+				}
 				var r result
 				if pooled {
 					r.v, r.ref, r.m, r.err = t.getPooled(keys[i])
@@ -134,6 +139,32 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 		failed = ctx.Err() // the only other reason to stop short
 	}
 	return fmt.Errorf("ssd: get many: %w", failed)
+}
+
+// readAhead asks the kernel to start reading key's block file into the
+// page cache, when key's block is kept in one, so that the disk works on
+// the block a window ahead of the reads GetMany has in flight: each read
+// then finds its bytes cached or on their way. Errors are ignored; the
+// read itself meets them.
+func (t *Tier) readAhead(key index.Key) {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return
+	}
+	s := t.stripe(key)
+	s.RLock()
+	m, gen, err := t.record(key)
+	var f vfs.File
+	if err == nil && gen != 0 {
+		f, err = t.files.open(key, gen)
+	}
+	s.RUnlock()
+	if err != nil || f == nil {
+		return
+	}
+	willNeed(f, int64(m.Size))
+	_ = f.Close()
 }
 
 // pooledIdle bounds the bytes of released buffers the tier keeps for

@@ -190,7 +190,7 @@ func Open(cfg Config) (*Tier, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
-	if t.files, err = newBlockFiles(fs, cfg.Dir); err != nil {
+	if t.files, err = newBlockFiles(fs, cfg.FS, cfg.Dir); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
