@@ -219,6 +219,13 @@ func (b *blockFiles) doom(key index.Key, gen uint64, size int64) {
 	b.mu.Unlock()
 }
 
+// discard removes key's file gen, of size bytes, which no record names.
+func (b *blockFiles) discard(key index.Key, gen uint64, size int64) {
+	if err := b.fs.Remove(b.path(key, gen)); err == nil {
+		b.bytes.Add(-size)
+	}
+}
+
 // stamp returns the stamp below which the files were doomed by deletions
 // already applied: a flush or WAL sync that starts after the call makes
 // those deletions durable.

@@ -33,8 +33,12 @@ const (
 	// Pebble's log buffer (a few per crash in the crash test); a crash of
 	// the machine also loses what the kernel had not yet written back. Lost
 	// writes read as in DurabilityFlush, and Flush still makes everything
-	// acknowledged durable. Every byte is written twice (log, then flushed
-	// file): write amplification is at least 2 and puts are slower.
+	// acknowledged durable. (Block files are synced every FlushInterval; a
+	// record that outlives a machine crash while its file's bytes did not
+	// reads as a corrupt block, which is dropped.) Every byte of an inline
+	// block is written twice (log, then flushed file): write amplification
+	// is at least 2 and puts are slower. A block in a block file is written
+	// once; the log carries only its record.
 	DurabilityWAL
 )
 
@@ -82,9 +86,11 @@ type Config struct {
 	MaxBlockSize int64
 	// Durability says which acknowledged writes a crash may lose; see the
 	// constants. The default is DurabilityFlush, chosen by measurement
-	// (bench/ssd-fio.sh): it writes each byte to disk once (write
-	// amplification 1.00 against 2.00 with the WAL), and puts go about as
-	// fast as a plain file write where DurabilityWAL reaches about half.
+	// (bench/ssd-fio.sh) when every block was inline: it writes each byte
+	// to disk once (write amplification 1.00 against 2.00 with the WAL),
+	// and puts went about as fast as a plain file write where
+	// DurabilityWAL reached about half. For blocks in block files both
+	// modes write each byte once.
 	Durability Durability
 	// FlushInterval is, in DurabilityFlush mode, how often a background
 	// goroutine flushes the memtable when anything was written since the

@@ -15,7 +15,7 @@ import (
 const (
 	prefixFormat  byte = 0x00 // the format marker: one key, formatKey
 	prefixRecord  byte = 'm'  // metadata records, recordSize bytes each
-	prefixPayload byte = 'p'  // block bytes, exactly as put
+	prefixPayload byte = 'p'  // inline block bytes, exactly as put
 
 	keySize = 1 + 8 + 8
 )

@@ -114,6 +114,8 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		MemTableSize:           -1,
 		CacheSize:              -1,
 		ValueSeparationMinSize: -1,
+		FileMinSize:            -1,
+		ReadWindow:             -1,
 	}
 	cfg.EnsureDefaults()
 	err := cfg.Validate()
@@ -121,7 +123,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		t.Fatalf("Validate: %v, want ErrInvalidConfig", err)
 	}
 	for _, field := range []string{"Dir", "Capacity", "MaxBlockSize", "Durability", "FlushInterval",
-		"MemTableSize", "CacheSize", "ValueSeparationMinSize"} {
+		"MemTableSize", "CacheSize", "ValueSeparationMinSize", "FileMinSize", "ReadWindow"} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("error does not mention %s: %v", field, err)
 		}

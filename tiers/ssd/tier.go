@@ -1,43 +1,69 @@
-// Package ssd is the local-SSD tier: a tiers.Tier that keeps blocks in a
-// Pebble store on a local disk, with value separation so that the large
-// block bytes are written once into blob files, which compactions do not
-// rewrite (only a blob file mostly made of deleted blocks is rewritten, to
-// reclaim its space).
+// Package ssd is the local-SSD tier: a tiers.Tier that keeps blocks on a
+// local disk, each large block in a file of its own and the small ones,
+// with every block's metadata, in a Pebble store. Pebble uses value
+// separation, so that the bytes of inline blocks are written once into
+// blob files, which compactions do not rewrite (only a blob file mostly
+// made of deleted blocks is rewritten, to reclaim its space).
 //
 // # On-disk layout
 //
-// Each block is two Pebble keys, written together in one batch so that a
-// crash keeps both or neither:
+// Config.Dir holds the Pebble store and the directory blocks/ of block
+// files. Each block has a metadata record in Pebble:
 //
-//	'm' ‖ namespace ‖ hash  →  metadata record (record.go, 42 bytes)
-//	'p' ‖ namespace ‖ hash  →  the block's bytes, as put
+//	'm' ‖ namespace ‖ hash  →  metadata record (record.go, 50 bytes)
 //
 // with namespace and hash big-endian. The record holds the block's size,
-// parent and xxhash64 checksum (index.Header) and checks itself with a
-// checksum of its own; it is small, so it stays inside the sstables, where
-// Stat, Scan and the accounting that Open rebuilds read it without touching
-// the payloads, which Pebble moves into blob files
-// (Config.ValueSeparationMinSize). One more key, "\x00kvstrata/ssd", marks
-// the store's format version.
+// parent and xxhash64 checksum (index.Header), and the number of its block
+// file, and checks itself with a checksum of its own. A block of at least
+// Config.FileMinSize bytes (64 KiB by default) is written to a file of its
+// own before its record is committed:
+//
+//	blocks/<hh>/<namespace>-<hash>-<number>
+//
+// hh being the hash's low byte in hex, and number one that no other file
+// of the store has had, so that an overwrite never reuses the name of a
+// file a reader may have open (blockfile.go). A smaller block is a second
+// Pebble key, written with the record in one batch so that a crash keeps
+// both or neither:
+//
+//	'p' ‖ namespace ‖ hash  →  the block's bytes, as put
+//
+// Records are small, so they stay inside the sstables, where Stat, Scan
+// and the accounting that Open rebuilds read them without touching the
+// payloads, which Pebble moves into blob files
+// (Config.ValueSeparationMinSize). One more key, "\x00kvstrata/ssd",
+// marks the store's format version, 2. Open takes a store of format 1,
+// which had no block files, over as it is: its records (version 1) read as
+// inline blocks, which block files replace as they are put again; it
+// refuses a store of any other format, naming the directory.
 //
 // Pebble sizes its levels and output files by the bytes their keys
 // reference in blob files; its defaults, made for small values, would split
-// a flush of 1 MiB blocks into files of two blocks each. The tier sets the
+// a flush of inline blocks into files of two blocks each. The tier sets the
 // file size so that a flush writes one sstable and one blob file, and a
 // large base level so that compactions, which move only the small
 // sstables, stay rare (pebble.go).
 //
-// Get checks the payload against the record's size and checksum. A block
-// that fails, or whose record fails its own checks, is deleted and reported
-// as an error wrapping tiers.ErrCorrupt: damaged bytes are never returned.
+// Get checks the block's bytes against the record's size and checksum. A
+// block that fails — its bytes damaged, its value or its file missing or
+// short — or whose record fails its own checks, is deleted and reported as
+// an error wrapping tiers.ErrCorrupt: damaged bytes are never returned.
 //
 // # Reads
 //
-// Pebble reads a block's bytes from its blob file with one synchronous
-// read, kernel readahead off. The tier keeps the disk busy two ways: a
-// large read is split into pieces read in parallel (readsplit.go), and
-// GetMany — how the hierarchy's ReadMany, and so a node's get of a
-// context, reads a chain — keeps Config.ReadWindow block reads in flight.
+// Get opens a block's file under the key's lock, asks the kernel for the
+// whole block at once (posix_fadvise WILLNEED, which submits all of it to
+// the disk) and reads it with one pread straight into the caller's buffer,
+// then checks it. GetMany — how the hierarchy's ReadMany, and so a node's
+// get of a context, reads a chain — keeps Config.ReadWindow such reads in
+// flight, and as many block files again being read ahead into the page
+// cache. A file stays readable once open, whatever happens to its key:
+// LocateFile (tiers.FileLocator) hands one out, with its descriptor, for a
+// reader with its own path to the disk (GPUDirect Storage).
+//
+// Pebble reads an inline block's bytes from its blob file with one
+// synchronous read, kernel readahead off; a large one is split into pieces
+// read in parallel (readsplit.go).
 //
 // # Durability
 //
@@ -46,7 +72,16 @@
 // Config.FlushInterval, on Flush and on Close) and DurabilityWAL (a WAL
 // written without fsync). After a crash in either mode every block is
 // intact or missing, never torn; what each mode may lose is documented on
-// the constants. Flush makes every acknowledged write durable on demand,
+// the constants. Every flush first syncs the block files written since the
+// last one (and their directories), so that a record made durable names a
+// durable file; a file whose record is lost in a crash is removed by the
+// next Open. A block file is removed only once the deletion of its record
+// is durable — after the next flush, or in DurabilityWAL mode the next sync
+// of the WAL, which the background loop does every FlushInterval while
+// files wait — so that a crash that brings a deleted or replaced record
+// back finds its file. (After a power loss, a record whose file's bytes
+// never reached the disk fails its checksum: the block reads as corrupt
+// and is dropped.) Flush makes every acknowledged write durable on demand,
 // and Invalidate (invalidate.go) is a Delete that is durable when it
 // returns, with the syncs of concurrent calls shared: what the hierarchy
 // uses to drop the older copy of a key it has just replaced.
@@ -55,22 +90,26 @@
 //
 // Stats.Used is the sum over blocks of size + RecordOverhead, kept in
 // memory and rebuilt at Open by scanning the metadata records. Capacity
-// bounds Used; Pebble's own space amplification comes on top (DiskUsage).
+// bounds Used; Pebble's own space amplification, and the files of deleted
+// blocks until the next flush removes them, come on top (DiskUsage).
 //
 // # Disk space
 //
 // The tier keeps within its file system (space.go): a Put that would leave
 // less free space than Config.DiskReserve, counting the bytes not yet
 // flushed, is refused with an error wrapping tiers.ErrNoSpace, and so is
-// every Put after one of Pebble's writes failed with ENOSPC, until space
-// returns. Meanwhile Degraded says why, Stats.Capacity is what the file
-// system lets the tier hold, Flush and Close do not wait for a flush that
-// fails for space, and Pebble leaves no empty output files behind. Open
-// warns when Capacity exceeds what the file system has room for.
+// every Put after one of its writes (Pebble's, or of a block file) failed
+// with ENOSPC, until space returns. Meanwhile Degraded says why,
+// Stats.Capacity is what the file system lets the tier hold, Flush and
+// Close do not wait for a flush that fails for space, and Pebble leaves no
+// empty output files behind. Open warns when Capacity exceeds what the
+// file system has room for. Block files are written through Config.FS like
+// Pebble's files, so the same accounting and fault tracking see them.
 //
 // # Disk faults
 //
-// A write of Pebble's that fails with an I/O error (fault.go) makes the tier
+// A write of Pebble's or of a block file that fails with an I/O error
+// (fault.go) makes the tier
 // refuse puts with ErrWriteFailing and report itself degraded until a
 // flush succeeds; Flush and Close report the failure rather than wait, and
 // Pebble's retries are paced. A read that fails is an error, and the block
@@ -84,7 +123,8 @@
 // A Tier is safe for concurrent use. Operations on one key are serialized
 // by a striped lock (Put, Delete and the dropping of a corrupt block take
 // it exclusively, Get and Stat shared, so a Get always sees the record and
-// the payload of the same Put); operations on different keys run in
+// the payload of the same Put; a Get holds it until it has the block's
+// file open, not while it reads); operations on different keys run in
 // parallel, as Pebble allows. Scan reads records a page at a time and holds
 // no lock while it calls fn, so fn may call the tier. Close waits for
 // operations in flight.
@@ -327,8 +367,7 @@ func (t *Tier) write(m index.Header, value []byte, oldInline bool) (inFile bool,
 	}
 	if err != nil && gen != 0 {
 		// No record names the file: remove it now (or the next Open does).
-		t.files.doom(m.Key, gen, int64(len(value)))
-		_ = t.files.removeDoomed(t.files.stamp())
+		t.files.discard(m.Key, gen, int64(len(value)))
 	}
 	return gen != 0, err
 }
