@@ -3,6 +3,7 @@ package ssd
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 
@@ -66,6 +67,7 @@ func (t *Tier) load() error {
 		if e.err == nil {
 			used += cost(e.meta.Size)
 			blocks++
+			t.files.noteGen(e.gen)
 		} else {
 			e.raw = slices.Clone(e.raw)
 			bad = append(bad, *e)
@@ -139,9 +141,10 @@ func (t *Tier) dropIfCorrupt(key index.Key, err error) {
 func (t *Tier) drop(key index.Key) error {
 	s := t.stripe(key)
 	s.Lock()
-	m, err := t.record(key)
+	m, gen, err := t.record(key)
 	if errors.Is(err, tiers.ErrCorrupt) {
-		err := t.deleteKeys(key)
+		// Its file, if any, is unknown: the next Open removes it.
+		err := t.deleteKeys(key, 0, 0)
 		s.Unlock()
 		if err != nil {
 			return err
@@ -155,15 +158,21 @@ func (t *Tier) drop(key index.Key) error {
 	if err != nil {
 		return err
 	}
-	_, closer, err := t.payload(m)
+	if gen != 0 {
+		err = t.files.read(m, gen, make([]byte, m.Size))
+	} else {
+		var closer io.Closer
+		if _, closer, err = t.payload(m); err == nil {
+			_ = closer.Close()
+		}
+	}
 	if err == nil {
-		_ = closer.Close()
 		return nil
 	}
 	if !errors.Is(err, tiers.ErrCorrupt) {
 		return err
 	}
-	if err := t.deleteKeys(key); err != nil {
+	if err := t.deleteKeys(key, gen, m.Size); err != nil {
 		return err
 	}
 	t.acct.release(cost(m.Size), 1)

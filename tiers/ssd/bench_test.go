@@ -2,6 +2,7 @@ package ssd
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -331,3 +332,50 @@ func BenchmarkPlainFileReadCold1MiB(b *testing.B) {
 // BenchmarkTier is the benchmark every backend runs (tiertest.Bench), on
 // a tier of the default durability in a temporary directory.
 func BenchmarkTier(b *testing.B) { tiertest.Bench(b, factory(DurabilityFlush)) }
+
+// BenchmarkGetColdBySize reads blocks of several sizes from the disk, kept
+// inline in Pebble or in block files, to place Config.FileMinSize: where a
+// file of its own starts to read faster than an inline value. Each pass
+// reads 1024 blocks, with every file's pages dropped before it.
+func BenchmarkGetColdBySize(b *testing.B) {
+	const blocks = 1024
+	for _, size := range []int{16 << 10, 64 << 10, 256 << 10} {
+		for _, where := range []string{"inline", "file"} {
+			b.Run(fmt.Sprintf("size=%dKiB/%s", size>>10, where), func(b *testing.B) {
+				fileMin := int64(size)
+				if where == "inline" {
+					fileMin = int64(size) + 1
+				}
+				tr, err := Open(Config{Dir: benchDir(b), Capacity: 1 << 50, FileMinSize: fileMin, Logger: testLogger(b)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = tr.Close() })
+				keys := make([]index.Key, blocks)
+				for i := range keys {
+					m, v := tiertest.Block(index.Hash(i+1), size)
+					must(b, tr.Put(m, v))
+					keys[i] = m.Key
+				}
+				tr = reopen(b, tr)
+				r := rand.New(rand.NewPCG(3, 4))
+				r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+				buf := make([]byte, 0, size)
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				for i := range b.N {
+					if i%blocks == 0 {
+						b.StopTimer()
+						dropCache(b, tr.cfg.Dir)
+						b.StartTimer()
+					}
+					got, _, err := tr.Get(keys[i%blocks], buf[:0])
+					if err != nil {
+						b.Fatal(err)
+					}
+					buf = got
+				}
+			})
+		}
+	}
+}

@@ -2,12 +2,15 @@ package ssd
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"os"
 	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/tiers"
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
@@ -195,7 +198,7 @@ func recordOf(t *testing.T, tr *Tier, m index.Header) []byte {
 	if hasRaw(t, tr, rk[:]) {
 		return getRaw(t, tr, rk[:])
 	}
-	return encodeRecord(nil, m)
+	return encodeRecord(nil, m, 0)
 }
 
 func hasRaw(t *testing.T, tr *Tier, key []byte) bool {
@@ -207,4 +210,97 @@ func hasRaw(t *testing.T, tr *Tier, key []byte) bool {
 	must(t, err)
 	_ = closer.Close()
 	return true
+}
+
+// blockFilePath returns the path of key's block file, or "" for a block
+// kept inline.
+func blockFilePath(t testing.TB, tr *Tier, key index.Key) string {
+	t.Helper()
+	_, gen, err := tr.record(key)
+	must(t, err)
+	if gen == 0 {
+		return ""
+	}
+	return tr.files.path(key, gen)
+}
+
+// flipFileByte flips one bit of the middle byte of a file.
+func flipFileByte(t testing.TB, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must(t, err)
+	b[len(b)/2] ^= 0x10
+	must(t, os.WriteFile(path, b, 0o644))
+}
+
+// A block file that is missing, short or damaged makes its block corrupt:
+// Get reports tiers.ErrCorrupt and returns no bytes, the block is dropped
+// with exact accounting, and its file is gone after the next flush.
+func TestCorruptBlockFileIsDroppedAndNeverReturned(t *testing.T) {
+	for name, damage := range map[string]func(t *testing.T, path string){
+		"Missing":   func(t *testing.T, path string) { must(t, os.Remove(path)) },
+		"Truncated": func(t *testing.T, path string) { must(t, os.Truncate(path, 100<<10-1)) },
+		"Empty":     func(t *testing.T, path string) { must(t, os.Truncate(path, 0)) },
+		"Flipped":   func(t *testing.T, path string) { flipFileByte(t, path) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr := openTest(t, Config{Capacity: 1 << 30})
+			var ms []index.Header
+			for i := 1; i <= 3; i++ {
+				m, b := tiertest.Block(index.Hash(i), 100<<10)
+				must(t, tr.Put(m, b))
+				ms = append(ms, m)
+			}
+			must(t, tr.Flush())
+			m := ms[1]
+			path := blockFilePath(t, tr, m.Key)
+			if path == "" {
+				t.Fatal("a block of 100 KiB is kept inline")
+			}
+			damage(t, path)
+			if sm, err := tr.Stat(m.Key); err != nil || sm != m {
+				t.Fatalf("Stat: %+v, %v", sm, err)
+			}
+			got, gm, err := tr.Get(m.Key, []byte("dst"))
+			if !errors.Is(err, tiers.ErrCorrupt) {
+				t.Fatalf("Get: %v, want ErrCorrupt", err)
+			}
+			if got != nil || gm != (index.Header{}) {
+				t.Fatalf("Get returned %d bytes and %+v with its error", len(got), gm)
+			}
+			checkDropped(t, tr, m, ms)
+			must(t, tr.Flush())
+			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the file of the dropped block after a flush: %v, want it removed", err)
+			}
+			tr = reopen(t, tr)
+			checkDropped(t, tr, m, ms)
+			checkBlockFiles(t, tr)
+		})
+	}
+}
+
+// GetMany and LocateFile meet a missing block file as Get does.
+func TestMissingBlockFileSeenByGetManyAndLocateFile(t *testing.T) {
+	tr := openTest(t, Config{Capacity: 1 << 30})
+	var ms []index.Header
+	for i := 1; i <= 3; i++ {
+		m, b := tiertest.Block(index.Hash(i), 100<<10)
+		must(t, tr.Put(m, b))
+		ms = append(ms, m)
+	}
+	must(t, os.Remove(blockFilePath(t, tr, ms[0].Key)))
+	must(t, os.Remove(blockFilePath(t, tr, ms[1].Key)))
+	must(t, tr.GetManyPooled(context.Background(), []index.Key{ms[0].Key}, func(_ int, v []byte, ref *bufpool.Buffer, _ index.Header, err error) {
+		if !errors.Is(err, tiers.ErrCorrupt) || v != nil || ref != nil {
+			t.Errorf("GetManyPooled of a block whose file is missing: %d bytes, %v; want ErrCorrupt", len(v), err)
+		}
+	}))
+	if _, err := tr.LocateFile(ms[1].Key); !errors.Is(err, tiers.ErrCorrupt) {
+		t.Fatalf("LocateFile of a block whose file is missing: %v, want ErrCorrupt", err)
+	}
+	checkDropped(t, tr, ms[1], ms[1:])
+	if _, err := tr.Stat(ms[0].Key); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("Stat of the dropped block: %v", err)
+	}
 }

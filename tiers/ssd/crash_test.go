@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,10 +31,14 @@ const (
 	crashDirEnv  = "KVSTRATA_SSD_CRASH_DIR"
 	crashModeEnv = "KVSTRATA_SSD_CRASH_MODE"
 	crashSeedEnv = "KVSTRATA_SSD_CRASH_SEED"
+	crashFileEnv = "KVSTRATA_SSD_CRASH_FILE_MIN"
 
 	crashKeys    = 1000     // hashes the child writes
 	crashMaxSize = 64 << 10 // largest block it puts
 	crashRounds  = 3        // kills per durability mode
+	// crashFileMin is the FileMinSize of the runs with block files: most
+	// blocks the child puts go to files.
+	crashFileMin = 4 << 10
 )
 
 // TestCrashChild is the child side of TestCrashRecovery; run on its own
@@ -50,12 +56,14 @@ func TestCrashChild(t *testing.T) {
 	}
 	mode, _ := strconv.Atoi(os.Getenv(crashModeEnv))
 	seed, _ := strconv.ParseUint(os.Getenv(crashSeedEnv), 10, 64)
+	fileMin, _ := strconv.ParseInt(os.Getenv(crashFileEnv), 10, 64)
 	tr, err := Open(Config{
 		Dir:           dir,
 		Capacity:      1 << 40,
 		MaxBlockSize:  crashMaxSize,
 		Durability:    Durability(mode),
 		FlushInterval: 100 * time.Millisecond,
+		FileMinSize:   fileMin,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
@@ -109,7 +117,12 @@ type crashOp struct {
 // TestCrashRecovery kills a writing child process with SIGKILL at random
 // moments and checks, after each kill, that every block is intact or
 // missing, never corrupt; that no write acknowledged before a Flush, and
-// no acknowledged Invalidate, was lost; and that Stats agree with Scan. In both modes a crash may lose
+// no acknowledged Invalidate, was lost; that Stats agree with Scan; and
+// that the block files are exactly those the records name (the files of
+// puts whose records the crash lost are swept). It runs in each
+// durability mode with the default FileMinSize, where most of the
+// child's blocks are inline, and with crashFileMin, where most are in
+// block files. In both modes a crash may lose
 // the writes acknowledged since the last flush: without a WAL those of
 // the last FlushInterval, with Pebble's unsynced WAL the few still in its
 // log buffer (see DurabilityWAL); the test logs how many it lost.
@@ -117,8 +130,17 @@ func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs child processes")
 	}
-	for _, d := range []Durability{DurabilityFlush, DurabilityWAL} {
-		t.Run(d.String(), func(t *testing.T) {
+	type run struct {
+		d       Durability
+		fileMin int64
+	}
+	for _, c := range []run{{DurabilityFlush, 0}, {DurabilityWAL, 0}, {DurabilityFlush, crashFileMin}, {DurabilityWAL, crashFileMin}} {
+		name := c.d.String()
+		if c.fileMin > 0 {
+			name += "/files"
+		}
+		d := c.d
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			seed := uint64(time.Now().UnixNano())
@@ -130,9 +152,9 @@ func TestCrashRecovery(t *testing.T) {
 			var ops, lost int
 			for round := range crashRounds {
 				after := time.Duration(100+r.IntN(900)) * time.Millisecond
-				log := runCrashChild(t, dir, d, seed+uint64(round), after)
+				log := runCrashChild(t, dir, d, c.fileMin, seed+uint64(round), after)
 				ops += len(log)
-				lost += checkAfterCrash(t, dir, d, log, state)
+				lost += checkAfterCrash(t, dir, d, c.fileMin, log, state)
 			}
 			if ops == 0 {
 				t.Fatal("the child never got to write")
@@ -145,13 +167,14 @@ func TestCrashRecovery(t *testing.T) {
 
 // runCrashChild runs the child on dir, kills it with SIGKILL the given
 // time after its first op, and returns the ops it started.
-func runCrashChild(t *testing.T, dir string, d Durability, seed uint64, after time.Duration) []crashOp {
+func runCrashChild(t *testing.T, dir string, d Durability, fileMin int64, seed uint64, after time.Duration) []crashOp {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.timeout=2m")
 	cmd.Env = append(os.Environ(),
 		crashDirEnv+"="+dir,
 		crashModeEnv+"="+strconv.Itoa(int(d)),
-		crashSeedEnv+"="+strconv.FormatUint(seed, 10))
+		crashSeedEnv+"="+strconv.FormatUint(seed, 10),
+		crashFileEnv+"="+strconv.FormatInt(fileMin, 10))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -219,9 +242,9 @@ func runCrashChild(t *testing.T, dir string, d Durability, seed uint64, after ti
 // checkAfterCrash reopens the tier on dir and checks every hash the child
 // may have touched against what log allows, then updates state. It returns
 // the number of hashes whose last op was acknowledged but did not survive.
-func checkAfterCrash(t *testing.T, dir string, d Durability, log []crashOp, state map[index.Hash]int) (lost int) {
+func checkAfterCrash(t *testing.T, dir string, d Durability, fileMin int64, log []crashOp, state map[index.Hash]int) (lost int) {
 	t.Helper()
-	tr := openTest(t, Config{Dir: dir, Capacity: 1 << 40, MaxBlockSize: crashMaxSize, Durability: d})
+	tr := openTest(t, Config{Dir: dir, Capacity: 1 << 40, MaxBlockSize: crashMaxSize, Durability: d, FileMinSize: fileMin})
 	byHash := map[index.Hash][]crashOp{}
 	for _, op := range log {
 		byHash[op.hash] = append(byHash[op.hash], op)
@@ -268,6 +291,36 @@ func checkAfterCrash(t *testing.T, dir string, d Durability, log []crashOp, stat
 		t.Fatalf("Stats says %d blocks, Get finds %d", s.Blocks, present)
 	}
 	checkAccounting(t, tr)
+	checkBlockFiles(t, tr)
 	must(t, tr.Close())
 	return lost
+}
+
+// checkBlockFiles checks that the files in tr's block file directory are
+// exactly those its records name, with the records' sizes.
+func checkBlockFiles(t *testing.T, tr *Tier) {
+	t.Helper()
+	named := map[string]int64{}
+	_, err := tr.eachRecord(nil, func(e *scanEntry) bool {
+		if e.err == nil && e.gen != 0 {
+			named[tr.files.path(e.key, e.gen)] = int64(e.meta.Size)
+		}
+		return true
+	})
+	must(t, err)
+	onDisk := map[string]int64{}
+	must(t, filepath.WalkDir(filepath.Join(tr.cfg.Dir, blocksDir), func(path string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		onDisk[path] = info.Size()
+		return nil
+	}))
+	if !maps.Equal(named, onDisk) {
+		t.Fatalf("the records name %d block files, %d are on disk", len(named), len(onDisk))
+	}
 }

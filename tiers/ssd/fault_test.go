@@ -24,13 +24,13 @@ type faultyDisk struct {
 	*errorfs.FS
 	dir string
 	// What fails while set: the creation of flush and compaction outputs
-	// and writes to sstables; syncs of sstables; reads of blob files, which
-	// hold the blocks' bytes. (A failed sync of a blob file, or a failed
+	// and writes to sstables; syncs of sstables; reads of blob files and
+	// block files, which hold the blocks' bytes. (A failed sync of a blob file, or a failed
 	// write of one that lands in its last flush, crashes Pebble v2.1.7: see
 	// TestFailedBlobSyncIsAnError.) logs fails writes and syncs of the
-	// tier's invalidation logs.
-	writes, syncs, reads, logs atomic.Bool
-	injected                   atomic.Int64
+	// tier's invalidation logs; blockWrites fails writes of block files.
+	writes, syncs, reads, logs, blockWrites atomic.Bool
+	injected                                atomic.Int64
 }
 
 func newFaultyDisk(t *testing.T) *faultyDisk {
@@ -49,11 +49,11 @@ func (d *faultyDisk) maybeError(op errorfs.Op) error {
 	case errorfs.OpCreate:
 		fail = d.writes.Load() && (ext == ".sst" || ext == ".blob")
 	case errorfs.OpFileWrite, errorfs.OpFileWriteAt:
-		fail = d.writes.Load() && ext == ".sst"
+		fail = d.writes.Load() && ext == ".sst" || d.blockWrites.Load() && isBlockFile(op.Path)
 	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
 		fail = fail || d.syncs.Load() && ext == ".sst"
 	case errorfs.OpFileRead, errorfs.OpFileReadAt:
-		fail = d.reads.Load() && ext == ".blob"
+		fail = d.reads.Load() && (ext == ".blob" || isBlockFile(op.Path))
 	}
 	if !fail {
 		return nil
@@ -62,13 +62,18 @@ func (d *faultyDisk) maybeError(op errorfs.Op) error {
 	return errorfs.ErrInjected
 }
 
+// isBlockFile reports whether path is in the block files' directory.
+func isBlockFile(path string) bool {
+	return strings.Contains(filepath.ToSlash(path), "/"+blocksDir+"/")
+}
+
 // openFaulty opens a tier on disk that flushes every interval (in
 // DurabilityFlush mode) and keeps durability d; the faults are lifted before the tier closes at the end of the test.
 func openFaulty(t *testing.T, disk *faultyDisk, interval time.Duration, d Durability) *Tier {
 	tr := openTest(t, Config{Dir: disk.dir, FS: disk, Capacity: 1 << 30, MaxBlockSize: mib,
 		FlushInterval: interval, Durability: d})
 	t.Cleanup(func() {
-		for _, on := range []*atomic.Bool{&disk.writes, &disk.syncs, &disk.reads, &disk.logs} {
+		for _, on := range []*atomic.Bool{&disk.writes, &disk.syncs, &disk.reads, &disk.logs, &disk.blockWrites} {
 			on.Store(false)
 		}
 	})
@@ -345,4 +350,43 @@ func TestInvalidateOverAFailingLog(t *testing.T) {
 // Pebble release fixes it.
 func TestFailedBlobSyncIsAnError(t *testing.T) {
 	t.Skip("pebble v2.1.7: a failed sync of a blob file is a nil dereference in fileBufferedWritable.Abort")
+}
+
+// A block file whose write fails with an I/O error fails its Put with
+// ErrWriteFailing and leaves no file behind; the tier refuses puts and
+// reports itself degraded until a flush succeeds, and the blocks it holds
+// read back intact meanwhile.
+func TestFailedBlockFileWriteRefusesPutsUntilAFlushSucceeds(t *testing.T) {
+	disk := newFaultyDisk(t)
+	tr := openFaulty(t, disk, time.Hour, DurabilityFlush)
+	var ms []index.Header
+	for i := 1; i <= 4; i++ {
+		m, b := tiertest.Block(index.Hash(i), 256<<10)
+		must(t, tr.Put(m, b))
+		ms = append(ms, m)
+	}
+	disk.blockWrites.Store(true)
+	m, b := tiertest.Block(5, 256<<10)
+	if err := tr.Put(m, b); !errors.Is(err, ErrWriteFailing) || !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("put while block file writes fail: %v, want ErrWriteFailing wrapping the disk's error", err)
+	}
+	if err := tr.Degraded(); !errors.Is(err, ErrWriteFailing) {
+		t.Fatalf("Degraded() after a block file write failed = %v, want ErrWriteFailing", err)
+	}
+	small, sb := tiertest.Block(6, 1000) // inline: refused all the same
+	if err := tr.Put(small, sb); !errors.Is(err, ErrWriteFailing) {
+		t.Fatalf("put of an inline block after a block file write failed: %v, want ErrWriteFailing", err)
+	}
+	checkIntact(t, tr, ms)
+	checkBlockFiles(t, tr)
+	disk.blockWrites.Store(false)
+	must(t, tr.Flush())
+	if err := tr.Degraded(); err != nil {
+		t.Fatalf("Degraded() after a flush succeeded: %v", err)
+	}
+	must(t, tr.Put(m, b))
+	tr = reopen(t, tr)
+	checkIntact(t, tr, append(ms, m))
+	checkBlockFiles(t, tr)
+	checkAccounting(t, tr)
 }

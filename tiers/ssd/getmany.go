@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-// GetMany reads keys' blocks with up to Config.ReadWindow reads in flight
-// and calls fn once per key, one call at a time, from the calling
+// GetMany reads keys' blocks with up to Config.ReadWindow reads in flight,
+// and the block files of as many blocks again being read ahead into the
+// page cache (posix_fadvise POSIX_FADV_WILLNEED), and calls fn once per key, one call at a time, from the calling
 // goroutine, as the reads complete: with the block's bytes (fn's to keep)
 // and Header, or the error Get would return for it. Reads start in the
 // order of keys, so that the blocks of a chain arrive roughly in order
@@ -85,6 +86,9 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 				if !ok {
 					return
 				}
+				if j := i + window; j < len(keys) {
+					t.readAhead(keys[j])
+				}
 				var r result
 				if pooled {
 					r.v, r.ref, r.m, r.err = t.getPooled(keys[i])
@@ -137,6 +141,32 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 	return fmt.Errorf("ssd: get many: %w", failed)
 }
 
+// readAhead asks the kernel to start reading key's block file into the
+// page cache, when key's block is kept in one, so that the disk works on
+// the block a window ahead of the reads GetMany has in flight: each read
+// then finds its bytes cached or on their way. Errors are ignored; the
+// read itself meets them.
+func (t *Tier) readAhead(key index.Key) {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return
+	}
+	s := t.stripe(key)
+	s.RLock()
+	m, gen, err := t.record(key)
+	var f vfs.File
+	if err == nil && gen != 0 {
+		f, err = t.files.open(key, gen)
+	}
+	s.RUnlock()
+	if err != nil || f == nil {
+		return
+	}
+	willNeed(f, int64(m.Size))
+	_ = f.Close()
+}
+
 // pooledIdle bounds the bytes of released buffers the tier keeps for
 // GetManyPooled: a few chains' windows of large blocks.
 const pooledIdle = 64 << 20
@@ -151,25 +181,21 @@ func (t *Tier) getPooled(key index.Key) ([]byte, *bufpool.Buffer, index.Header, 
 	if t.closed {
 		return nil, nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, tiers.ErrClosed)
 	}
-	s := t.stripe(key)
-	s.RLock()
 	var ref *bufpool.Buffer
-	m, err := t.record(key)
+	b, err := t.locate(key)
 	if err == nil {
-		var v []byte
-		var closer io.Closer
-		if v, closer, err = t.payload(m); err == nil {
-			if len(v) > 0 {
-				ref = t.bufs.Get(len(v))
-				copy(ref.Bytes(), v)
+		if b.m.Size > 0 {
+			ref = t.bufs.Get(int(b.m.Size))
+			if err = b.readInto(ref.Bytes()); err != nil {
+				ref.Release()
+				ref = nil
 			}
-			_ = closer.Close()
 		}
+		b.close()
 	}
-	s.RUnlock()
 	if err != nil {
 		t.dropIfCorrupt(key, err)
 		return nil, nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, err)
 	}
-	return ref.Bytes(), ref, m, nil
+	return ref.Bytes(), ref, b.m, nil
 }

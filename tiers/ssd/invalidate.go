@@ -166,14 +166,14 @@ func (t *Tier) Invalidate(key index.Key) error {
 	wal := t.cfg.Durability == DurabilityWAL
 	s := t.stripe(key)
 	s.Lock()
-	m, err := t.record(key)
+	m, gen, err := t.record(key)
 	if errors.Is(err, tiers.ErrCorrupt) {
 		s.Unlock()
 		if err := t.drop(key); err != nil {
 			return fmt.Errorf("ssd: invalidate %v: %w", key, err)
 		}
 		s.Lock()
-		m, err = t.record(key)
+		m, gen, err = t.record(key)
 	}
 	held := err == nil
 	if err != nil && !errors.Is(err, tiers.ErrNotFound) {
@@ -184,6 +184,9 @@ func (t *Tier) Invalidate(key index.Key) error {
 	synced := t.dels.stamp() // with the WAL, deletes before it are synced below
 	if held || wal {
 		err = t.commitDelete(key, wal)
+	}
+	if err == nil && held && gen != 0 {
+		t.files.doom(key, gen, int64(m.Size))
 	}
 	s.Unlock()
 	if err != nil {
@@ -229,25 +232,59 @@ func (t *Tier) commitDelete(key index.Key, sync bool) error {
 	return b.Commit(opts)
 }
 
-// flushLocked flushes the memtable, making every write so far durable,
-// and removes the invalidation logs that flush covers. Every flush of the
-// tier goes through it. The caller holds t.life (shared, or exclusively in
-// Close).
+// flushLocked syncs the block files written since the last flush, then
+// flushes the memtable, making every write so far durable; then it
+// removes the block files and the invalidation logs that flush covers.
+// Every flush of the tier goes through it. The caller holds t.life
+// (shared, or exclusively in Close).
 func (t *Tier) flushLocked() error {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	stamp := t.dels.stamp()
+	doomed := t.files.stamp()
 	t.inval.rotate()
+	// A record made durable by the flush names a file already durable.
+	if err := t.files.sync(); err != nil {
+		return err
+	}
 	if err := t.flushWait(); err != nil {
 		return err
 	}
 	t.dels.settle(stamp)
+	if err := t.files.removeDoomed(doomed); err != nil {
+		// Left for the next flush to try again; an Open removes them.
+		t.cfg.Logger.Warn("ssd: removing block files", "dir", t.cfg.Dir, "err", err)
+	}
 	if err := t.inval.removeOld(); err != nil {
 		// The logs are replayed at the next Open: harmless but for the
 		// keys put again since, which may then read as missing.
 		t.cfg.Logger.Warn("ssd: removing invalidation logs", "dir", t.cfg.Dir, "err", err)
 	}
 	return nil
+}
+
+// settleFiles is flushLocked for DurabilityWAL mode, where the memtable
+// is not flushed on a schedule: it syncs the block files written since
+// the last call and, when removed blocks wait for their files to go, syncs
+// the WAL, which makes their deletions durable, and removes the files. It
+// runs in the tier's background loop, which Close stops before it closes
+// the store.
+func (t *Tier) settleFiles() error {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	doomed := t.files.stamp()
+	if err := t.files.sync(); err != nil {
+		return err
+	}
+	if !t.files.pendingRemovals() {
+		return nil
+	}
+	stamp := t.dels.stamp()
+	if err := t.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("sync the WAL: %w", err)
+	}
+	t.dels.settle(stamp)
+	return t.files.removeDoomed(doomed)
 }
 
 // invalLog is the invalidation log of DurabilityFlush mode: records

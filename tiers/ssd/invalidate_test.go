@@ -22,9 +22,21 @@ import (
 func crashCopy(t *testing.T, dir string) string {
 	t.Helper()
 	to := t.TempDir()
+	copyTree(t, dir, to)
+	return to
+}
+
+// copyTree copies the regular files under dir, but the lock, into to.
+func copyTree(t *testing.T, dir, to string) {
+	t.Helper()
 	ents, err := os.ReadDir(dir)
 	must(t, err)
 	for _, e := range ents {
+		if e.IsDir() {
+			must(t, os.MkdirAll(filepath.Join(to, e.Name()), 0o755))
+			copyTree(t, filepath.Join(dir, e.Name()), filepath.Join(to, e.Name()))
+			continue
+		}
 		if e.Name() == "LOCK" || !e.Type().IsRegular() {
 			continue
 		}
@@ -37,7 +49,6 @@ func crashCopy(t *testing.T, dir string) string {
 		must(t, src.Close())
 		must(t, dst.Close())
 	}
-	return to
 }
 
 func invalLogs(t *testing.T, dir string) []string {

@@ -139,7 +139,10 @@ type WriteStats struct {
 	// CompactionBytes went to sstables and blob files written by
 	// compactions and blob-file rewrites.
 	CompactionBytes int64
-	// OtherBytes went to Pebble's manifest and options files.
+	// BlockFileBytes went to block files (blockfile.go).
+	BlockFileBytes int64
+	// OtherBytes went to Pebble's manifest and options files, and the
+	// tier's invalidation logs.
 	OtherBytes int64
 	// PebbleWriteAmp is Pebble's own figure, Metrics().Total().WriteAmp().
 	// It takes the WAL's size as the bytes in, estimated from the flushed
@@ -150,7 +153,7 @@ type WriteStats struct {
 
 // PhysicalBytes is every byte written to disk.
 func (s WriteStats) PhysicalBytes() int64 {
-	return s.WALBytes + s.FlushBytes + s.CompactionBytes + s.OtherBytes
+	return s.WALBytes + s.FlushBytes + s.CompactionBytes + s.BlockFileBytes + s.OtherBytes
 }
 
 // WriteAmp is PhysicalBytes / LogicalBytes, or 0 before any put.
@@ -170,9 +173,9 @@ func (s WriteStats) WriteAmp() float64 {
 // without deleting it).
 type countingFS struct {
 	vfs.FS
-	space                         *space
-	faults                        *writeFaults
-	wal, flush, compaction, other atomic.Int64
+	space                                 *space
+	faults                                *writeFaults
+	wal, flush, compaction, blocks, other atomic.Int64
 }
 
 func (fs *countingFS) counter(c vfs.DiskWriteCategory) *atomic.Int64 {
@@ -183,6 +186,8 @@ func (fs *countingFS) counter(c vfs.DiskWriteCategory) *atomic.Int64 {
 		return &fs.flush
 	case "pebble-compaction", "pebble-blob-file-rewrite":
 		return &fs.compaction
+	case blockCategory:
+		return &fs.blocks
 	}
 	return &fs.other
 }
@@ -240,6 +245,7 @@ func (fs *countingFS) writeStats() WriteStats {
 		WALBytes:        fs.wal.Load(),
 		FlushBytes:      fs.flush.Load(),
 		CompactionBytes: fs.compaction.Load(),
+		BlockFileBytes:  fs.blocks.Load(),
 		OtherBytes:      fs.other.Load(),
 	}
 }

@@ -7,16 +7,18 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// Pebble reads a block's bytes from its blob file with one synchronous
-// read, on a file it opened with kernel readahead turned off (random
-// reads would waste it): the disk sees one request at a time per Get. The
+// Pebble reads an inline block's bytes from its blob file with one
+// synchronous read, on a file it opened with kernel readahead turned off
+// (random reads would waste it): the disk sees one request at a time per
+// Get. (Block files are read otherwise: see readBlock.) The
 // files the tier's FS opens for reading split a large read into pieces read
 // in parallel, so that the disk works on several at once — what its
 // bandwidth needs, and what a plain sequential read gets from readahead.
 const (
 	// splitReadMin is the smallest read that is split: blocks of the
 	// sizes the tier is for (a KV-cache block is 0.5–4 MiB), not Pebble's
-	// metadata blocks of a few KiB.
+	// metadata blocks of a few KiB. Such blocks are inline only with a
+	// Config.FileMinSize over it.
 	splitReadMin = 512 << 10
 	// splitReadPiece is the size of the pieces.
 	splitReadPiece = 256 << 10

@@ -250,10 +250,12 @@ func TestCapacityOverTheFileSystemStopsAtTheReserve(t *testing.T) {
 // ErrNoSpace, or done) rather than wait for space, no empty output file is
 // left behind, and once space returns the flush completes by itself and
 // every block is there.
+//
+// The blocks are kept inline, so that the flush has their bytes to write.
 func TestFlushFailingForSpaceAnswersAndRecovers(t *testing.T) {
 	disk := newSmallDisk(t, 1<<30)
 	tr := openTest(t, Config{Dir: disk.dir, FS: disk, Capacity: 1 << 30, MaxBlockSize: mib,
-		DiskReserve: -1, FlushInterval: time.Hour}) // flushes only when asked
+		DiskReserve: -1, FlushInterval: time.Hour, FileMinSize: 2 * mib}) // flushes only when asked
 	var keys []index.Key
 	for i := range 8 {
 		m, b := tiertest.Block(index.Hash(i+1), mib)
@@ -300,11 +302,12 @@ func TestFlushFailingForSpaceAnswersAndRecovers(t *testing.T) {
 }
 
 // Close on a full disk answers: the puts since the last flush are lost, as
-// in a crash, and the store opens again with what was flushed.
+// in a crash, and the store opens again with what was flushed. The blocks
+// are kept inline, so that the flush has their bytes to write.
 func TestCloseOnAFullDiskAnswers(t *testing.T) {
 	disk := newSmallDisk(t, 1<<30)
 	cfg := Config{Dir: disk.dir, FS: disk, Capacity: 1 << 30, MaxBlockSize: mib, DiskReserve: -1,
-		FlushInterval: time.Hour, Logger: testLogger(t)}
+		FlushInterval: time.Hour, Logger: testLogger(t), FileMinSize: 2 * mib}
 	tr, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -345,4 +348,37 @@ func BenchmarkSpaceCheck(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// A block file whose write fails for want of space (another process
+// filled the disk) fails its Put with ErrNoSpace and leaves no file
+// behind; the tier refuses puts until space returns, then takes them.
+func TestBlockFileWriteOnAFullDisk(t *testing.T) {
+	disk := newSmallDisk(t, 1<<30)
+	tr := openTest(t, Config{Dir: disk.dir, FS: disk, Capacity: 1 << 30, MaxBlockSize: mib,
+		DiskReserve: -1, FlushInterval: time.Hour})
+	m, b := tiertest.Block(1, mib)
+	must(t, tr.Put(m, b))
+	// The space check passes (the sample says there is room); the write
+	// does not.
+	tr.space.known = false
+	disk.size.Store(disk.used() + 64<<10)
+	m2, b2 := tiertest.Block(2, mib)
+	if err := tr.Put(m2, b2); !errors.Is(err, tiers.ErrNoSpace) {
+		t.Fatalf("put of a block file on a full disk: %v, want ErrNoSpace", err)
+	}
+	tr.space.known = true
+	if tr.Degraded() == nil {
+		t.Error("Degraded() = nil after a block file's write failed for space")
+	}
+	checkBlockFiles(t, tr)
+	if _, _, err := tr.Get(m2.Key, nil); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("get of the refused block: %v, want ErrNotFound", err)
+	}
+	checkAccounting(t, tr)
+	disk.size.Store(1 << 30)
+	eventuallyTrue(t, 10*time.Second, "the tier taking puts again", func() bool { return tr.Degraded() == nil })
+	must(t, tr.Put(m2, b2))
+	checkIntact(t, tr, []index.Header{m, m2})
+	checkBlockFiles(t, tr)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -56,10 +58,20 @@ func reopen(t testing.TB, tr *Tier) *Tier {
 	return openTest(t, tr.cfg)
 }
 
+// TestConformance runs the suite in both durability modes, with the
+// default FileMinSize (most of the suite's blocks inline, in Pebble) and
+// with a FileMinSize of 4 KiB (most in block files).
 func TestConformance(t *testing.T) {
 	for _, d := range []Durability{DurabilityFlush, DurabilityWAL} {
 		t.Run(d.String(), func(t *testing.T) {
 			tiertest.Run(t, factory(d))
+		})
+		t.Run(d.String()+"/files", func(t *testing.T) {
+			f := factory(d)
+			f.New = func(tb testing.TB, capacity, maxBlock int64) tiers.Tier {
+				return openTest(tb, Config{Capacity: capacity, MaxBlockSize: maxBlock, Durability: d, FileMinSize: 4 << 10})
+			}
+			tiertest.Run(t, f)
 		})
 	}
 }
@@ -81,6 +93,10 @@ func factory(d Durability) tiertest.Factory {
 			}
 		},
 		Corrupt: func(tb testing.TB, tr tiers.Tier, key index.Key) {
+			if path := blockFilePath(tb, tr.(*Tier), key); path != "" {
+				flipFileByte(tb, path) // a flipped byte in the block file
+				return
+			}
 			pk := makeKey(prefixPayload, key) // a flipped byte in the Pebble value
 			v := getRaw(tb, tr.(*Tier), pk[:])
 			v[len(v)/2] ^= 0x10
@@ -98,6 +114,8 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		MemTableSize:           -1,
 		CacheSize:              -1,
 		ValueSeparationMinSize: -1,
+		FileMinSize:            -1,
+		ReadWindow:             -1,
 	}
 	cfg.EnsureDefaults()
 	err := cfg.Validate()
@@ -105,7 +123,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		t.Fatalf("Validate: %v, want ErrInvalidConfig", err)
 	}
 	for _, field := range []string{"Dir", "Capacity", "MaxBlockSize", "Durability", "FlushInterval",
-		"MemTableSize", "CacheSize", "ValueSeparationMinSize"} {
+		"MemTableSize", "CacheSize", "ValueSeparationMinSize", "FileMinSize", "ReadWindow"} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("error does not mention %s: %v", field, err)
 		}
@@ -137,7 +155,7 @@ func TestConfigDefaults(t *testing.T) {
 		Durability: DurabilityFlush, FlushInterval: DefaultFlushInterval,
 		MemTableSize: DefaultMemTableSize, CacheSize: DefaultCacheSize,
 		ValueSeparationMinSize: DefaultValueSeparationMinSize, ReadWindow: DefaultReadWindow,
-		Logger: slog.Default(), FS: vfs.Default,
+		FileMinSize: DefaultFileMinSize, Logger: slog.Default(), FS: vfs.Default,
 	}
 	if cfg != want {
 		t.Fatalf("defaults %+v, want %+v", cfg, want)
@@ -268,14 +286,23 @@ func TestOpenRefusesForeignPebbleStore(t *testing.T) {
 
 // TestWriteAmplification checks the figures that chose the default
 // durability: about one byte written per byte put without the WAL, two
-// with it.
+// with it for blocks kept inline; one for blocks in block files, whose
+// bytes the WAL does not carry.
 func TestWriteAmplification(t *testing.T) {
 	for _, c := range []struct {
 		d        Durability
+		fileMin  int64
 		min, max float64
-	}{{DurabilityFlush, 1.0, 1.1}, {DurabilityWAL, 2.0, 2.2}} {
-		t.Run(c.d.String(), func(t *testing.T) {
-			tr := openTest(t, Config{Capacity: 1 << 30, Durability: c.d})
+	}{
+		{DurabilityFlush, 0, 1.0, 1.1}, {DurabilityWAL, 0, 1.0, 1.1},
+		{DurabilityFlush, 1 << 20, 1.0, 1.1}, {DurabilityWAL, 1 << 20, 2.0, 2.2},
+	} {
+		name := c.d.String() + "/files"
+		if c.fileMin > 0 {
+			name = c.d.String() + "/inline"
+		}
+		t.Run(name, func(t *testing.T) {
+			tr := openTest(t, Config{Capacity: 1 << 30, Durability: c.d, FileMinSize: c.fileMin})
 			for i := range 32 {
 				m, b := tiertest.Block(index.Hash(i), 256<<10)
 				must(t, tr.Put(m, b))
@@ -356,5 +383,64 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A store of format 1, whose blocks are all inline with records of
+// version 1, opens as it is: its blocks read back, the store is marked
+// format 2, and new large blocks go to block files.
+func TestOpenTakesOverAFormat1Store(t *testing.T) {
+	tr := openTest(t, Config{Capacity: 1 << 30, FileMinSize: 1 << 30 >> 2})
+	var ms []index.Header
+	for i := 1; i <= 4; i++ {
+		m, b := tiertest.Block(index.Hash(i), i*60<<10)
+		must(t, tr.Put(m, b))
+		ms = append(ms, m)
+		rk := makeKey(prefixRecord, m.Key) // as format 1 wrote it
+		setRaw(t, tr, rk[:], encodeRecordV1(nil, m))
+	}
+	setRaw(t, tr, formatKey, formatVersion1)
+	cfg := tr.cfg
+	must(t, tr.Close())
+	must(t, os.RemoveAll(filepath.Join(cfg.Dir, blocksDir))) // format 1 had none
+
+	cfg.FileMinSize = 0
+	tr = openTest(t, cfg)
+	checkIntact(t, tr, ms)
+	checkAccounting(t, tr)
+	if v := getRaw(t, tr, formatKey); string(v) != string(formatVersion) {
+		t.Fatalf("format marker %q after the takeover, want %q", v, formatVersion)
+	}
+	m, b := tiertest.Block(9, 1<<20)
+	must(t, tr.Put(m, b))
+	if blockFilePath(t, tr, m.Key) == "" {
+		t.Fatal("a new 1 MiB block is kept inline")
+	}
+	m2, b2 := tiertest.Block(ms[3].Key.Hash, 1<<20) // replaces an inline block
+	must(t, tr.Put(m2, b2))
+	tr = reopen(t, tr)
+	checkIntact(t, tr, append(ms[:3], m, m2))
+	checkAccounting(t, tr)
+	checkBlockFiles(t, tr)
+	if hasRaw(t, tr, func() []byte { pk := makeKey(prefixPayload, m2.Key); return pk[:] }()) {
+		t.Fatal("the inline value of a block replaced by one in a file is still stored")
+	}
+}
+
+// A store of a format this build does not know (written by a newer one)
+// is refused with an error that names the directory and the formats.
+func TestOpenRefusesAnUnknownFormat(t *testing.T) {
+	tr := openTest(t, Config{Capacity: 1 << 20})
+	setRaw(t, tr, formatKey, []byte("3"))
+	cfg := tr.cfg
+	must(t, tr.Close())
+	_, err := Open(cfg)
+	if err == nil {
+		t.Fatal("Open of a store of format 3 succeeded")
+	}
+	for _, want := range []string{cfg.Dir, `"3"`, `"2"`, "remove the directory"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open of a store of format 3: %v; does not say %s", err, want)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package ssd
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -17,26 +16,27 @@ import (
 // t.life shared (or are Open) and, where a method says so, the key's
 // stripe.
 
-// record reads and checks key's metadata record. It fails with
+// record reads and checks key's metadata record, and returns the number
+// of the block's file (zero for a block kept inline). It fails with
 // tiers.ErrNotFound when there is none and with an error wrapping
 // tiers.ErrCorrupt when the record fails its checks.
-func (t *Tier) record(key index.Key) (index.Header, error) {
+func (t *Tier) record(key index.Key) (index.Header, uint64, error) {
 	rk := makeKey(prefixRecord, key)
 	v, closer, err := get(t.db, rk[:])
 	if err != nil {
-		return index.Header{}, readError("record", err)
+		return index.Header{}, 0, readError("record", err)
 	}
 	defer closer.Close()
-	m, err := decodeRecordFor(key, v)
+	m, gen, err := decodeRecordFor(key, v)
 	if err != nil {
-		return index.Header{}, fmt.Errorf("record: %w", err)
+		return index.Header{}, 0, fmt.Errorf("record: %w", err)
 	}
-	return m, nil
+	return m, gen, nil
 }
 
-// payload reads the bytes of the block that m describes and checks them
-// against m's size and checksum. A missing or damaged payload fails with
-// an error wrapping tiers.ErrCorrupt. The bytes are valid until the
+// payload reads the bytes of the inline block that m describes and checks
+// them against m's size and checksum. A missing or damaged payload fails
+// with an error wrapping tiers.ErrCorrupt. The bytes are valid until the
 // closer is closed.
 func (t *Tier) payload(m index.Header) ([]byte, io.Closer, error) {
 	pk := makeKey(prefixPayload, m.Key)
@@ -90,11 +90,15 @@ func readError(what string, err error) error {
 	return fmt.Errorf("read %s: %w", what, err)
 }
 
-// deleteKeys deletes key's record and payload in one batch. The caller
-// holds key's stripe exclusively and fixes the accounting.
-func (t *Tier) deleteKeys(key index.Key) error {
+// deleteKeys deletes key's record and payload in one batch, and queues
+// the removal of its block file gen (zero for none) of size bytes. The
+// caller holds key's stripe exclusively and fixes the accounting.
+func (t *Tier) deleteKeys(key index.Key, gen uint64, size uint32) error {
 	if err := t.commitDelete(key, false); err != nil {
 		return err
+	}
+	if gen != 0 {
+		t.files.doom(key, gen, int64(size))
 	}
 	t.dirty.Store(true)
 	t.markDeleted(key)
@@ -106,13 +110,26 @@ func (t *Tier) deleteKeys(key index.Key) error {
 func (t *Tier) checkFormat() error {
 	v, closer, err := get(t.db, formatKey)
 	if err == nil {
-		ok := bytes.Equal(v, formatVersion)
 		got := string(v)
 		_ = closer.Close()
-		if !ok {
-			return fmt.Errorf("store format %q, this build reads %q", got, formatVersion)
+		switch got {
+		case string(formatVersion):
+			return nil
+		case string(formatVersion1):
+			// Its records read as inline blocks; mark it format 2 before
+			// a block file is written, so that an older build refuses it.
+			if err := t.db.Set(formatKey, formatVersion, pebble.NoSync); err != nil {
+				return fmt.Errorf("write format marker: %w", err)
+			}
+			if err := t.flushWait(); err != nil {
+				return fmt.Errorf("write format marker: %w", err)
+			}
+			t.cfg.Logger.Info("ssd: took over a store of format 1; its blocks stay inline until replaced",
+				"dir", t.cfg.Dir)
+			return nil
 		}
-		return nil
+		return fmt.Errorf("store format %q, this build reads %q and %q: a store written by a newer build; remove the directory to start empty",
+			got, formatVersion1, formatVersion)
 	}
 	if !errors.Is(err, pebble.ErrNotFound) {
 		return fmt.Errorf("read format marker: %w", err)
@@ -143,7 +160,8 @@ type scanEntry struct {
 	key    index.Key
 	badKey bool // raw is no record key; key is zero
 	meta   index.Header
-	err    error // wraps tiers.ErrCorrupt
+	gen    uint64 // the block's file, zero when inline
+	err    error  // wraps tiers.ErrCorrupt
 }
 
 // eachRecord calls fn for each metadata record, in key order, from key
@@ -171,7 +189,7 @@ func (t *Tier) eachRecord(from []byte, fn func(e *scanEntry) bool) (next []byte,
 					return nil, e.err
 				}
 			} else {
-				e.meta, e.err = decodeRecordFor(e.key, v)
+				e.meta, e.gen, e.err = decodeRecordFor(e.key, v)
 			}
 		}
 		if !fn(&e) {
@@ -242,7 +260,9 @@ func (t *Tier) Scan(fn func(index.Header) bool) error {
 
 // loop samples the file system's free space and the store's disk usage
 // every FlushInterval and, in DurabilityFlush mode, flushes the memtable
-// when anything was written since the last flush, until t.stop closes. A
+// when anything was written since the last flush (in DurabilityWAL mode
+// it syncs the block files and, for removed blocks, the WAL: settleFiles),
+// until t.stop closes. A
 // flush that cannot complete (the file system is full; Pebble retries it)
 // is not joined by another: each would queue one more memtable. It does
 // not take t.life: Close stops it before it closes the store.
@@ -256,8 +276,11 @@ func (t *Tier) loop() {
 			return
 		case <-tick.C:
 		}
-		t.space.sample(int64(t.db.Metrics().DiskSpaceUsage()))
+		t.space.sample(t.diskUsage())
 		if t.cfg.Durability != DurabilityFlush {
+			if err := t.settleFiles(); err != nil {
+				t.cfg.Logger.Error("ssd: background sync of block files", "dir", t.cfg.Dir, "err", err)
+			}
 			continue
 		}
 		if t.flushPending() {

@@ -1,43 +1,69 @@
-// Package ssd is the local-SSD tier: a tiers.Tier that keeps blocks in a
-// Pebble store on a local disk, with value separation so that the large
-// block bytes are written once into blob files, which compactions do not
-// rewrite (only a blob file mostly made of deleted blocks is rewritten, to
-// reclaim its space).
+// Package ssd is the local-SSD tier: a tiers.Tier that keeps blocks on a
+// local disk, each large block in a file of its own and the small ones,
+// with every block's metadata, in a Pebble store. Pebble uses value
+// separation, so that the bytes of inline blocks are written once into
+// blob files, which compactions do not rewrite (only a blob file mostly
+// made of deleted blocks is rewritten, to reclaim its space).
 //
 // # On-disk layout
 //
-// Each block is two Pebble keys, written together in one batch so that a
-// crash keeps both or neither:
+// Config.Dir holds the Pebble store and the directory blocks/ of block
+// files. Each block has a metadata record in Pebble:
 //
-//	'm' ‖ namespace ‖ hash  →  metadata record (record.go, 42 bytes)
-//	'p' ‖ namespace ‖ hash  →  the block's bytes, as put
+//	'm' ‖ namespace ‖ hash  →  metadata record (record.go, 50 bytes)
 //
 // with namespace and hash big-endian. The record holds the block's size,
-// parent and xxhash64 checksum (index.Header) and checks itself with a
-// checksum of its own; it is small, so it stays inside the sstables, where
-// Stat, Scan and the accounting that Open rebuilds read it without touching
-// the payloads, which Pebble moves into blob files
-// (Config.ValueSeparationMinSize). One more key, "\x00kvstrata/ssd", marks
-// the store's format version.
+// parent and xxhash64 checksum (index.Header), and the number of its block
+// file, and checks itself with a checksum of its own. A block of at least
+// Config.FileMinSize bytes (64 KiB by default) is written to a file of its
+// own before its record is committed:
+//
+//	blocks/<hh>/<namespace>-<hash>-<number>
+//
+// hh being the hash's low byte in hex, and number one that no other file
+// of the store has had, so that an overwrite never reuses the name of a
+// file a reader may have open (blockfile.go). A smaller block is a second
+// Pebble key, written with the record in one batch so that a crash keeps
+// both or neither:
+//
+//	'p' ‖ namespace ‖ hash  →  the block's bytes, as put
+//
+// Records are small, so they stay inside the sstables, where Stat, Scan
+// and the accounting that Open rebuilds read them without touching the
+// payloads, which Pebble moves into blob files
+// (Config.ValueSeparationMinSize). One more key, "\x00kvstrata/ssd",
+// marks the store's format version, 2. Open takes a store of format 1,
+// which had no block files, over as it is: its records (version 1) read as
+// inline blocks, which block files replace as they are put again; it
+// refuses a store of any other format, naming the directory.
 //
 // Pebble sizes its levels and output files by the bytes their keys
 // reference in blob files; its defaults, made for small values, would split
-// a flush of 1 MiB blocks into files of two blocks each. The tier sets the
+// a flush of inline blocks into files of two blocks each. The tier sets the
 // file size so that a flush writes one sstable and one blob file, and a
 // large base level so that compactions, which move only the small
 // sstables, stay rare (pebble.go).
 //
-// Get checks the payload against the record's size and checksum. A block
-// that fails, or whose record fails its own checks, is deleted and reported
-// as an error wrapping tiers.ErrCorrupt: damaged bytes are never returned.
+// Get checks the block's bytes against the record's size and checksum. A
+// block that fails — its bytes damaged, its value or its file missing or
+// short — or whose record fails its own checks, is deleted and reported as
+// an error wrapping tiers.ErrCorrupt: damaged bytes are never returned.
 //
 // # Reads
 //
-// Pebble reads a block's bytes from its blob file with one synchronous
-// read, kernel readahead off. The tier keeps the disk busy two ways: a
-// large read is split into pieces read in parallel (readsplit.go), and
-// GetMany — how the hierarchy's ReadMany, and so a node's get of a
-// context, reads a chain — keeps Config.ReadWindow block reads in flight.
+// Get opens a block's file under the key's lock, asks the kernel for the
+// whole block at once (posix_fadvise WILLNEED, which submits all of it to
+// the disk) and reads it with one pread straight into the caller's buffer,
+// then checks it. GetMany — how the hierarchy's ReadMany, and so a node's
+// get of a context, reads a chain — keeps Config.ReadWindow such reads in
+// flight, and as many block files again being read ahead into the page
+// cache. A file stays readable once open, whatever happens to its key:
+// LocateFile (tiers.FileLocator) hands one out, with its descriptor, for a
+// reader with its own path to the disk (GPUDirect Storage).
+//
+// Pebble reads an inline block's bytes from its blob file with one
+// synchronous read, kernel readahead off; a large one is split into pieces
+// read in parallel (readsplit.go).
 //
 // # Durability
 //
@@ -46,7 +72,16 @@
 // Config.FlushInterval, on Flush and on Close) and DurabilityWAL (a WAL
 // written without fsync). After a crash in either mode every block is
 // intact or missing, never torn; what each mode may lose is documented on
-// the constants. Flush makes every acknowledged write durable on demand,
+// the constants. Every flush first syncs the block files written since the
+// last one (and their directories), so that a record made durable names a
+// durable file; a file whose record is lost in a crash is removed by the
+// next Open. A block file is removed only once the deletion of its record
+// is durable — after the next flush, or in DurabilityWAL mode the next sync
+// of the WAL, which the background loop does every FlushInterval while
+// files wait — so that a crash that brings a deleted or replaced record
+// back finds its file. (After a power loss, a record whose file's bytes
+// never reached the disk fails its checksum: the block reads as corrupt
+// and is dropped.) Flush makes every acknowledged write durable on demand,
 // and Invalidate (invalidate.go) is a Delete that is durable when it
 // returns, with the syncs of concurrent calls shared: what the hierarchy
 // uses to drop the older copy of a key it has just replaced.
@@ -55,22 +90,26 @@
 //
 // Stats.Used is the sum over blocks of size + RecordOverhead, kept in
 // memory and rebuilt at Open by scanning the metadata records. Capacity
-// bounds Used; Pebble's own space amplification comes on top (DiskUsage).
+// bounds Used; Pebble's own space amplification, and the files of deleted
+// blocks until the next flush removes them, come on top (DiskUsage).
 //
 // # Disk space
 //
 // The tier keeps within its file system (space.go): a Put that would leave
 // less free space than Config.DiskReserve, counting the bytes not yet
 // flushed, is refused with an error wrapping tiers.ErrNoSpace, and so is
-// every Put after one of Pebble's writes failed with ENOSPC, until space
-// returns. Meanwhile Degraded says why, Stats.Capacity is what the file
-// system lets the tier hold, Flush and Close do not wait for a flush that
-// fails for space, and Pebble leaves no empty output files behind. Open
-// warns when Capacity exceeds what the file system has room for.
+// every Put after one of its writes (Pebble's, or of a block file) failed
+// with ENOSPC, until space returns. Meanwhile Degraded says why,
+// Stats.Capacity is what the file system lets the tier hold, Flush and
+// Close do not wait for a flush that fails for space, and Pebble leaves no
+// empty output files behind. Open warns when Capacity exceeds what the
+// file system has room for. Block files are written through Config.FS like
+// Pebble's files, so the same accounting and fault tracking see them.
 //
 // # Disk faults
 //
-// A write of Pebble's that fails with an I/O error (fault.go) makes the tier
+// A write of Pebble's or of a block file that fails with an I/O error
+// (fault.go) makes the tier
 // refuse puts with ErrWriteFailing and report itself degraded until a
 // flush succeeds; Flush and Close report the failure rather than wait, and
 // Pebble's retries are paced. A read that fails is an error, and the block
@@ -84,7 +123,8 @@
 // A Tier is safe for concurrent use. Operations on one key are serialized
 // by a striped lock (Put, Delete and the dropping of a corrupt block take
 // it exclusively, Get and Stat shared, so a Get always sees the record and
-// the payload of the same Put); operations on different keys run in
+// the payload of the same Put; a Get holds it until it has the block's
+// file open, not while it reads); operations on different keys run in
 // parallel, as Pebble allows. Scan reads records a page at a time and holds
 // no lock while it calls fn, so fn may call the tier. Close waits for
 // operations in flight.
@@ -94,11 +134,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/internal/units"
@@ -111,6 +153,7 @@ var (
 	_ tiers.Invalidator         = (*Tier)(nil)
 	_ tiers.ManyGetter          = (*Tier)(nil)
 	_ tiers.DegradationReporter = (*Tier)(nil)
+	_ tiers.FileLocator         = (*Tier)(nil)
 )
 
 // stripeCount is the number of key locks; a power of two.
@@ -125,6 +168,8 @@ type Tier struct {
 	space *space
 	// faults tracks writes that failed with an I/O error (fault.go).
 	faults *writeFaults
+	// files keeps the blocks of FileMinSize bytes or more (blockfile.go).
+	files *blockFiles
 
 	// life guards closed and with it the use of db: every method holds it
 	// shared while it uses db, Close exclusively.
@@ -185,6 +230,10 @@ func Open(cfg Config) (*Tier, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
+	if t.files, err = newBlockFiles(fs, cfg.FS, cfg.Dir); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
+	}
 	next, err := t.replayInvalidations()
 	if err != nil {
 		_ = db.Close()
@@ -195,11 +244,15 @@ func Open(cfg Config) (*Tier, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
+	if err := t.sweep(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
+	}
 	if s := t.acct.stats(); s.Used > s.Capacity {
 		cfg.Logger.Warn("ssd: store holds more than its capacity", "dir", cfg.Dir,
 			"used", s.Used, "capacity", s.Capacity)
 	}
-	sp.sample(int64(db.Metrics().DiskSpaceUsage()))
+	sp.sample(t.diskUsage())
 	if fits := sp.capacity(cfg.Capacity); fits < cfg.Capacity {
 		cfg.Logger.Warn("ssd: capacity exceeds what the file system has room for; the tier will hold less and refuse puts once the file system fills",
 			"dir", cfg.Dir, "capacity", units.FormatBytes(cfg.Capacity), "room", units.FormatBytes(fits),
@@ -221,7 +274,7 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 	}
 	s := t.stripe(m.Key)
 	s.Lock()
-	old, err := t.record(m.Key)
+	old, oldGen, err := t.record(m.Key)
 	if errors.Is(err, tiers.ErrCorrupt) {
 		// The old block's cost is unknown: drop it, which recounts.
 		s.Unlock()
@@ -229,7 +282,7 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 			return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 		}
 		s.Lock()
-		old, err = t.record(m.Key)
+		old, oldGen, err = t.record(m.Key)
 	}
 	defer s.Unlock()
 	var oldCost, oldBlocks int64
@@ -252,11 +305,20 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 		t.acct.release(bytes, blocks)
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
-	if err := t.write(m, value); err != nil {
+	inFile, err := t.write(m, value, oldBlocks == 1 && oldGen == 0)
+	if err != nil {
 		t.acct.release(bytes, blocks)
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
-	t.space.unflushed.Add(cost(m.Size))
+	if oldGen != 0 {
+		t.files.doom(m.Key, oldGen, int64(old.Size))
+	}
+	if inFile {
+		// The file's bytes are on the file system already.
+		t.space.unflushed.Add(RecordOverhead)
+	} else {
+		t.space.unflushed.Add(cost(m.Size))
+	}
 	t.logical.Add(int64(len(value)))
 	t.dirty.Store(true)
 	return nil
@@ -266,10 +328,25 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 // with room for the batch's header and per-entry encoding.
 func batchSize(size int64) int64 { return size + 2*(keySize+16) + recordSize + 16 }
 
-// write commits m's record and value in one batch. Batches are pooled
-// with their buffers, so that a Put does not allocate a block-sized buffer
-// for the garbage collector to clear.
-func (t *Tier) write(m index.Header, value []byte) error {
+// write stores m's block: a block of Config.FileMinSize bytes or more in
+// a new block file, then its record; a smaller one as its record and
+// value, in one batch. Batches are pooled with their buffers, so that a
+// Put does not allocate a block-sized buffer for the garbage collector to
+// clear. oldInline says the block replaced is kept inline: its value is
+// deleted with the new record when the new block goes to a file. write
+// reports whether the block went to a file.
+func (t *Tier) write(m index.Header, value []byte, oldInline bool) (inFile bool, err error) {
+	var gen uint64
+	if int64(len(value)) >= t.cfg.FileMinSize {
+		if gen, err = t.files.write(m.Key, value); err != nil {
+			// The tier's FS has told space or faults (countingFS), so
+			// that the next puts are refused as this one.
+			if isNoSpace(err) {
+				return false, fmt.Errorf("%w: %w", tiers.ErrNoSpace, err)
+			}
+			return false, fmt.Errorf("%w: %w", ErrWriteFailing, err)
+		}
+	}
 	rk, pk := makeKey(prefixRecord, m.Key), makeKey(prefixPayload, m.Key)
 	var rec [recordSize]byte
 	b := t.batches.Get().(*pebble.Batch)
@@ -277,13 +354,22 @@ func (t *Tier) write(m index.Header, value []byte) error {
 		b.Reset()
 		t.batches.Put(b)
 	}()
-	if err := b.Set(rk[:], encodeRecord(rec[:0], m), nil); err != nil {
-		return err
+	err = b.Set(rk[:], encodeRecord(rec[:0], m, gen), nil)
+	switch {
+	case err != nil:
+	case gen == 0:
+		err = b.Set(pk[:], value, nil)
+	case oldInline:
+		err = b.Delete(pk[:], nil)
 	}
-	if err := b.Set(pk[:], value, nil); err != nil {
-		return err
+	if err == nil {
+		err = b.Commit(pebble.NoSync)
 	}
-	return b.Commit(pebble.NoSync)
+	if err != nil && gen != 0 {
+		// No record names the file: remove it now (or the next Open does).
+		t.files.discard(m.Key, gen, int64(len(value)))
+	}
+	return gen != 0, err
 }
 
 // Get appends the block's bytes to dst after checking them against the
@@ -298,25 +384,71 @@ func (t *Tier) Get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 	return t.get(key, dst)
 }
 
-// get is Get for a caller that holds t.life shared.
+// get is Get for a caller that holds t.life shared. A block in a file is
+// read straight into dst's spare capacity, grown as needed.
 func (t *Tier) get(key index.Key, dst []byte) ([]byte, index.Header, error) {
-	s := t.stripe(key)
-	s.RLock()
-	m, err := t.record(key)
+	b, err := t.locate(key)
 	if err == nil {
-		var v []byte
-		var closer io.Closer
-		if v, closer, err = t.payload(m); err == nil {
-			dst = append(dst, v...)
-			_ = closer.Close()
-		}
+		n := len(dst)
+		dst = slices.Grow(dst, int(b.m.Size))[:n+int(b.m.Size)]
+		err = b.readInto(dst[n:])
+		b.close()
 	}
-	s.RUnlock()
 	if err != nil {
 		t.dropIfCorrupt(key, err)
 		return nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, err)
 	}
-	return dst, m, nil
+	return dst, b.m, nil
+}
+
+// located is a block found by locate: its record, and its file open or its
+// inline bytes, checked.
+type located struct {
+	m      index.Header
+	gen    uint64
+	f      vfs.File  // the block's file, when gen != 0
+	v      []byte    // the inline bytes, when gen == 0
+	closer io.Closer // of v
+}
+
+// locate reads key's record under the key's lock and opens the block's
+// file, or reads and checks its inline bytes: once open, the file stays
+// readable whatever happens to the key. The caller holds t.life shared,
+// and closes the result.
+func (t *Tier) locate(key index.Key) (located, error) {
+	s := t.stripe(key)
+	s.RLock()
+	defer s.RUnlock()
+	var b located
+	var err error
+	b.m, b.gen, err = t.record(key)
+	switch {
+	case err != nil:
+	case b.gen != 0:
+		b.f, err = t.files.open(key, b.gen)
+	default:
+		b.v, b.closer, err = t.payload(b.m)
+	}
+	return b, err
+}
+
+// readInto reads the block into p, len(p) == m.Size, and checks a block
+// read from its file.
+func (b *located) readInto(p []byte) error {
+	if b.f != nil {
+		return readBlock(b.f, b.m, b.gen, p)
+	}
+	copy(p, b.v)
+	return nil
+}
+
+func (b *located) close() {
+	if b.f != nil {
+		_ = b.f.Close()
+	}
+	if b.closer != nil {
+		_ = b.closer.Close()
+	}
 }
 
 // Stat returns the block's Meta from its record, without reading its
@@ -329,7 +461,7 @@ func (t *Tier) Stat(key index.Key) (index.Header, error) {
 	}
 	s := t.stripe(key)
 	s.RLock()
-	m, err := t.record(key)
+	m, _, err := t.record(key)
 	s.RUnlock()
 	if err != nil {
 		t.dropIfCorrupt(key, err)
@@ -348,7 +480,7 @@ func (t *Tier) Delete(key index.Key) error {
 	}
 	s := t.stripe(key)
 	s.Lock()
-	m, err := t.record(key)
+	m, gen, err := t.record(key)
 	if errors.Is(err, tiers.ErrCorrupt) {
 		s.Unlock()
 		if err := t.drop(key); err != nil {
@@ -360,7 +492,7 @@ func (t *Tier) Delete(key index.Key) error {
 	if err != nil {
 		return fmt.Errorf("ssd: delete %v: %w", key, err)
 	}
-	if err := t.deleteKeys(key); err != nil {
+	if err := t.deleteKeys(key, gen, m.Size); err != nil {
 		return fmt.Errorf("ssd: delete %v: %w", key, err)
 	}
 	t.acct.release(cost(m.Size), 1)
@@ -481,7 +613,13 @@ func (t *Tier) DiskUsage() int64 {
 	if t.closed {
 		return 0
 	}
-	return int64(t.db.Metrics().DiskSpaceUsage())
+	return t.diskUsage()
+}
+
+// diskUsage is DiskUsage for a caller that holds t.life, or the
+// background loop: Pebble's files and the block files.
+func (t *Tier) diskUsage() int64 {
+	return int64(t.db.Metrics().DiskSpaceUsage()) + t.files.bytes.Load()
 }
 
 // Close flushes the memtable and closes the store, after the operations
@@ -502,6 +640,7 @@ func (t *Tier) Close() error {
 		errs = append(errs, fmt.Errorf("flush: %w", err))
 	}
 	t.inval.close()
+	t.files.closeFiles()
 	if err := t.db.Close(); err != nil {
 		errs = append(errs, err)
 	}

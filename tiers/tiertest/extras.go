@@ -32,6 +32,7 @@ func runExtras(t *testing.T, f Factory) {
 	t.Run("ObjectLocator", func(t *testing.T) { testObjectLocator(t, f) })
 	t.Run("HostCopier", func(t *testing.T) { testHostCopier(t, f) })
 	t.Run("FileFiller", func(t *testing.T) { testFileFiller(t, f) })
+	t.Run("FileLocator", func(t *testing.T) { testFileLocator(t, f) })
 	t.Run("AvailabilityReporter", func(t *testing.T) {
 		tr := f.open(t, 1<<20, 1<<16)
 		if err := extra[tiers.AvailabilityReporter](t, tr).Available(); err != nil {
@@ -64,8 +65,6 @@ func runExtras(t *testing.T, f Factory) {
 	})
 }
 
-// testViewer checks that a view shows the block's bytes in place, pinned:
-// neither a replacing Put nor a Delete changes them until Release.
 // testHostCopier checks CopyOut: the block's bytes land whole in the
 // caller's memory, a wrong-sized destination is refused, and a missing
 // block is ErrNotFound.
@@ -91,6 +90,8 @@ func testHostCopier(t *testing.T, f Factory) {
 	}
 }
 
+// testViewer checks that a view shows the block's bytes in place, pinned:
+// neither a replacing Put nor a Delete changes them until Release.
 func testViewer(t *testing.T, f Factory) {
 	tr := f.open(t, 1<<20, 1<<16)
 	vt := extra[tiers.Viewer](t, tr)
@@ -360,5 +361,90 @@ func testObjectLocator(t *testing.T, f Factory) {
 	must(t, tr.Delete(metas[0].Key))
 	if _, err := ol.LocateObject(ctx, metas[0].Key); !errors.Is(err, tiers.ErrNotFound) {
 		t.Fatalf("LocateObject of a deleted block: %v, want ErrNotFound", err)
+	}
+}
+
+// testFileLocator checks that a large block is located in a file whose
+// bytes at the extent's offset are the block's, with its Meta and a
+// descriptor; that the extent keeps reading the block's bytes after a
+// replacing Put or a Delete until Release; and that a block not stored is
+// not found. A small block may be kept elsewhere than in a file (then
+// ErrNotFound), or located like a large one.
+func testFileLocator(t *testing.T, f Factory) {
+	tr := f.open(t, 8<<20, 1<<20)
+	fl := extra[tiers.FileLocator](t, tr)
+	if _, err := fl.LocateFile(index.Key{NS: ns, Hash: 99}); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("LocateFile of a missing block: %v, want ErrNotFound", err)
+	}
+	read := func(t *testing.T, ext tiers.FileExtent) []byte {
+		t.Helper()
+		got := make([]byte, ext.Meta().Size)
+		n, err := ext.File().ReadAt(got, ext.Offset())
+		if n != len(got) {
+			t.Fatalf("ReadAt of the extent: %d of %d bytes, %v", n, len(got), err)
+		}
+		return got
+	}
+	small, sb := Block(1, 100)
+	must(t, tr.Put(small, sb))
+	if ext, err := fl.LocateFile(small.Key); err == nil {
+		if ext.Meta() != small || !bytes.Equal(read(t, ext), sb) {
+			t.Fatalf("LocateFile of a small block: %+v and other bytes, want %+v", ext.Meta(), small)
+		}
+		must(t, ext.Release())
+	} else if !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("LocateFile of a small block: %v, want an extent or ErrNotFound", err)
+	}
+
+	m1, b1 := Block(2, 1<<20)
+	m2, b2 := Block(3, 1<<20-1)
+	must(t, tr.Put(m1, b1))
+	must(t, tr.Put(m2, b2))
+	if f.Flush != nil {
+		f.Flush(t, tr)
+	}
+	e1, err := fl.LocateFile(m1.Key)
+	must(t, err)
+	e2, err := fl.LocateFile(m2.Key)
+	must(t, err)
+	for _, c := range []struct {
+		ext tiers.FileExtent
+		m   index.Header
+		b   []byte
+	}{{e1, m1, b1}, {e2, m2, b2}} {
+		if c.ext.Meta() != c.m || c.ext.Offset() < 0 {
+			t.Fatalf("LocateFile(%v): Meta %+v at offset %d, want %+v", c.m.Key, c.ext.Meta(), c.ext.Offset(), c.m)
+		}
+		if fd := c.ext.File().Fd(); fd == ^uintptr(0) {
+			t.Fatalf("LocateFile(%v): the file has no descriptor", c.m.Key)
+		}
+		if !bytes.Equal(read(t, c.ext), c.b) {
+			t.Fatalf("LocateFile(%v): the extent's bytes are not the block's", c.m.Key)
+		}
+	}
+
+	m1b, b1b := Block(2, 1<<20-2) // the same key as m1, other bytes
+	must(t, tr.Put(m1b, b1b))
+	must(t, tr.Delete(m2.Key))
+	if f.Flush != nil {
+		f.Flush(t, tr) // would reclaim the old files' space
+	}
+	if !bytes.Equal(read(t, e1), b1) || !bytes.Equal(read(t, e2), b2) {
+		t.Fatal("a replacing Put or a Delete changed the bytes of an extent not yet released")
+	}
+	must(t, e1.Release())
+	must(t, e2.Release())
+	if _, err := fl.LocateFile(m2.Key); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("LocateFile of a deleted block: %v, want ErrNotFound", err)
+	}
+	e3, err := fl.LocateFile(m1b.Key)
+	must(t, err)
+	if e3.Meta() != m1b || !bytes.Equal(read(t, e3), b1b) {
+		t.Fatalf("LocateFile after a replacing Put: %+v, want the new block %+v", e3.Meta(), m1b)
+	}
+	must(t, e3.Release())
+	must(t, tr.Close())
+	if _, err := fl.LocateFile(m1b.Key); !errors.Is(err, tiers.ErrClosed) {
+		t.Fatalf("LocateFile after Close: %v, want ErrClosed", err)
 	}
 }
