@@ -12,6 +12,7 @@ import (
 	"github.com/kvstrata/kvstrata/gpu/cufile/cufiletest"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
+	"github.com/kvstrata/kvstrata/tiers/ssd"
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
@@ -314,5 +315,48 @@ func TestConcurrentFills(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A block the SSD tier keeps in a block file of its own is promoted into
+// HBM from that file (the SSD tier is a FileLocator), and comes back whole;
+// a block small enough to live inside the SSD tier's Pebble store is
+// promoted through its Get.
+func TestPromotionFromTheSSDTierReadsItsBlockFiles(t *testing.T) {
+	hb := open(t, Config{Capacity: 8 << 20, PageSize: 4096, MaxBlockSize: 1 << 20, GDS: GDSStaged})
+	st, err := ssd.Open(ssd.Config{Dir: t.TempDir(), Capacity: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, vl := tiertest.Block(1, 1<<20)
+	small, vs := tiertest.Block(2, 1000)
+	blocks := []struct {
+		m index.Header
+		v []byte
+	}{{large, vl}, {small, vs}}
+	for _, b := range blocks {
+		if err := st.Put(b.m, b.v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := tiers.New(tiers.Config{Node: 1, Inline: true, Levels: []tiers.LevelConfig{
+		{Kind: index.TierHBM, Tier: hb},
+		{Kind: index.TierSSD, Tier: st},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, b := range blocks {
+		if _, err := h.PromoteTo(index.TierHBM, b.m.Key); err != nil {
+			t.Fatalf("promoting %v: %v", b.m.Key, err)
+		}
+		got, _, kind, err := h.Get(b.m.Key, nil)
+		if err != nil || kind != index.TierHBM || !bytes.Equal(got, b.v) {
+			t.Fatalf("%v after its promotion: %v from %v, equal %v", b.m.Key, err, kind, bytes.Equal(got, b.v))
+		}
+	}
+	if d := hb.Detail(); d["file_fills"] != 1 || d["file_staged_bytes"] != int64(len(vl)) {
+		t.Fatalf("Detail %v; want one fill, of the large block's %d bytes", d, len(vl))
 	}
 }
