@@ -40,10 +40,12 @@ test: ## run every test with the race detector, the cuda-tagged ones, and the uc
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(GO) vet -tags cuda ./...
 	$(GO) test -race -count=1 -tags cuda ./gpu/... ./tiers/hbm/
-	$(GO) test -race -count=1 -tags cuda -run HBM ./api/daemon/
+	$(GO) test -race -count=1 -tags cuda -run HBM ./api/daemon/ ./api/dataplane/
 ifeq ($(UCX),yes)
 	$(GO) vet -tags ucx ./...
 	$(GO) test -race -count=1 -tags ucx ./transfer/... ./api/client/
+	$(GO) vet -tags ucx,cuda ./api/dataplane/
+	$(GO) test -race -count=1 -tags ucx,cuda -run HBM ./api/dataplane/
 else
 	@echo "make test: libucx-dev is not installed, so the ucx-tagged tests did not run (apt-get install libucx-dev)"
 endif

@@ -33,6 +33,44 @@ func (h *Hierarchy) View(key index.Key, lease time.Duration) (View, index.TierKi
 	return v, kind, err
 }
 
+// ViewDevice is View, except that a block whose fastest copy is in a
+// DeviceViewer level (hbm) is handed out as a DeviceView, in place in
+// device memory, rather than copied into host memory: exactly one of the
+// View and the DeviceView is not nil. Release whichever it is.
+func (h *Hierarchy) ViewDevice(key index.Key, lease time.Duration) (View, DeviceView, index.TierKind, error) {
+	var (
+		v  View
+		dv DeviceView
+	)
+	_, kind, err := h.read(key, func(t Tier) (index.Header, []byte, error) {
+		v, dv = nil, nil
+		switch vt := t.(type) {
+		case Viewer:
+			var err error
+			if v, err = vt.View(key, lease); err != nil {
+				return index.Header{}, nil, err
+			}
+			return v.Meta(), nil, nil
+		case DeviceViewer:
+			var err error
+			if dv, err = vt.DeviceView(key, lease); err != nil {
+				return index.Header{}, nil, err
+			}
+			return dv.Meta(), nil, nil
+		}
+		b, m, err := t.Get(key, nil)
+		if err != nil {
+			return m, nil, err
+		}
+		v = heapView{b: b, m: m}
+		return m, b, nil
+	})
+	if err != nil {
+		return nil, nil, kind, err
+	}
+	return v, dv, kind, nil
+}
+
 // heapView is a View over a copy.
 type heapView struct {
 	b []byte

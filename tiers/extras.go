@@ -30,7 +30,8 @@ import (
 //	HostCopier                             demotion into a Reserver level (hbm: DMA into DRAM)
 //	FileLocator                  ✓        promotion into a FileFiller level (blocks kept in files)
 //	FileFiller                             promotion from a FileLocator level (hbm: GPUDirect Storage)
-//	DeviceViewer                           callers in the process (hbm: device addresses)
+//	DeviceViewer                           callers in the process (hbm: device addresses), Hierarchy.ViewDevice
+//	DeviceStager                           the data plane (hbm: DeviceViews staged through pinned host buffers)
 
 // View is a pinned, zero-copy window on one block's bytes inside a tier.
 type View interface {
@@ -187,6 +188,16 @@ type DeviceView interface {
 // caller in the same process that hands blocks to its own kernels.
 type DeviceViewer interface {
 	DeviceView(key index.Key, lease time.Duration) (DeviceView, error)
+}
+
+// DeviceStager is implemented by the DeviceViews of tiers that lend pinned
+// host memory for copies out of the device (hbm: a small pool of bounce
+// buffers): Stage copies the block by DMA into one and returns a View of
+// those bytes, whose Release gives the buffer back. The DeviceView stays
+// pinned and must still be released. A failed copy returns an error and
+// keeps no buffer.
+type DeviceStager interface {
+	Stage() (View, error)
 }
 
 // BlockFile is an open file in which a tier keeps blocks' bytes.

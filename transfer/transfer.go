@@ -98,6 +98,31 @@ type Opener interface {
 	Close()
 }
 
+// DeviceBlock is a block whose bytes lie in GPU memory, as a SourceOpener
+// hands it out.
+type DeviceBlock struct {
+	// Ptr is the block's device address (a CUdeviceptr), valid until the
+	// open's release; Device is the ordinal of the GPU holding it.
+	Ptr    uint64
+	Device int
+	// Stage copies the block into host memory (by DMA into a pinned bounce
+	// buffer where the Handler has one) and returns its bytes and done,
+	// which gives the buffer back once they are sent; the transport calls
+	// done exactly once when err is nil, and before the open's release.
+	Stage func() (data []byte, done func(), err error)
+}
+
+// SourceOpener is an optional power of a Handler and of an Opener: a
+// block held in GPU memory may be opened in place. OpenSource is Open,
+// except that for such a block it returns dev in place of data: a
+// transport that can send from device memory (UCX built with CUDA) sends
+// from dev.Ptr, any other stages it with dev.Stage. Open itself hands the
+// same block out staged, so a transport that knows nothing of device
+// memory still serves it.
+type SourceOpener interface {
+	OpenSource(key index.Key) (h index.Header, data []byte, dev *DeviceBlock, release func(), err error)
+}
+
 // Receiver takes the blocks of a Get as they arrive, in request order. For
 // each block i the transport calls Buffer at most once (only for a block
 // that arrives with bytes) and then Done exactly once, from the goroutine
@@ -110,6 +135,36 @@ type Receiver interface {
 	// ErrNotFound, ErrUnavailable, ErrCorrupt, or another error from the
 	// server.
 	Done(i int, h index.Header, err error)
+}
+
+// DeviceTarget is where a DeviceReceiver wants a block: GPU memory the
+// caller owns.
+type DeviceTarget struct {
+	// Ptr is the device address (a CUdeviceptr) of h.Size bytes the block
+	// goes to; Device is the ordinal of its GPU.
+	Ptr    uint64
+	Device int
+	// Bounce lends a host buffer of n bytes (pinned, where the caller has a
+	// pool of them) for a transport that receives through host memory;
+	// Unstage copies data, the block's verified bytes in that buffer, to
+	// Ptr, and returns once they are there; the transport then calls done,
+	// which gives the buffer back, exactly once whatever happened.
+	Bounce  func(n int) (buf []byte, done func(), err error)
+	Unstage func(data []byte) error
+	// Verify, where not nil, checks the h.Size bytes at Ptr against h.Sum
+	// after a transport received them straight into device memory, where
+	// it cannot hash them itself; nil trusts the transport's delivery.
+	Verify func(h index.Header) error
+}
+
+// DeviceReceiver is an optional power of a Receiver: blocks it asks for in
+// device memory go straight there where the transport can receive into
+// device memory (UCX built with CUDA), else through a bounce buffer and a
+// copy to the device (see Staged). Buffer is not called for a block whose
+// DeviceBuffer says ok; Done reports it as for any other block.
+type DeviceReceiver interface {
+	Receiver
+	DeviceBuffer(i int, h index.Header) (t DeviceTarget, ok bool)
 }
 
 // Block is one block to put.

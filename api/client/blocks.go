@@ -42,7 +42,10 @@ type Result struct {
 	Sum       uint64 // xxhash64 of Data, checked on arrival
 	Parent    index.Hash
 	HasParent bool
-	Tier      string // the tier that served it, when the node says (gRPC)
+	// Device is set for a block delivered into GPU memory
+	// (GetOptions.Device): its bytes are there, and Data is nil.
+	Device bool
+	Tier   string // the tier that served it, when the node says (gRPC)
 	// Err is set, with Found false, for a block the node holds but could
 	// not read now: it is in a tier out of reach (an object store that is
 	// down). It matches ErrUnavailable; try again later. A block the node
@@ -185,7 +188,17 @@ type GetOptions struct {
 	// straight into it. It must return a slice of at least size bytes.
 	// Unset, each block gets a buffer of its own.
 	Buffer func(i, size int) []byte
+	// Device, if set, may put block i in GPU memory the caller owns:
+	// returning ok, the block's bytes go to dst (see DeviceDest and
+	// api/client/devmem, which makes them) and its Result has Device set
+	// and no Data. Over UCX built with CUDA they are received straight into
+	// device memory; otherwise through a pinned bounce buffer and a copy to
+	// the device, which the Result's arrival waits for.
+	Device func(i, size int) (dst DeviceDest, ok bool)
 }
+
+// DeviceDest is where GetOptions.Device puts a block in GPU memory.
+type DeviceDest = transfer.DeviceTarget
 
 // GetFunc fetches keys and calls fn for each block in order as it arrives,
 // so that the first blocks of a long context can be used while the rest is
@@ -217,11 +230,17 @@ func (c *Client) GetFunc(ctx context.Context, keys []index.Key, opts GetOptions,
 			if c.data != nil {
 				return c.data.with(ctx, func(conn transfer.Conn) error {
 					rcv := &receiver{emit: emit, buffer: func(i, size int) []byte { return buffer(base+i, size)[:size] }}
+					if opts.Device != nil {
+						rcv.device = func(i, size int) (DeviceDest, bool) { return opts.Device(base+i, size) }
+					}
 					if err := conn.Get(ctx, keys[base:r[1]], rcv); err != nil {
 						return err
 					}
 					return rcv.err
 				})
+			}
+			if opts.Device != nil { // over gRPC: into host memory, then to the device
+				emit = deviceEmit(emit, func(i, size int) (DeviceDest, bool) { return opts.Device(base+i, size) })
 			}
 			return c.getGRPC(ctx, keys[base:r[1]], stopAtMiss, func(i, size int) []byte { return buffer(base+i, size)[:0] }, emit)
 		})
@@ -240,13 +259,26 @@ func (c *Client) GetFunc(ctx context.Context, keys []index.Key, opts GetOptions,
 type receiver struct {
 	emit   func(int, Result) error
 	buffer func(i, size int) []byte
+	device func(i, size int) (DeviceDest, bool) // nil: every block into host memory
 	buf    []byte
+	onDev  bool // the block being received goes to device memory
 	err    error
 }
+
+var _ transfer.DeviceReceiver = (*receiver)(nil)
 
 func (r *receiver) Buffer(i int, h index.Header) []byte {
 	r.buf = r.buffer(i, int(h.Size))
 	return r.buf
+}
+
+func (r *receiver) DeviceBuffer(i int, h index.Header) (transfer.DeviceTarget, bool) {
+	if r.device == nil {
+		return transfer.DeviceTarget{}, false
+	}
+	t, ok := r.device(i, int(h.Size))
+	r.onDev = ok
+	return t, ok
 }
 
 func (r *receiver) Done(i int, h index.Header, err error) {
@@ -254,6 +286,8 @@ func (r *receiver) Done(i int, h index.Header, err error) {
 		return
 	}
 	switch {
+	case err == nil && r.onDev:
+		r.err = r.emit(i, Result{Found: true, Device: true, Sum: h.Sum, Parent: h.Parent, HasParent: h.HasParent})
 	case err == nil:
 		r.err = r.emit(i, Result{Found: true, Data: r.buf, Sum: h.Sum, Parent: h.Parent, HasParent: h.HasParent})
 	case errors.Is(err, transfer.ErrNotFound):
@@ -263,7 +297,27 @@ func (r *receiver) Done(i int, h index.Header, err error) {
 	default:
 		r.err = wrap("get", err)
 	}
-	r.buf = nil
+	r.buf, r.onDev = nil, false
+}
+
+// deviceEmit wraps emit for a Get over gRPC, which receives into host
+// memory: a found block that device wants in GPU memory is copied there
+// first.
+func deviceEmit(emit func(int, Result) error, device func(i, size int) (DeviceDest, bool)) func(int, Result) error {
+	return func(i int, res Result) error {
+		if !res.Found {
+			return emit(i, res)
+		}
+		t, ok := device(i, len(res.Data))
+		if !ok {
+			return emit(i, res)
+		}
+		if err := t.Unstage(res.Data); err != nil {
+			return fmt.Errorf("get: copying block %d to the device: %w", i, err)
+		}
+		res.Data, res.Device = nil, true
+		return emit(i, res)
+	}
 }
 
 func (c *Client) getGRPC(ctx context.Context, keys []index.Key, stopAtMiss bool, buffer func(i, size int) []byte, emit func(int, Result) error) error {

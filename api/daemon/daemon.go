@@ -246,9 +246,28 @@ func (d *Node) Start(ctx context.Context) (err error) {
 			l.Close()
 			return err
 		}
+		// The detail says what the transport uses (the listener's Describe,
+		// for ucx: with how blocks in GPU memory travel) and, with an HBM
+		// tier, how many bytes of its blocks left each way.
+		var parts []func() string
 		if ds, ok := l.(interface{ Describe() string }); ok {
-			addrs.TransportDetail = ds.Describe
-			log.Info("data plane", "transport", cfg.Transport, "detail", ds.Describe())
+			parts = append(parts, ds.Describe)
+		} else if cfg.HBM.Capacity > 0 {
+			parts = append(parts, func() string { return "device memory: staged through pinned host memory" })
+		}
+		if cfg.HBM.Capacity > 0 {
+			parts = append(parts, dh.DeviceDetail)
+			m.WatchDeviceBytes(dh.DeviceBytes)
+		}
+		if len(parts) > 0 {
+			addrs.TransportDetail = func() string {
+				s := make([]string, len(parts))
+				for i, p := range parts {
+					s[i] = p()
+				}
+				return strings.Join(s, "; ")
+			}
+			log.Info("data plane", "transport", cfg.Transport, "detail", addrs.TransportDetail())
 		}
 		d.stops = append(d.stops, func(ctx context.Context) {
 			if dr, ok := l.(transfer.Drainer); ok { // let gets and puts in flight finish

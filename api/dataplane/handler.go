@@ -28,6 +28,7 @@ type Handler struct {
 	n       *node.Node
 	observe Observer
 	auth    gate.Authenticator // nil: clients are not authenticated (WithAuth)
+	dev     *deviceCounts      // shared with the Handlers WithAuth derives
 }
 
 var (
@@ -41,7 +42,7 @@ func NewHandler(n *node.Node, observe Observer) *Handler {
 	if observe == nil {
 		observe = func(string, int, time.Time, string) {}
 	}
-	return &Handler{n: n, observe: observe}
+	return &Handler{n: n, observe: observe, dev: &deviceCounts{}}
 }
 
 func (d *Handler) Open(key index.Key) (index.Header, []byte, func(), error) {
@@ -53,9 +54,12 @@ func (d *Handler) Open(key index.Key) (index.Header, []byte, func(), error) {
 
 func (d *Handler) open(key index.Key) (index.Header, []byte, func(), error) {
 	start := time.Now()
-	v, _, err := d.n.View(key)
+	v, dv, _, err := d.n.ViewDevice(key)
 	if err != nil {
 		return index.Header{}, nil, nil, d.failed("out", 0, start, err)
+	}
+	if dv != nil {
+		return d.openStaged(dv, func() { _ = dv.Release() }, start)
 	}
 	m, b := v.Meta(), v.Bytes()
 	return m, b, func() {
@@ -111,12 +115,15 @@ type prefetch struct {
 
 func (p *prefetch) Open(key index.Key) (index.Header, []byte, func(), error) {
 	asked := time.Now()
-	m, b, release, start, err := p.ra.Next(key)
+	m, b, dv, release, start, err := p.ra.NextDevice(key)
 	if err != nil {
 		if start.IsZero() {
 			start = asked
 		}
 		return index.Header{}, nil, nil, p.d.failed("out", 0, start, err)
+	}
+	if dv != nil {
+		return p.d.openStaged(dv, release, start)
 	}
 	return m, b, func() {
 		release()

@@ -104,6 +104,31 @@ func (m *Metrics) NameTenants(fn TenantName) {
 	m.tiers.names.Store(&fn)
 }
 
+// DeviceBytes reads the bytes of blocks in GPU memory the data plane sent
+// straight from device memory and through pinned host memory.
+type DeviceBytes func() (direct, staged int64)
+
+// WatchDeviceBytes exports fn as kvstrata_dataplane_device_bytes_total,
+// by path (direct, staged).
+func (m *Metrics) WatchDeviceBytes(fn DeviceBytes) {
+	if m == nil {
+		return
+	}
+	for _, path := range []string{"direct", "staged"} {
+		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        namespace + "_dataplane_device_bytes_total",
+			Help:        "Bytes of blocks held in GPU memory the data plane sent, by path: direct (from device memory, UCX with CUDA) or staged (through pinned host memory).",
+			ConstLabels: prometheus.Labels{"path": path},
+		}, func() float64 {
+			direct, staged := fn()
+			if path == "direct" {
+				return float64(direct)
+			}
+			return float64(staged)
+		}))
+	}
+}
+
 // RESPStats is what the RESP server counts, read at scrape time.
 type RESPStats func() (commands map[string]uint64, clients int)
 

@@ -258,6 +258,13 @@ func (n *Node) View(key index.Key) (tiers.View, index.TierKind, error) {
 	return n.h.View(key, n.cfg.ViewLease)
 }
 
+// ViewDevice is View that hands a block held in device memory (the HBM
+// tier) out in place, as a DeviceView, rather than copied into host memory
+// (tiers.Hierarchy.ViewDevice): exactly one of the two is not nil.
+func (n *Node) ViewDevice(key index.Key) (tiers.View, tiers.DeviceView, index.TierKind, error) {
+	return n.h.ViewDevice(key, n.cfg.ViewLease)
+}
+
 // Lookup returns the longest prefix of chain this node holds, per tier.
 func (n *Node) Lookup(ns index.NamespaceID, chain []index.Hash) (index.Prefix, error) {
 	if len(chain) > n.cfg.MaxBatchBlocks*64 {

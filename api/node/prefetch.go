@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/bufpool"
+	"github.com/kvstrata/kvstrata/tiers"
 )
 
 // ReadAhead reads the blocks of a Get, in order, ahead of their sending. Blocks
@@ -134,11 +135,23 @@ func (p *ReadAhead) read(idx []int) {
 // its meta and bytes, a release to call once they are written out, and
 // when its read started.
 func (p *ReadAhead) Next(key index.Key) (index.Header, []byte, func(), time.Time, error) {
+	m, data, _, release, start, err := p.hand(key, false)
+	return m, data, release, start, err
+}
+
+// NextDevice is Next that hands a block held in device memory out in
+// place (see Node.ViewDevice): either its bytes or its DeviceView, which
+// the release it returns releases.
+func (p *ReadAhead) NextDevice(key index.Key) (index.Header, []byte, tiers.DeviceView, func(), time.Time, error) {
+	return p.hand(key, true)
+}
+
+func (p *ReadAhead) hand(key index.Key, device bool) (index.Header, []byte, tiers.DeviceView, func(), time.Time, error) {
 	p.mu.Lock()
 	i := p.next
 	if i >= len(p.keys) || p.keys[i] != key {
 		p.mu.Unlock()
-		return index.Header{}, nil, nil, time.Time{}, fmt.Errorf("node: prefetched get opened %v out of order", key)
+		return index.Header{}, nil, nil, nil, time.Time{}, fmt.Errorf("node: prefetched get opened %v out of order", key)
 	}
 	p.next++
 	p.startLocked()
@@ -146,11 +159,21 @@ func (p *ReadAhead) Next(key index.Key) (index.Header, []byte, func(), time.Time
 	p.mu.Unlock()
 	if s.done == nil { // in the top tier: sent from where it lies
 		start := time.Now()
+		if device {
+			v, dv, _, err := p.n.ViewDevice(key)
+			if err != nil {
+				return index.Header{}, nil, nil, nil, time.Time{}, err
+			}
+			if dv != nil {
+				return dv.Meta(), nil, dv, func() { _ = dv.Release() }, start, nil
+			}
+			return v.Meta(), v.Bytes(), nil, func() { _ = v.Release() }, start, nil
+		}
 		v, _, err := p.n.View(key)
 		if err != nil {
-			return index.Header{}, nil, nil, time.Time{}, err
+			return index.Header{}, nil, nil, nil, time.Time{}, err
 		}
-		return v.Meta(), v.Bytes(), func() { _ = v.Release() }, start, nil
+		return v.Meta(), v.Bytes(), nil, func() { _ = v.Release() }, start, nil
 	}
 	<-s.done
 	p.mu.Lock()
@@ -162,9 +185,9 @@ func (p *ReadAhead) Next(key index.Key) (index.Header, []byte, func(), time.Time
 	p.mu.Unlock()
 	if err != nil {
 		ref.Release()
-		return index.Header{}, nil, nil, time.Time{}, err
+		return index.Header{}, nil, nil, nil, time.Time{}, err
 	}
-	return m, data, ref.Release, s.start, nil
+	return m, data, nil, ref.Release, s.start, nil
 }
 
 // errClosed fails the blocks of a Get that ended before they were sent.

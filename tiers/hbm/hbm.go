@@ -16,7 +16,10 @@
 // hierarchy, a block demoted into DRAM is copied straight into the room
 // DRAM reserved for it (CopyOut), and one promoted from DRAM straight from
 // DRAM's arena, so both are DMA with no buffer between; Detail counts the
-// bytes copied each way (dma_bytes, staged_bytes).
+// bytes copied each way (dma_bytes, staged_bytes). A DeviceView can also
+// be staged (tiers.DeviceStager): copied by DMA into one of a small pool of
+// pinned bounce buffers, for a data plane that cannot send from device
+// memory (bounce.go).
 //
 // A block promoted out of the SSD tier, which keeps large blocks in files
 // of its own, is read from its file straight into the pages reserved for
@@ -156,7 +159,8 @@ type Tier struct {
 	dmaBytes    int64 // bytes copied to or from pinned host memory
 	stagedBytes int64 // bytes copied to or from other host memory
 
-	files fileReader // FillFromFile's
+	files  fileReader // FillFromFile's
+	bounce bounces    // DeviceView.Stage's
 }
 
 // block is the heap record of one block; its bytes are in device memory.
@@ -173,6 +177,7 @@ var (
 	_ tiers.HostPinner     = (*Tier)(nil)
 	_ tiers.HostCopier     = (*Tier)(nil)
 	_ tiers.DetailReporter = (*Tier)(nil)
+	_ tiers.DeviceStager   = (*deviceView)(nil)
 	_ tiers.FileFiller     = (*Tier)(nil)
 )
 
@@ -273,6 +278,10 @@ func (t *Tier) count(host []byte) {
 			t.dmaBytes += n
 			return
 		}
+	}
+	if t.bounce.inBounce(p, uintptr(n)) {
+		t.dmaBytes += n
+		return
 	}
 	t.stagedBytes += n
 }
@@ -474,7 +483,9 @@ func (t *Tier) Stats() tiers.Stats {
 
 // Detail reports the device, the host memory registered with it, and the
 // bytes copied to and from host memory: as DMA (pinned) or staged by the
-// driver (other memory, about half the speed); and how FillFromFile reads
+// driver (other memory, about half the speed); the bounce buffers of
+// DeviceView.Stage (bounce_pinned_bytes, bounce_lent now, bounce_misses:
+// stages that found the pool empty); and how FillFromFile reads
 // blocks from files (gds_mode: 0 off, 1 staged, 2 cuFile's compatibility
 // mode, 3 GPUDirect Storage) with the bytes read each way (gds_bytes,
 // gds_compat_bytes, file_staged_bytes) and its checks (file_verified_bytes,
@@ -489,6 +500,7 @@ func (t *Tier) Detail() map[string]int64 {
 	d := map[string]int64{"device": int64(t.dev.Ordinal()), "pinned_host_bytes": pinned, "streams": int64(t.cfg.Streams),
 		"dma_bytes": t.dmaBytes, "staged_bytes": t.stagedBytes}
 	t.files.detail(d)
+	t.bounce.detail(d)
 	return d
 }
 
@@ -568,7 +580,7 @@ func (t *Tier) release() error {
 		return nil
 	}
 	t.released = true
-	errs := t.closeFiles()
+	errs := append(t.closeFiles(), t.closeBounces()...)
 	for _, r := range t.pinned {
 		if err := t.dev.UnregisterHost(r); err != nil {
 			errs = append(errs, err)

@@ -124,6 +124,8 @@ func (c *conn) Get(ctx context.Context, keys []index.Key, r transfer.Receiver) e
 		return fmt.Errorf("tcp: %v: %w: over the protocol's %d-block limit",
 			c.cur.At(c.addr), transfer.ErrRefused, MaxBlocksLimit)
 	}
+	r, end := transfer.Staged(r) // blocks wanted in device memory come through host memory
+	defer end()
 	c.arm(ctx)
 	defer c.disarm()
 	out := grow(&c.out, requestSize+len(keys)*frame.KeySize)

@@ -165,6 +165,11 @@ func (c *conn) Get(ctx context.Context, keys []index.Key, r transfer.Receiver) e
 	if len(keys) > MaxBlocksLimit {
 		return fmt.Errorf("ucx: %v: %w: over the protocol's %d-block limit", c.cur.At(c.addr), transfer.ErrRefused, MaxBlocksLimit)
 	}
+	if !c.w.cuda { // blocks wanted in device memory come through host memory
+		var end func()
+		r, end = transfer.Staged(r)
+		defer end()
+	}
 	defer context.AfterFunc(ctx, c.w.signal)()
 	seq := c.nextSeq()
 	out := grow(&c.out, requestSize+len(keys)*frame.KeySize)
@@ -223,6 +228,11 @@ func (c *conn) block(ctx context.Context, seq uint8, i int, k index.Key, hdr, ne
 		r.Done(i, h, frame.BlockError("ucx", c.addr, i, h.Key, st, hdr.buf[frame.HeaderSize:hdr.n]))
 		return nil
 	}
+	if dr, ok := r.(transfer.DeviceReceiver); ok && c.w.cuda {
+		if t, ok := dr.DeviceBuffer(i, h); ok {
+			return c.deviceBlock(ctx, seq, i, h, t, next, r)
+		}
+	}
 	buf := r.Buffer(i, h)
 	fits := len(buf) == int(h.Size)
 	n, each := chunking(int(h.Size), c.chunk)
@@ -271,6 +281,56 @@ func (c *conn) block(ctx context.Context, seq uint8, i int, k index.Key, hdr, ne
 	default:
 		r.Done(i, h, nil)
 	}
+	return nil
+}
+
+// deviceBlock receives block i of a Get straight into the device memory t
+// names (UCX built with CUDA), c.depth chunks in flight, and reports it to
+// r; the transport cannot hash device memory, so t.Verify checks the
+// bytes where the receiver gave one.
+func (c *conn) deviceBlock(ctx context.Context, seq uint8, i int, h index.Header, t transfer.DeviceTarget, next *op, r transfer.Receiver) error {
+	n, each := chunking(int(h.Size), c.chunk)
+	recv := func(j int) *op {
+		o := c.recv(nil, tagOf(c.id, kindBlock, seq, i, j))
+		o.dev, o.devLen = t.Ptr+uint64(j*each), min(each, int(h.Size)-j*each)
+		return o
+	}
+	ring := c.ring[:0]
+	for j := range min(n, c.depth) {
+		ring = append(ring, recv(j))
+	}
+	first := ring
+	if next != nil {
+		first = append(ring, next)
+	}
+	if err := c.post(ctx, first...); err != nil {
+		return err
+	}
+	for j := range n {
+		o := ring[j%c.depth]
+		if err := c.waitDone(ctx, o); err != nil {
+			return err
+		}
+		if j+c.depth < n {
+			ring[j%c.depth] = recv(j + c.depth)
+			if err := c.post(ctx, ring[j%c.depth]); err != nil {
+				return err
+			}
+		}
+		if want := min(each, int(h.Size)-j*each); o.st != ucsOK || o.n != want {
+			if o.st != ucsOK {
+				return c.fail(ctx, fmt.Errorf("block %d: %w", i, o.err()))
+			}
+			return c.fail(ctx, fmt.Errorf("%w: block %d: chunk %d of %d bytes, want %d", frame.ErrProtocol, i, j, o.n, want))
+		}
+	}
+	var err error
+	if t.Verify != nil {
+		if verr := t.Verify(h); verr != nil {
+			err = fmt.Errorf("ucx: block %d (%v) from %s, in device memory: %w", i, h.Key, c.addr, verr)
+		}
+	}
+	r.Done(i, h, err)
 	return nil
 }
 

@@ -8,7 +8,8 @@ import "strings"
 // stats and the logs: its UCX settings, the lanes of its connected
 // endpoints ("posix/memory(am,am_bw,keepalive)", or "no peers yet"), and
 // how blocks in GPU memory travel: by UCX itself where its build has CUDA
-// support, else staged through host memory.
+// support (sent from and received into device memory), else staged through
+// pinned host memory.
 func (l *listener) Describe() string {
 	lanes := FormatLanes(l.Lanes())
 	if lanes == "" {
@@ -31,5 +32,5 @@ func DeviceMemoryDetail(cuda bool) string {
 	if cuda {
 		return "device memory: by UCX (cuda)"
 	}
-	return "device memory: staged through host memory (this UCX has no CUDA support)"
+	return "device memory: staged through pinned host memory (this UCX has no CUDA support)"
 }

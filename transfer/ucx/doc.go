@@ -59,6 +59,21 @@
 //   - on RDMA the rendezvous is an RDMA read of the sender's memory: the
 //     RMA path, without rkey bookkeeping of our own.
 //
+// # Blocks in GPU memory
+//
+// A Handler that hands out blocks in GPU memory in place
+// (transfer.SourceOpener: the HBM tier's DeviceView) gives a device
+// address; a Receiver that wants a block in GPU memory
+// (transfer.DeviceReceiver) gives one too. Where the UCX in use moves CUDA
+// memory (built with cuda_copy / cuda_ipc; the context's memory types say
+// so at start) the chunks are sent from and received into those addresses
+// with the request's memory type set to CUDA, and the client cannot hash
+// them: the DeviceTarget's Verify checks them, if the receiver gave one.
+// Otherwise (Debian's UCX has no CUDA) the Handler stages each block by DMA
+// into a pinned bounce buffer and the client receives into one of its own
+// and copies it to the device (transfer.Staged). Describe says which. The
+// path from and into device memory has not run on a GPU yet.
+//
 // # Protocol (version 1)
 //
 // Hellos, on the socket (little-endian):

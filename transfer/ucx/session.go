@@ -241,25 +241,34 @@ func (s *session) get(seq uint8, n int, req []byte) error {
 			return errGone
 		}
 		k := frame.DecodeKey(req[requestSize+i*frame.KeySize:])
-		h, data, release, err := s.h.Open(k)
-		if err == nil && len(data) != int(h.Size) {
+		h, data, dev, release, err := s.open(k)
+		if err == nil && dev == nil && len(data) != int(h.Size) {
 			release()
 			err = fmt.Errorf("ucx: handler opened %d bytes for %v, a block of %d bytes", len(data), k, h.Size)
 		}
 		st := frame.StatusOf(err)
 		if st != frame.StatusOK {
-			h, data, release = index.Header{}, nil, nil
+			h, data, dev, release = index.Header{}, nil, nil, nil
 		}
 		h.Key = k
 		msg := frame.Message(st, err)
 		fl := s.newFlight()
 		fl.bytes, fl.release = len(data), release
+		if dev != nil {
+			fl.bytes = int(h.Size)
+		}
 		f := fl.hdr[:frame.HeaderSize+len(msg)]
 		frame.PutHeader(f, &h, st, len(msg))
 		copy(f[frame.HeaderSize:], msg)
 		fl.ops = append(fl.ops[:0], s.send(f, tagOf(s.id, kindHeader, seq, i, 0)))
-		cn, each := chunking(len(data), s.opts.ChunkSize)
+		cn, each := chunking(fl.bytes, s.opts.ChunkSize)
 		for j := range cn {
+			if dev != nil { // straight from device memory: UCX built with CUDA
+				o := s.send(nil, tagOf(s.id, kindBlock, seq, i, j))
+				o.dev, o.devLen = dev.Ptr+uint64(j*each), min(each, fl.bytes-j*each)
+				fl.ops = append(fl.ops, o)
+				continue
+			}
 			fl.ops = append(fl.ops, s.send(chunkOf(data, j, each), tagOf(s.id, kindBlock, seq, i, j)))
 		}
 		s.flights = append(s.flights, fl)
@@ -275,6 +284,28 @@ func (s *session) get(seq uint8, n int, req []byte) error {
 		return err
 	}
 	return s.settle()
+}
+
+// open opens block k for a get. A Handler that hands out blocks in GPU
+// memory in place (transfer.SourceOpener) gives such a block as dev: sent
+// from there where this UCX moves device memory, else staged into host
+// memory by dev.Stage (a pinned bounce buffer) and sent from there.
+func (s *session) open(k index.Key) (index.Header, []byte, *transfer.DeviceBlock, func(), error) {
+	so, ok := s.h.(transfer.SourceOpener)
+	if !ok {
+		h, data, release, err := s.h.Open(k)
+		return h, data, nil, release, err
+	}
+	h, data, dev, release, err := so.OpenSource(k)
+	if err != nil || dev == nil || s.l.w.cuda {
+		return h, data, dev, release, err
+	}
+	staged, done, err := dev.Stage()
+	if err != nil {
+		release()
+		return index.Header{}, nil, nil, nil, err
+	}
+	return h, staged, nil, func() { done(); release() }, nil
 }
 
 // reap releases the blocks whose sends completed, waiting for the oldest

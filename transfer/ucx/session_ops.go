@@ -22,7 +22,7 @@ func (s *session) newOp(k opKind, buf []byte, tag uint64) *op {
 		o = new(op)
 	}
 	o.kind, o.ep, o.buf, o.tag, o.mask, o.msg, o.wk = k, s.ep, buf, tag, fullMask, nil, s.wk
-	o.st, o.n, o.stag = 0, 0, 0
+	o.st, o.n, o.stag, o.dev, o.devLen = 0, 0, 0, 0, 0
 	o.done.Store(false)
 	return o
 }

@@ -256,6 +256,26 @@ static kv_post kv_send(kv_worker *w, ucp_ep_h ep, const void *buf, size_t len, u
 	return kv_finish(ucp_tag_send_nbx(ep, buf, len, tag, &p));
 }
 
+// kv_send_dev and kv_recv_dev are kv_send and kv_recv for a buffer in CUDA
+// device memory, said so in the request (UCX then skips its detection).
+static kv_post kv_send_dev(kv_worker *w, ucp_ep_h ep, uint64_t ptr, size_t len, uint64_t tag, uint64_t id) {
+	ucp_request_param_t p;
+	kv_param(w, &p, id);
+	p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+	p.memory_type = UCS_MEMORY_TYPE_CUDA;
+	p.cb.send = kv_send_cb;
+	return kv_finish(ucp_tag_send_nbx(ep, (const void *)(uintptr_t)ptr, len, tag, &p));
+}
+
+static kv_post kv_recv_dev(kv_worker *w, uint64_t ptr, size_t len, uint64_t tag, uint64_t mask, uint64_t id) {
+	ucp_request_param_t p;
+	kv_param(w, &p, id);
+	p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+	p.memory_type = UCS_MEMORY_TYPE_CUDA;
+	p.cb.recv = kv_recv_cb;
+	return kv_finish(ucp_tag_recv_nbx(w->worker, (void *)(uintptr_t)ptr, len, tag, mask, &p));
+}
+
 static kv_post kv_recv(kv_worker *w, void *buf, size_t len, uint64_t tag, uint64_t mask, uint64_t id) {
 	ucp_request_param_t p;
 	kv_param(w, &p, id);
@@ -464,6 +484,18 @@ func postSend(w *cworker, ep epHandle, b []byte, tag, id uint64) (unsafe.Pointer
 
 func postRecv(w *cworker, b []byte, tag, mask, id uint64) (unsafe.Pointer, ucsStatus) {
 	p := C.kv_recv(w, bufPtr(b), C.size_t(len(b)), C.uint64_t(tag), C.uint64_t(mask), C.uint64_t(id))
+	return p.req, ucsStatus(p.status)
+}
+
+// postSendDev and postRecvDev post n bytes of CUDA device memory at ptr:
+// not Go memory, nothing to pin.
+func postSendDev(w *cworker, ep epHandle, ptr uint64, n int, tag, id uint64) (unsafe.Pointer, ucsStatus) {
+	p := C.kv_send_dev(w, ep, C.uint64_t(ptr), C.size_t(n), C.uint64_t(tag), C.uint64_t(id))
+	return p.req, ucsStatus(p.status)
+}
+
+func postRecvDev(w *cworker, ptr uint64, n int, tag, mask, id uint64) (unsafe.Pointer, ucsStatus) {
+	p := C.kv_recv_dev(w, C.uint64_t(ptr), C.size_t(n), C.uint64_t(tag), C.uint64_t(mask), C.uint64_t(id))
 	return p.req, ucsStatus(p.status)
 }
 

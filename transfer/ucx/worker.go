@@ -50,6 +50,8 @@ type op struct {
 	kind      opKind
 	ep        epHandle
 	buf       []byte
+	dev       uint64 // opSend, opRecv: a CUDA device address used in place of buf when not 0
+	devLen    int    // the bytes at dev
 	tag, mask uint64
 	msg       unsafe.Pointer // opMsgRecv: the probed message
 	wk        waker          // woken when done; nil for none
@@ -216,9 +218,18 @@ func (w *worker) startLocked(o *op) {
 	n := 0
 	switch o.kind {
 	case opSend:
+		if o.dev != 0 {
+			o.req, st = postSendDev(w.c, o.ep, o.dev, o.devLen, o.tag, o.id)
+			n = o.devLen
+			break
+		}
 		o.req, st = postSend(w.c, o.ep, o.buf, o.tag, o.id)
 		n = len(o.buf)
 	case opRecv:
+		if o.dev != 0 {
+			o.req, st = postRecvDev(w.c, o.dev, o.devLen, o.tag, o.mask, o.id)
+			break
+		}
 		o.req, st = postRecv(w.c, o.buf, o.tag, o.mask, o.id)
 	case opMsgRecv:
 		o.req, st = postMsgRecv(w.c, o.buf, o.msg, o.id)
@@ -255,6 +266,9 @@ func (w *worker) dispatchLocked() bool {
 		o.req = nil
 		if o.kind == opSend {
 			n = len(o.buf)
+			if o.dev != 0 {
+				n = o.devLen
+			}
 		}
 		w.finishLocked(o, st, n, tag)
 	}
