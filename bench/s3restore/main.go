@@ -150,6 +150,9 @@ func run(addr, endpoint, bucket, region string, tokens, blockTokens, runs int, o
 			}
 		}
 		clear(dst)
+		if only { // a mark for a profiler or a CPU count of the restore alone
+			fmt.Fprintf(os.Stderr, "run %d: restoring\n", r+1)
+		}
 		a, err := timeRestore(ctx, "kvstrata segmented restore (a)", c.GetFunc, keys, dst, blockSize)
 		if err != nil {
 			return err
