@@ -20,31 +20,7 @@ import (
 // A node with hbm.capacity set puts blocks in GPU memory first, demotes
 // them into DRAM, and reports the HBM level in its stats.
 func TestANodeWithAnHBMTierServesFromTheGPU(t *testing.T) {
-	how, err := cudatest.Setup(t.TempDir())
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Log("CUDA:", how)
-	config.HBMBuilt = true
-	defer func() { config.HBMBuilt = false }()
-	cfg := newConfig(t, t.TempDir(), map[string]string{"hbm-capacity": "4MiB", "hbm-page-size": "64KiB",
-		"limits-max-block-size": "1MiB"})
-	open := func(c config.HBM, maxBlock int64) (tiers.Tier, error) {
-		return hbm.Open(hbm.Config{Device: c.Device, Capacity: int64(c.Capacity), PageSize: int(c.PageSize), MaxBlockSize: maxBlock})
-	}
-	n, err := daemon.New(cfg, daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{}), HBM: open})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop(context.Background())
-	c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := hbmNode(t, "4MiB")
 	var blocks []client.Block
 	for i := range 16 { // 16 MiB through a 4 MiB HBM tier
 		data := bytes.Repeat([]byte{byte(i)}, 1<<20)
@@ -79,4 +55,37 @@ func TestANodeWithAnHBMTierServesFromTheGPU(t *testing.T) {
 	if st.Tiers[0].GetDetail()["dma_bytes"] == 0 {
 		t.Fatalf("hbm detail %v: no block left the GPU by DMA into DRAM", st.Tiers[0].GetDetail())
 	}
+}
+
+// hbmNode starts a node with an HBM tier of hbmCapacity on the machine's
+// CUDA driver or the stand-in, and a client of it, both stopped at the
+// test's end; it skips the test where neither driver loads.
+func hbmNode(t *testing.T, hbmCapacity string) *client.Client {
+	t.Helper()
+	how, err := cudatest.Setup(t.TempDir())
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Log("CUDA:", how)
+	config.HBMBuilt = true
+	t.Cleanup(func() { config.HBMBuilt = false })
+	cfg := newConfig(t, t.TempDir(), map[string]string{"hbm-capacity": hbmCapacity, "hbm-page-size": "64KiB",
+		"limits-max-block-size": "1MiB"})
+	open := func(c config.HBM, maxBlock int64) (tiers.Tier, error) {
+		return hbm.Open(hbm.Config{Device: c.Device, Capacity: int64(c.Capacity), PageSize: int(c.PageSize), MaxBlockSize: maxBlock})
+	}
+	n, err := daemon.New(cfg, daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{}), HBM: open})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

@@ -10,45 +10,15 @@ import (
 
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/api/client/devmem"
-	"github.com/kvstrata/kvstrata/api/daemon"
-	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/gpu/cuda"
-	"github.com/kvstrata/kvstrata/gpu/cuda/cudatest"
 	"github.com/kvstrata/kvstrata/index"
-	"github.com/kvstrata/kvstrata/tiers"
-	"github.com/kvstrata/kvstrata/tiers/hbm"
-	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
 
 // The Go client gets blocks held in a node's HBM tier straight into GPU
 // memory it owns (GetOptions.Device), and the node's stats say how the
 // bytes left the GPU.
 func TestHBMBlocksIntoTheClientsDeviceMemory(t *testing.T) {
-	how, err := cudatest.Setup(t.TempDir())
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Log("CUDA:", how)
-	config.HBMBuilt = true
-	defer func() { config.HBMBuilt = false }()
-	cfg := newConfig(t, t.TempDir(), map[string]string{"hbm-capacity": "8MiB", "hbm-page-size": "64KiB",
-		"limits-max-block-size": "1MiB"})
-	open := func(c config.HBM, maxBlock int64) (tiers.Tier, error) {
-		return hbm.Open(hbm.Config{Device: c.Device, Capacity: int64(c.Capacity), PageSize: int(c.PageSize), MaxBlockSize: maxBlock})
-	}
-	n, err := daemon.New(cfg, daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{}), HBM: open})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop(context.Background())
-	c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := hbmNode(t, "8MiB")
 
 	var blocks []client.Block
 	for i := range 4 {
