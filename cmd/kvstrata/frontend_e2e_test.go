@@ -51,7 +51,7 @@ type streamed struct {
 // streamCompletion streams a completion of prompt through the SDK; first
 // is closed (once) at its first chunk.
 func streamCompletion(c *sdk.Client, model, prompt string, maxTokens int64, first func()) streamed {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second) // tiny on a loaded CPU is slow
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second) // tiny under -race on a loaded CPU is slow: 20 requests on one worker after the kill
 	defer cancel()
 	s := c.Completions.NewStreaming(ctx, sdk.CompletionNewParams{
 		Model:         sdk.CompletionNewParamsModel(model),
