@@ -309,12 +309,27 @@ func (s *Subscriber) lose(first, end int64) {
 }
 
 // replay asks the replay socket for the batches after the last delivered
-// and delivers those before end, in order. What it cannot get is left for
-// deliver to report lost.
+// and delivers those before end, in order. An answer cut off part way (the
+// publisher closes a replay client that is slow to read, or the
+// connection drops) is asked for again from the first batch it did not
+// bring, for as long as each answer brings some. What it cannot get is
+// left for deliver to report lost.
 func (s *Subscriber) replay(ctx context.Context, end int64, fn func(int64, *Batch)) {
 	if s.cfg.ReplayEndpoint == "" {
 		return
 	}
+	for s.last+1 < end {
+		before := s.last
+		if !s.replayOnce(ctx, end, fn) || s.last == before {
+			return
+		}
+	}
+}
+
+// replayOnce makes one replay request for the batches after the last
+// delivered and delivers those before end. It reports whether the answer
+// was cut off: its connection closed before the answer's end.
+func (s *Subscriber) replayOnce(ctx context.Context, end int64, fn func(int64, *Batch)) (cut bool) {
 	s.replays.Add(1)
 	replies := make(chan [][]byte)
 	rctx, cancel := context.WithCancel(ctx)
@@ -327,12 +342,12 @@ func (s *Subscriber) replay(ctx context.Context, end int64, fn func(int64, *Batc
 		select {
 		case frames = <-replies:
 		case <-t.C:
-			return
+			return false
 		case <-ctx.Done():
-			return
+			return false
 		}
 		if frames == nil {
-			return
+			return true
 		}
 		t.Reset(s.cfg.ReplayTimeout)
 		seq, payload, last, err := ParseReplayReply(frames)
@@ -340,7 +355,7 @@ func (s *Subscriber) replay(ctx context.Context, end int64, fn func(int64, *Batc
 			if err != nil {
 				s.malformed.Add(1)
 			}
-			return
+			return false
 		}
 		if seq <= s.last {
 			continue

@@ -215,6 +215,78 @@ func TestSubscriberPublisherRestart(t *testing.T) {
 	}
 }
 
+// TestSubscriberReplayCutShort: a replay answer cut off part way — the
+// publisher closes a replay client that does not take its writes within
+// WriteTimeout, as a subscriber busy with the batches it was already
+// given can be on a loaded machine — is asked for again from the first
+// batch it did not bring, for as long as each answer brings some: every
+// batch is delivered, nothing is reported lost.
+func TestSubscriberReplayCutShort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p, err := NewPublisher(PublisherConfig{
+		Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", WriteTimeout: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// 400 batches of about 70 KB, published before anyone listens: the
+	// subscriber's first batch heard is preceded by a replay of them all,
+	// some 28 MB, more than the sockets' buffers hold.
+	big := &Batch{TS: 1}
+	for i := range 64 {
+		big.Events = append(big.Events, &BlockStored{BlockHashes: []Hash{UintHash(uint64(i))}, TokenIDs: make([]int64, 256), BlockSize: 256})
+	}
+	for range 400 {
+		if _, err := p.Publish(big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &collector{}
+	s, err := NewSubscriber(SubscriberConfig{Endpoint: "tcp://" + p.Addr(), ReplayEndpoint: "tcp://" + p.ReplayAddr(),
+		ReplayTimeout: time.Minute, OnReset: c.reset, OnLost: c.lose})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	// A callback slow enough that the publisher's writes of the replay
+	// wait past its WriteTimeout.
+	go func() {
+		done <- s.Run(rctx, func(seq int64, b *Batch) {
+			if seq < 400 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			c.batch(seq, b)
+		})
+	}()
+	defer func() {
+		stop()
+		<-done
+	}()
+	publishUntil(t, ctx, p, c.heard)
+	last, err := p.Publish(sampleBatches()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the subscriber hears the last batch", func() bool { return c.upTo(last) })
+
+	if p.Stats().BadPeers == 0 {
+		t.Fatal("the publisher never cut a replay short: the test proves nothing")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, seq := range c.seqs {
+		if seq != int64(i) {
+			t.Fatalf("batch %d has seq %d; lost %v", i, seq, c.lost)
+		}
+	}
+	if st := s.Stats(); st.Lost != 0 || len(c.lost) != 0 || st.Replays < 2 {
+		t.Errorf("stats %+v, lost %v: want nothing lost, after more than one replay request", st, c.lost)
+	}
+}
+
 // publishUntil publishes sample batches until done says so.
 func publishUntil(t *testing.T, ctx context.Context, p *Publisher, done func() bool) {
 	t.Helper()
