@@ -5,9 +5,6 @@ package hbm
 import (
 	"fmt"
 	"sync"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
@@ -23,13 +20,12 @@ import (
 // driver stages at about half the speed, and Detail counts it
 // (bounce_misses).
 
-// bounces is the tier's pool of pinned bounce buffers.
+// bounces is the tier's pool of pinned bounce buffers, one per stream,
+// mapped on the first Stage.
 type bounces struct {
-	once   sync.Once
-	err    error  // why the pool could not be mapped
-	region []byte // mmapped; registered with the device when pinned
-	pinned bool
-	free   chan []byte
+	once sync.Once
+	err  error // why the pool could not be mapped
+	pool *pinnedPool
 
 	// under the tier's mu
 	lent, misses int64
@@ -39,25 +35,15 @@ type bounces struct {
 func (t *Tier) setupBounces() error {
 	b := &t.bounce
 	b.once.Do(func() {
-		size := (t.cfg.MaxBlockSize + t.page - 1) / t.page * t.page
-		region, err := unix.Mmap(-1, 0, int(size)*t.cfg.Streams, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-		if err != nil {
-			b.err = fmt.Errorf("hbm: mapping bounce buffers: %w", err)
-			return
-		}
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		if t.released {
-			_ = unix.Munmap(region)
 			b.err = tiers.ErrClosed
 			return
 		}
-		b.region = region
-		// Unpinned bounce buffers still work: the driver stages their copies.
-		b.pinned = t.dev.RegisterHost(region) == nil
-		b.free = make(chan []byte, t.cfg.Streams)
-		for i := range t.cfg.Streams {
-			b.free <- region[int64(i)*size : int64(i+1)*size : int64(i+1)*size]
+		size := (t.cfg.MaxBlockSize + t.page - 1) / t.page * t.page
+		if b.pool, b.err = newPinnedPool(t.dev, t.cfg.Streams, size); b.err != nil {
+			b.err = fmt.Errorf("hbm: mapping bounce buffers: %w", b.err)
 		}
 	})
 	return b.err
@@ -67,30 +53,11 @@ func (t *Tier) setupBounces() error {
 // is lent out (Close waited for them).
 func (t *Tier) closeBounces() []error {
 	b := &t.bounce
-	if b.region == nil {
-		return nil
+	if err := b.pool.close(t.dev); err != nil {
+		return []error{err}
 	}
-	var errs []error
-	if b.pinned {
-		if err := t.dev.UnregisterHost(b.region); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := unix.Munmap(b.region); err != nil {
-		errs = append(errs, err)
-	}
-	b.region = nil
-	return errs
-}
-
-// inBounce reports whether host lies in the pinned bounce region; the
-// tier's mu is held.
-func (b *bounces) inBounce(p, n uintptr) bool {
-	if !b.pinned || len(b.region) == 0 {
-		return false
-	}
-	start := uintptr(unsafe.Pointer(unsafe.SliceData(b.region)))
-	return p >= start && p+n <= start+uintptr(len(b.region))
+	b.pool = nil
+	return nil
 }
 
 // Stage copies the view's block into a bounce buffer (tiers.DeviceStager).
@@ -107,13 +74,16 @@ func (v *deviceView) Stage() (tiers.View, error) {
 	}
 	m := v.b.meta
 	sv := &stagedView{t: t, m: m}
-	select {
-	case buf := <-t.bounce.free:
+	t.mu.Lock()
+	if t.released {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("hbm: Stage: %w", tiers.ErrClosed)
+	}
+	if buf, ok := t.bounce.pool.tryGet(); ok {
 		sv.buf, sv.own = buf[:m.Size], true
-	default:
+	} else {
 		sv.buf = make([]byte, m.Size)
 	}
-	t.mu.Lock()
 	t.inflight++ // Close waits for the buffer to come back
 	if sv.own {
 		t.bounce.lent++
@@ -151,7 +121,7 @@ func (s *stagedView) Release() error {
 		t.inflight--
 		t.mu.Unlock()
 		if s.own {
-			t.bounce.free <- s.buf[:cap(s.buf)]
+			t.bounce.pool.put(s.buf)
 		}
 		s.buf = nil
 	})
@@ -160,9 +130,5 @@ func (s *stagedView) Release() error {
 
 // detail adds the pool's counters to d; the tier's mu is held.
 func (b *bounces) detail(d map[string]int64) {
-	var pinned int64
-	if b.pinned {
-		pinned = int64(len(b.region))
-	}
-	d["bounce_pinned_bytes"], d["bounce_lent"], d["bounce_misses"] = pinned, b.lent, b.misses
+	d["bounce_pinned_bytes"], d["bounce_lent"], d["bounce_misses"] = b.pool.pinnedBytes(), b.lent, b.misses
 }

@@ -66,10 +66,7 @@ type fileReader struct {
 	cf              *cufile.Driver // nil unless cuFile reads
 	registered      bool           // the pool is registered with cuFile
 	registeredBytes int64
-	staging         []byte // mmapped; pinned if pinned
-	pinned          bool
-	stagingPinned   int64
-	slots           chan [2][]byte // halves of staging, one pair per stream
+	staging         *pinnedPool // a slot per stream, each two chunks
 
 	hmu     sync.Mutex
 	handles map[fileID]*handle
@@ -91,6 +88,12 @@ type handle struct {
 	used  uint64 // the tick of its last use
 }
 
+// halves cuts a staging slot in two chunks: one is read or hashed while
+// the other is copied.
+func halves(slot []byte) [2][]byte {
+	return [2][]byte{slot[:stagingChunk:stagingChunk], slot[stagingChunk:]}
+}
+
 // openFiles sets up FillFromFile as cfg.GDS asks.
 func (t *Tier) openFiles() error {
 	f := &t.files
@@ -98,20 +101,11 @@ func (t *Tier) openFiles() error {
 		f.mode = modeOff
 		return nil
 	}
-	region, err := unix.Mmap(-1, 0, 2*stagingChunk*t.cfg.Streams, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	staging, err := newPinnedPool(t.dev, t.cfg.Streams, 2*stagingChunk)
 	if err != nil {
 		return fmt.Errorf("hbm: mapping staging buffers: %w", err)
 	}
-	f.staging = region
-	// Unpinned staging buffers still work: the driver stages their copies.
-	if f.pinned = t.dev.RegisterHost(region) == nil; f.pinned {
-		f.stagingPinned = int64(len(region))
-	}
-	f.slots = make(chan [2][]byte, t.cfg.Streams)
-	for i := range t.cfg.Streams {
-		s := region[2*i*stagingChunk:]
-		f.slots <- [2][]byte{s[:stagingChunk:stagingChunk], s[stagingChunk : 2*stagingChunk : 2*stagingChunk]}
-	}
+	f.staging = staging
 	f.mode = modeStaged
 	if t.cfg.GDS == GDSStaged {
 		return nil
@@ -176,17 +170,10 @@ func (t *Tier) closeFiles() []error {
 		}
 		f.cf = nil
 	}
-	if f.staging != nil {
-		if f.pinned {
-			if err := t.dev.UnregisterHost(f.staging); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if err := unix.Munmap(f.staging); err != nil {
-			errs = append(errs, err)
-		}
-		f.staging = nil
+	if err := f.staging.close(t.dev); err != nil {
+		errs = append(errs, err)
 	}
+	f.staging = nil
 	return errs
 }
 
@@ -195,7 +182,7 @@ func (f *fileReader) detail(d map[string]int64) {
 	d["gds_mode"] = f.mode
 	d["gds_bytes"], d["gds_compat_bytes"], d["file_staged_bytes"] = f.gdsBytes, f.compatBytes, f.stagedBytes
 	d["file_verified_bytes"], d["file_fills"], d["file_corrupt"], d["gds_errors"] = f.verified, f.fills, f.corrupt, f.gdsErrors
-	d["gds_registered_bytes"], d["file_staging_pinned_bytes"] = f.registeredBytes, f.stagingPinned
+	d["gds_registered_bytes"], d["file_staging_pinned_bytes"] = f.registeredBytes, f.staging.pinnedBytes()
 }
 
 // FileReads says how FillFromFile reads — "gds", "compat" (cuFile in its
@@ -354,8 +341,9 @@ func (t *Tier) unhandle(id fileID) {
 // computed in the buffers before each chunk's copy: chunk i+1 is read
 // while chunk i is copied.
 func (t *Tier) readStaged(file tiers.BlockFile, off int64, dst cuda.DevPtr, n int64) (uint64, error) {
-	slot := <-t.files.slots
-	defer func() { t.files.slots <- slot }()
+	buf := t.files.staging.get()
+	defer t.files.staging.put(buf)
+	slot := halves(buf)
 	s := <-t.streams
 	defer func() { t.streams <- s }()
 	d := index.NewDigest()
@@ -399,8 +387,9 @@ func (t *Tier) readStaged(file tiers.BlockFile, off int64, dst cuda.DevPtr, n in
 // pinned staging buffers and returns their checksum: chunk i is hashed
 // while chunk i+1 is copied.
 func (t *Tier) hashDevice(src cuda.DevPtr, n int64) (uint64, error) {
-	slot := <-t.files.slots
-	defer func() { t.files.slots <- slot }()
+	buf := t.files.staging.get()
+	defer t.files.staging.put(buf)
+	slot := halves(buf)
 	s := <-t.streams
 	defer func() { t.streams <- s }()
 	d := index.NewDigest()

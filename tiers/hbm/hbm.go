@@ -279,7 +279,7 @@ func (t *Tier) count(host []byte) {
 			return
 		}
 	}
-	if t.bounce.inBounce(p, uintptr(n)) {
+	if t.bounce.pool.contains(p, uintptr(n)) {
 		t.dmaBytes += n
 		return
 	}
