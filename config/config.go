@@ -190,6 +190,13 @@ type SSD struct {
 	// the bytes written. Default false: a crash may lose the blocks of the
 	// last flush interval, never return a corrupt one.
 	WAL bool
+	// FileMinSize is the smallest block kept in a file of its own, read
+	// with one pread straight into the caller's buffer (and by an HBM
+	// tier through GPUDirect Storage); smaller blocks stay inside Pebble.
+	// Default 64KiB, where a file starts to read at least as fast as an
+	// inline value. Changing it leaves the blocks already written where
+	// they are.
+	FileMinSize ByteSize
 }
 
 // S3 configures the object-store tier, the bottom of the hierarchy, shared
@@ -345,7 +352,7 @@ func Default() Config {
 		},
 		HBM:  HBM{PageSize: 64 << 10, Policy: "s3fifo", HighWatermark: 0.95, LowWatermark: 0.85, GDS: "auto"},
 		DRAM: DRAM{PageSize: 4 << 10, Policy: "s3fifo", HighWatermark: 0.95, LowWatermark: 0.85},
-		SSD: SSD{Enabled: true, Policy: "lru", AdmitMinSeen: 1,
+		SSD: SSD{Enabled: true, Policy: "lru", AdmitMinSeen: 1, FileMinSize: 64 << 10,
 			HighWatermark: 0.95, LowWatermark: 0.85},
 		Cluster: Cluster{RaftAddr: "127.0.0.1:7072", HeartbeatInterval: 500 * time.Millisecond, LivenessTimeout: 5 * time.Second, ReconcileInterval: time.Minute},
 		S3: S3{Bucket: "kvstrata", Region: "us-east-1", CreateBucket: true, Policy: "lru", PromoteTo: "dram",
@@ -444,6 +451,9 @@ func (c *Config) Validate() error {
 		}
 		if c.SSD.AdmitMinSeen < 1 || c.SSD.AdmitMinSeen > 15 {
 			bad("ssd.admit-min-seen %d outside [1, 15]", c.SSD.AdmitMinSeen)
+		}
+		if c.SSD.FileMinSize <= 0 {
+			bad("ssd.file-min-size %v must be above 0 (above limits.max-block-size keeps every block inside Pebble)", c.SSD.FileMinSize)
 		}
 	}
 	if c.S3.Endpoint != "" {

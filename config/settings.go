@@ -82,6 +82,7 @@ func (c *Config) Settings() []*Setting {
 		floatSetting("ssd.high-watermark", "fraction of SSD capacity that starts eviction", &c.SSD.HighWatermark),
 		floatSetting("ssd.low-watermark", "fraction of SSD capacity eviction stops at", &c.SSD.LowWatermark),
 		boolSetting("ssd.wal", "write-ahead log: acknowledged blocks survive a crash, at 2x the writes", &c.SSD.WAL),
+		sizeSetting("ssd.file-min-size", "smallest SSD block kept in a file of its own, read with one pread (smaller: inside Pebble)", &c.SSD.FileMinSize),
 		strSetting("s3.endpoint", "object store host:port (empty: no s3 tier)", &c.S3.Endpoint),
 		strSetting("s3.bucket", "bucket of the s3 tier", &c.S3.Bucket),
 		strSetting("s3.prefix", "object-name prefix in the bucket", &c.S3.Prefix),

@@ -1,17 +1,21 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/kvstrata/kvstrata/api/client"
 	"github.com/kvstrata/kvstrata/api/daemon"
+	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/config"
+	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/freeport"
 	"github.com/kvstrata/kvstrata/internal/lifecycle"
 	"github.com/kvstrata/kvstrata/transfer/tcp"
@@ -111,5 +115,55 @@ func TestAFailedStartClosesWhatItOpened(t *testing.T) {
 	}
 	if err := n.Stop(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// ssd.file-min-size decides which blocks the SSD tier keeps in files of
+// their own: a 128 KiB block demoted from DRAM lands in a block file at
+// the default (64 KiB) and inside Pebble when the setting is 1 MiB.
+func TestSSDFileMinSizeDecidesWhereADemotedBlockLives(t *testing.T) {
+	for _, tc := range []struct {
+		setting   string
+		wantFiles int
+	}{{"", 1}, {"1MiB", 0}} {
+		t.Run("file-min-size="+tc.setting, func(t *testing.T) {
+			dir := t.TempDir()
+			flags := map[string]string{}
+			if tc.setting != "" {
+				flags["ssd-file-min-size"] = tc.setting
+			}
+			n, err := daemon.New(newConfig(t, dir, flags), daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer n.Stop(context.Background())
+			c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			block := client.Block{Key: index.Key{NS: 1, Hash: 2}, Data: bytes.Repeat([]byte{7}, 128<<10)}
+			if err := c.Put(ctx, []client.Block{block}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Evict(ctx, &pb.EvictRequest{Tier: "dram", Demote: true, All: true}); err != nil {
+				t.Fatal(err)
+			}
+			files, err := filepath.Glob(filepath.Join(dir, "ssd", "blocks", "*", "*"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(files) != tc.wantFiles {
+				t.Errorf("%d block files %v, want %d", len(files), files, tc.wantFiles)
+			}
+			got, err := c.Get(ctx, []index.Key{block.Key})
+			if err != nil || len(got) != 1 || !got[0].Found || !bytes.Equal(got[0].Data, block.Data) {
+				t.Fatalf("get after the demotion: %v, %d results, the block not back as it was put", err, len(got))
+			}
+		})
 	}
 }
