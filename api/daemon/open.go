@@ -90,7 +90,7 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger,
 		}
 		s, err := ssd.Open(ssd.Config{Dir: cfg.SSD.Dir, Capacity: int64(cfg.SSD.Capacity), MaxBlockSize: maxBlock,
 			FileMinSize: int64(cfg.SSD.FileMinSize),
-			Durability: durability, Logger: log.With("tier", "ssd")})
+			Durability:  durability, Logger: log.With("tier", "ssd")})
 		if err != nil {
 			for _, l := range levels {
 				l.Tier.Close()
