@@ -49,7 +49,7 @@ func (s *simulateFlags) register(fl *pflag.FlagSet) {
 		"--simulate: routing policies also replayed without kvstrata's cache (no offload, no onboarding, no tiers for the router), comma-separated; rows with cache \"none\"")
 	fl.IntVar(&s.poolTokens, "pool-tokens", simulate.DefaultPoolTokens, "--simulate: each worker's GPU KV pool, in tokens (also its context length)")
 	fl.Int64Var(&s.tokenBytes, "token-bytes", simulate.DefaultTokenBytes, "--simulate: modelled KV bytes of one token, all layers (131072: Llama-3.1-8B in fp16)")
-	fl.StringVar(&s.cachePolicy, "cache-policy", simulate.DefaultCachePolicy, "--simulate: the cache tiers' eviction policy")
+	fl.StringVar(&s.cachePolicy, "cache-policy", "", "--simulate: every cache tier's eviction policy (default: the node's, s3fifo for DRAM, lru for SSD and S3)")
 	for i, t := range []struct {
 		name   string
 		tokens int64

@@ -50,8 +50,12 @@ func newCache(cfg *Config) (*cache, error) {
 		timeout:    cfg.CacheTimeout,
 	}
 	var levels []tiers.LevelConfig
+	names := [3]string{tierpolicy.DefaultDRAM, tierpolicy.DefaultSSD, tierpolicy.DefaultS3}
+	if cfg.CachePolicy != "" {
+		names = [3]string{cfg.CachePolicy, cfg.CachePolicy, cfg.CachePolicy}
+	}
 	for i, tokens := range []int64{cfg.DRAMTokens, cfg.SSDTokens, cfg.S3Tokens} {
-		p, err := tierpolicy.New(cfg.CachePolicy)
+		p, err := tierpolicy.New(names[i])
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}

@@ -39,7 +39,6 @@ const (
 	DefaultDRAMTokens  = 8 << 20  // 1 TiB of 128 KiB tokens
 	DefaultSSDTokens   = 64 << 20 // 8 TiB
 	DefaultS3Tokens    = 1 << 40  // as good as unbounded
-	DefaultCachePolicy = "lru"
 
 	DefaultScaleInterval = 30 * time.Second
 	DefaultStartupDelay  = 60 * time.Second
@@ -148,7 +147,8 @@ type Config struct {
 	// host) and 2^40 (unbounded).
 	DRAMTokens, SSDTokens, S3Tokens int64
 	// CachePolicy is the eviction policy of every tier, one of
-	// tiers/policy.Names. The default is lru.
+	// tiers/policy.Names. The default, "", is the node's: each tier's
+	// (tiers/policy.DefaultDRAM, DefaultSSD, DefaultS3).
 	CachePolicy string
 	// Tiers are the restore costs of DRAM, SSD and S3; a zero field takes
 	// DefaultTiers' value. The routers are given the same figures.
@@ -212,9 +212,6 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.S3Tokens == 0 {
 		c.S3Tokens = DefaultS3Tokens
-	}
-	if c.CachePolicy == "" {
-		c.CachePolicy = DefaultCachePolicy
 	}
 	def := DefaultTiers()
 	for i := range c.Tiers {
@@ -301,7 +298,7 @@ func (c *Config) Validate() error {
 			bad("%s capacity is %d tokens, must hold at least one block of %d tokens", tierNames[i], n, c.BlockTokens)
 		}
 	}
-	if !tierpolicy.Valid(c.CachePolicy) {
+	if c.CachePolicy != "" && !tierpolicy.Valid(c.CachePolicy) {
 		bad("cache policy %q is not one of %s", c.CachePolicy, strings.Join(tierpolicy.Names, ", "))
 	}
 	for i, t := range c.Tiers {

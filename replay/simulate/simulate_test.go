@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kvstrata/kvstrata/replay"
 	"github.com/kvstrata/kvstrata/router/policy"
+	tierpolicy "github.com/kvstrata/kvstrata/tiers/policy"
 	"github.com/kvstrata/kvstrata/trace"
 )
 
@@ -257,4 +259,31 @@ func ExampleTierModel_Time() {
 	// 750 blocks of 2 MiB (a 12,000-token prompt of Llama-3.1-8B) from DRAM.
 	fmt.Println(dram.Time(750, 16*DefaultTokenBytes))
 	// Output: 62.924559ms
+}
+
+// The simulated cache evicts as a node does: each tier by the node's
+// default policy unless one policy is named for all.
+func TestTheCacheTiersEvictAsTheNodesDo(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   []string
+	}{
+		{"", []string{tierpolicy.DefaultDRAM, tierpolicy.DefaultSSD, tierpolicy.DefaultS3}},
+		{"arc", []string{"arc", "arc", "arc"}},
+	} {
+		cfg := Config{CachePolicy: tc.policy}
+		cfg.EnsureDefaults()
+		c, err := newCache(&cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range c.h.Stats().Levels {
+			got = append(got, l.Policy)
+		}
+		c.close()
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("cache policy %q: levels evict by %v, want %v", tc.policy, got, tc.want)
+		}
+	}
 }

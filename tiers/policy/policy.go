@@ -45,6 +45,15 @@ type Policy interface {
 	Name() string
 }
 
+// The node's default policy of each tier (config.Default), chosen from the
+// measurements in docs/BENCHMARKS.md: S3-FIFO where blocks first land
+// (HBM, DRAM), LRU for the SSD and the object store, which hold DRAM's
+// victims. The simulated replay models the same.
+const (
+	DefaultHBM, DefaultDRAM = "s3fifo", "s3fifo"
+	DefaultSSD, DefaultS3   = "lru", "lru"
+)
+
 // Names lists the policies New can build.
 var Names = []string{"lru", "lfu", "prefix", "s3fifo", "wtinylfu", "s3fifo-prefix", "wtinylfu-prefix", "arc", "arc-prefix", "lhd"}
 
