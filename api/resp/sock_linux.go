@@ -25,7 +25,8 @@ import (
 // Deadlines and Close work as on net.Conn (syscall.RawConn waits through
 // the same poller).
 //
-// Not safe for concurrent use: one goroutine reads, and one writes.
+// Not safe for concurrent use: Read and Write share the state of the
+// call in progress, so one goroutine does both (the connection's).
 type rawSock struct {
 	rc syscall.RawConn
 
