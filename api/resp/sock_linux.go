@@ -25,20 +25,26 @@ import (
 // Deadlines and Close work as on net.Conn (syscall.RawConn waits through
 // the same poller).
 //
-// Not safe for concurrent use: Read and Write share the state of the
-// call in progress, so one goroutine does both (the connection's).
+// One goroutine may read while another writes, as with net.Conn: the
+// two directions keep the state of their calls apart. Two concurrent
+// reads, or two concurrent writes, are not allowed.
 type rawSock struct {
 	rc syscall.RawConn
 
-	// The call in progress, kept here so that the functions handed to rc
+	// The calls in progress, kept here so that the functions handed to rc
 	// are method values made once, not closures allocated per call.
-	p      []byte
-	iov    []syscall.Iovec
-	n      int
-	errno  syscall.Errno
+	rd, wr sockCall
+	iov    []syscall.Iovec // the writev in progress
 	readFn func(fd uintptr) bool
 	wrFn   func(fd uintptr) bool
 	wvFn   func(fd uintptr) bool
+}
+
+// sockCall is one direction's call in progress: its buffer and result.
+type sockCall struct {
+	p     []byte
+	n     int
+	errno syscall.Errno
 }
 
 var _ buffersWriter = (*rawSock)(nil)
@@ -69,10 +75,10 @@ func (s *rawSock) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	s.p, s.n, s.errno = p, 0, 0
+	s.rd = sockCall{p: p}
 	err := s.rc.Read(s.readFn)
-	n, errno := s.n, s.errno
-	s.p = nil
+	n, errno := s.rd.n, s.rd.errno
+	s.rd.p = nil
 	switch {
 	case err != nil:
 		return 0, err
@@ -85,17 +91,32 @@ func (s *rawSock) Read(p []byte) (int, error) {
 }
 
 func (s *rawSock) read(fd uintptr) bool {
+	return s.rd.call(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&s.rd.p[0])), uintptr(len(s.rd.p)))
+}
+
+func (s *rawSock) write(fd uintptr) bool {
+	return s.wr.call(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&s.wr.p[0])), uintptr(len(s.wr.p)))
+}
+
+func (s *rawSock) writev(fd uintptr) bool {
+	return s.wr.call(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&s.iov[0])), uintptr(len(s.iov)))
+}
+
+// call makes one raw system call on the socket, again if a signal cut it
+// short, and records its result. It reports false on EAGAIN: the poller
+// then waits for the socket and calls again.
+func (c *sockCall) call(trap, fd, buf, n uintptr) bool {
 	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&s.p[0])), uintptr(len(s.p)))
+		r, _, e := syscall.RawSyscall(trap, fd, buf, n)
 		switch e {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
 			return false
 		case 0:
-			s.n = int(r)
+			c.n = int(r)
 		default:
-			s.errno = e
+			c.errno = e
 		}
 		return true
 	}
@@ -105,10 +126,10 @@ func (s *rawSock) read(fd uintptr) bool {
 func (s *rawSock) Write(p []byte) (int, error) {
 	var done int
 	for len(p) > 0 {
-		s.p, s.n, s.errno = p, 0, 0
+		s.wr = sockCall{p: p}
 		err := s.rc.Write(s.wrFn)
-		n, errno := s.n, s.errno
-		s.p = nil
+		n, errno := s.wr.n, s.wr.errno
+		s.wr.p = nil
 		done += n
 		p = p[n:]
 		if err != nil {
@@ -122,23 +143,6 @@ func (s *rawSock) Write(p []byte) (int, error) {
 		}
 	}
 	return done, nil
-}
-
-func (s *rawSock) write(fd uintptr) bool {
-	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&s.p[0])), uintptr(len(s.p)))
-		switch e {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		case 0:
-			s.n = int(r)
-		default:
-			s.errno = e
-		}
-		return true
-	}
 }
 
 // maxIovecs is the most buffers one writev takes (Linux's UIO_MAXIOV).
@@ -169,9 +173,9 @@ func (s *rawSock) WriteBuffers(bufs [][]byte) (int64, error) {
 			v.SetLen(len(b))
 			s.iov = append(s.iov, v)
 		}
-		s.n, s.errno = 0, 0
+		s.wr = sockCall{}
 		err := s.rc.Write(s.wvFn)
-		n, errno := s.n, s.errno
+		n, errno := s.wr.n, s.wr.errno
 		clear(s.iov) // drop the pointers into the buffers
 		done += int64(n)
 		for left := n; left > 0; {
@@ -190,22 +194,5 @@ func (s *rawSock) WriteBuffers(bufs [][]byte) (int64, error) {
 		if n == 0 {
 			return done, io.ErrShortWrite
 		}
-	}
-}
-
-func (s *rawSock) writev(fd uintptr) bool {
-	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&s.iov[0])), uintptr(len(s.iov)))
-		switch e {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		case 0:
-			s.n = int(r)
-		default:
-			s.errno = e
-		}
-		return true
 	}
 }

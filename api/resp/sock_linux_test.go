@@ -121,3 +121,58 @@ func TestRawSockReadEOFDeadlineClose(t *testing.T) {
 		t.Fatalf("write after close: %v, want net.ErrClosed", err)
 	}
 }
+
+// TestRawSockReadsWhileAnotherGoroutineWrites echoes 4 MiB through one
+// socket whose reads and writes run in two goroutines at once, as
+// net.Conn allows: neither direction may see the other's call.
+func TestRawSockReadsWhileAnotherGoroutineWrites(t *testing.T) {
+	client, server := tcpPair(t)
+	s := newSock(server).(*rawSock)
+	const total = 4 << 20
+	want := bytes.Repeat([]byte("0123456789abcdef"), total/16)
+
+	errs := make(chan error, 3)
+	go func() { // the client sends everything and half-closes
+		_, err := client.Write(want)
+		client.(*net.TCPConn).CloseWrite()
+		errs <- err
+	}()
+	var got bytes.Buffer
+	go func() { // the client reads the echo
+		_, err := io.Copy(&got, client)
+		errs <- err
+	}()
+	pieces := make(chan []byte, 64)
+	go func() { // the server writes what it reads, in its own goroutine
+		var err error
+		for p := range pieces {
+			if err == nil {
+				_, err = s.Write(p)
+			}
+		}
+		server.(*net.TCPConn).CloseWrite()
+		errs <- err
+	}()
+	for {
+		buf := make([]byte, 7919)
+		n, err := s.Read(buf)
+		if n > 0 {
+			pieces <- buf[:n]
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(pieces)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("echo differs: got %d bytes, want %d", got.Len(), len(want))
+	}
+}
