@@ -42,9 +42,11 @@ type Config struct {
 	MaxCommandBytes int64
 	// ReadBufferSize is each connection's read buffer in bytes. It is also
 	// the longest inline command (a plain text line, as typed over telnet).
-	// Arguments longer than 32 KiB (or half the buffer, if that is less)
-	// bypass it: they are read straight into a buffer of their own. The
-	// default is 64 KiB; at least 4 KiB.
+	// The buffer has a sixteenth more (at most 4 KiB) for the header of a
+	// command whose value is ReadBufferSize long, so that such a command
+	// arrives in one read. Arguments longer than 32 KiB (or half the
+	// buffer, if that is less) bypass it: they are read straight into a
+	// buffer of their own. The default is 64 KiB; at least 4 KiB.
 	ReadBufferSize int
 	// WriteBufferSize is how many bytes of replies a connection gathers
 	// before it writes them, unless its input runs dry first. Values of 16

@@ -72,8 +72,9 @@ const evictGrace = time.Second
 
 func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	c := &conn{s: s, nc: nc, id: id, created: time.Now(), direct: direct{s, s.ctx}}
-	c.rd = newReader(nc, &s.cfg)
-	c.w = newWriter(nc, s.cfg.WriteBufferSize)
+	sock := newSock(nc)
+	c.rd = newReader(sock, &s.cfg)
+	c.w = newWriter(sock, s.cfg.WriteBufferSize)
 	c.rd.beforeRead = c.beforeRead
 	c.rd.awaitCommand, c.rd.commandStarted = c.awaitCommand, c.commandStarted
 	c.rd.nread, c.w.nwritten = &s.st.netIn, &s.st.netOut
@@ -91,13 +92,13 @@ func (c *conn) Serve() {
 	defer c.finish()
 	for {
 		args, err := c.rd.next()
-		if ref := (*refusedError)(nil); errors.As(err, &ref) {
-			c.s.st.commandsProcessed.Add(1)
-			c.error(ref.msg)
-			c.multi.abort()
-			continue
-		}
 		if err != nil {
+			if ref := (*refusedError)(nil); errors.As(err, &ref) {
+				c.s.st.commandsProcessed.Add(1)
+				c.error(ref.msg)
+				c.multi.abort()
+				continue
+			}
 			c.readFailed(err)
 			return
 		}

@@ -58,6 +58,12 @@ const (
 	// copiedPiece is the most copied from the read buffer into a store's
 	// room before the store is told, as index.CopySum copies and hashes.
 	copiedPiece = 16 << 10
+	// headerRoom is read buffer beyond Config.ReadBufferSize (a
+	// sixteenth of it, at most 4 KiB) for the header of a command and the
+	// CRLF after its value, so that a SET of a value as long as the
+	// buffer (64 KiB by default, a common block size) arrives in one
+	// read, not one for the value and a second for its last bytes.
+	maxHeaderRoom = 4 << 10
 )
 
 // reader reads commands from one connection: RESP arrays of bulk strings
@@ -78,6 +84,9 @@ type reader struct {
 
 	buf  []byte // fixed size; unread input is buf[r:w]
 	r, w int
+	// maxInline is the longest inline command, its line end included:
+	// Config.ReadBufferSize, less than buf.
+	maxInline int
 
 	maxArgs  int
 	maxBulk  int64
@@ -136,12 +145,13 @@ type argRef struct {
 
 func newReader(src io.Reader, cfg *Config) *reader {
 	return &reader{
-		src:      src,
-		buf:      make([]byte, cfg.ReadBufferSize),
-		maxArgs:  cfg.MaxArgs,
-		maxBulk:  cfg.MaxBulkLen,
-		maxCmd:   cfg.MaxCommandBytes,
-		smallArg: min(maxSmallArg, cfg.ReadBufferSize/2),
+		src:       src,
+		buf:       make([]byte, cfg.ReadBufferSize+min(maxHeaderRoom, cfg.ReadBufferSize/16)),
+		maxInline: cfg.ReadBufferSize,
+		maxArgs:   cfg.MaxArgs,
+		maxBulk:   cfg.MaxBulkLen,
+		maxCmd:    cfg.MaxCommandBytes,
+		smallArg:  min(maxSmallArg, cfg.ReadBufferSize/2),
 
 		bulkSetting: cfg.MaxBulkLenSetting,
 	}
@@ -512,14 +522,18 @@ func (r *reader) bulk(n int) error {
 		return err
 	}
 	r.slabs = append(r.slabs, slab)
-	k := copy((*slab)[:min(n, len(*slab))], r.buf[r.r:r.w])
-	r.r += k
-	for k < n {
+	for k := 0; k < n; {
 		if k == len(*slab) {
 			if slab, err = r.growSlab(slab, k, min(n, slabGrowth*k)); err != nil {
 				return err
 			}
 			r.slabs[len(r.slabs)-1] = slab
+		}
+		if r.r < r.w { // what the read buffer holds comes first
+			c := copy((*slab)[k:min(n, len(*slab))], r.buf[r.r:r.w])
+			r.r += c
+			k += c
+			continue
 		}
 		if r.beforeRead != nil {
 			if err := r.beforeRead(); err != nil {
@@ -589,7 +603,7 @@ func (r *reader) crlfAt(i int) error {
 
 // inline reads a command typed as one line of space-separated words.
 func (r *reader) inline() error {
-	line, err := r.line(len(r.buf), false, "too big inline request")
+	line, err := r.line(r.maxInline, false, "too big inline request")
 	if err != nil {
 		return err
 	}

@@ -286,3 +286,26 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A long argument that the read buffer took in part is read from the
+// buffer first and then from the socket, whatever the buffer's size:
+// the slab it goes into starts smaller than a large buffer, and a value
+// of exactly the buffer's size arrives in one read with its header.
+func TestReaderLongArgumentsWithAnyBufferSize(t *testing.T) {
+	value := make([]byte, 1<<20)
+	for i := range value {
+		value[i] = byte(i * 7)
+	}
+	for _, size := range []int{4 << 10, 64 << 10, 256 << 10, 1 << 20} {
+		cfg := &Config{ReadBufferSize: size, MaxBulkLen: 1 << 20, MaxArgs: 16, MaxCommandBytes: 2 << 20}
+		cfg.EnsureDefaults()
+		for _, n := range []int{size, 40 << 10, 300 << 10} {
+			v := string(value[:n])
+			in := bulkArray("SET", "k", v) + bulkArray("GET", "k")
+			got, err := readAll(t, strings.NewReader(in), cfg)
+			if err != io.EOF || len(got) != 2 || len(got[0]) != 3 || got[0][2] != v || !reflect.DeepEqual(got[1], []string{"GET", "k"}) {
+				t.Fatalf("buffer %d, value %d: read %d commands, %v; want SET with the value whole, then GET", size, n, len(got), err)
+			}
+		}
+	}
+}

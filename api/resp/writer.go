@@ -26,7 +26,8 @@ var crlf = []byte("\r\n")
 // concurrent use.
 type writer struct {
 	dst   io.Writer
-	limit int // flush once buf holds this much
+	bw    buffersWriter // dst's own writev, or nil
+	limit int           // flush once buf holds this much
 
 	buf      []byte
 	segs     []segment
@@ -44,8 +45,17 @@ type segment struct {
 	val []byte
 }
 
+// buffersWriter is a destination that writes several buffers with one
+// writev of its own (rawSock); others get net.Buffers's.
+type buffersWriter interface {
+	// WriteBuffers writes every buffer of bufs, in order, and returns the
+	// bytes written; it may change the elements of bufs.
+	WriteBuffers(bufs [][]byte) (int64, error)
+}
+
 func newWriter(dst io.Writer, limit int) *writer {
-	return &writer{dst: dst, limit: limit, buf: make([]byte, 0, limit)}
+	bw, _ := dst.(buffersWriter)
+	return &writer{dst: dst, bw: bw, limit: limit, buf: make([]byte, 0, limit)}
 }
 
 // full reports whether the writer holds enough to flush now rather than
@@ -73,8 +83,14 @@ func (w *writer) flush() error {
 			iov = append(iov, w.buf[prev:])
 		}
 		w.iov = iov
-		bufs := net.Buffers(iov) // WriteTo consumes bufs, not w.iov
-		n, err := bufs.WriteTo(w.dst)
+		var n int64
+		var err error
+		if w.bw != nil {
+			n, err = w.bw.WriteBuffers(iov)
+		} else {
+			bufs := net.Buffers(iov) // WriteTo consumes bufs, not w.iov
+			n, err = bufs.WriteTo(w.dst)
+		}
 		if w.nwritten != nil {
 			w.nwritten.Add(uint64(n))
 		}

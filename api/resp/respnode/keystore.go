@@ -111,7 +111,7 @@ func (s *Store) SetWith(ctx context.Context, key string, value []byte, opts resp
 		return false, err
 	}
 	k := keyOf(ctx, key)
-	defer s.lock(k)()
+	defer s.lock(k).Unlock()
 	old, ok, err := s.current(k, key, false)
 	if err != nil {
 		return false, err
@@ -230,7 +230,7 @@ func (s *Store) Stat(ctx context.Context, key string) (resp.KeyInfo, error) {
 // chunked value's chunks stay as they are.
 func (s *Store) Expire(ctx context.Context, key string, at time.Time) (time.Time, error) {
 	k := keyOf(ctx, key)
-	defer s.lock(k)()
+	defer s.lock(k).Unlock()
 	rec, ok, err := s.current(k, key, true)
 	if err != nil {
 		return time.Time{}, err
@@ -357,7 +357,7 @@ func (s *Store) Update(ctx context.Context, key string, fn func(old []byte, info
 		return err
 	}
 	k := keyOf(ctx, key)
-	defer s.lock(k)()
+	defer s.lock(k).Unlock()
 	rec, ok, err := s.current(k, key, true)
 	if err != nil {
 		return err

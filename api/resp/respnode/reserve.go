@@ -55,7 +55,7 @@ func (p *pendingSet) Filled(piece []byte) { _, _ = p.d.Write(piece) }
 func (p *pendingSet) Commit() error {
 	s := p.s
 	p.r.SetSum(p.d.Sum64())
-	defer s.lock(p.k)()
+	defer s.lock(p.k).Unlock()
 	old, ok, err := s.current(p.k, p.key, false)
 	if err != nil {
 		p.r.Abort()

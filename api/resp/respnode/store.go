@@ -68,11 +68,13 @@ func New(n *node.Node) *Store { return &Store{n: n, h: n.Hierarchy(), now: time.
 
 func stripe(k index.Key) int { return int(uint64(k.Hash) % stripes) }
 
-// lock holds the write lock of key's block.
-func (s *Store) lock(k index.Key) func() {
+// lock takes the write lock of key's block and returns it, for the
+// caller to unlock (a mutex, not a function: a method value would be
+// allocated on every write).
+func (s *Store) lock(k index.Key) *sync.Mutex {
 	mu := &s.locks[stripe(k)]
 	mu.Lock()
-	return mu.Unlock
+	return mu
 }
 
 // expired reports whether a deadline has passed.
@@ -165,7 +167,7 @@ func (s *Store) current(k index.Key, key string, withValue bool) (rec record, ok
 // stale says so, under key's lock, and reports whether it did (or found
 // the record gone).
 func (s *Store) dropIf(k index.Key, key string, stale func(*record) bool) bool {
-	defer s.lock(k)()
+	defer s.lock(k).Unlock()
 	v, _, err := s.n.View(k)
 	if err != nil {
 		return true
@@ -246,7 +248,7 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 // Delete removes key, and the chunks of its value, from every tier.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	k := keyOf(ctx, key)
-	defer s.lock(k)()
+	defer s.lock(k).Unlock()
 	rec, ok, err := s.current(k, key, false)
 	if err != nil || !ok {
 		return false, err
