@@ -2,6 +2,7 @@ package bufpool
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -108,5 +109,33 @@ func TestSizeClassesWasteAtMostAnEighth(t *testing.T) {
 		if c := classOf(n); c < n || (n > 64<<10 && c-n > n/8) {
 			t.Fatalf("class of %d bytes is %d", n, c)
 		}
+	}
+}
+
+func TestPoisonCheckFindsAWriteAnywhere(t *testing.T) {
+	p := New(1 << 30)
+	for _, at := range []int{0, 64<<10 - 1, 64 << 10, 3<<20 + 5, 4<<20 - 1} {
+		b := p.Get(4 << 20)
+		held := b.Bytes()
+		b.Release()
+		held[at] = 0
+		msg := mustPanic(t, func() { p.Get(4 << 20) })
+		if want := fmt.Sprintf("written at byte %d after", at); !strings.Contains(msg, want) {
+			t.Fatalf("a write at byte %d: Get panicked with %q", at, msg)
+		}
+	}
+}
+
+func TestNoPoisonLeavesReleasedBuffersAlone(t *testing.T) {
+	p := New(1 << 30)
+	p.NoPoison()
+	b := p.Get(1 << 20)
+	held := b.Bytes()
+	copy(held, "block")
+	b.Release()
+	held[10] = 'x'
+	c := p.Get(1 << 20) // no check: does not panic
+	if string(c.Bytes()[:5]) != "block" {
+		t.Fatal("a pool without poison rewrote a released buffer")
 	}
 }

@@ -172,6 +172,7 @@ func (b *blockFiles) read(m index.Header, gen uint64, p []byte) error {
 	if err != nil {
 		return err
 	}
+	willNeed(f, int64(len(p)))
 	err = readBlock(f, m, gen, p)
 	_ = f.Close()
 	return err
@@ -180,13 +181,13 @@ func (b *blockFiles) read(m index.Header, gen uint64, p []byte) error {
 // readBlock reads the block that m describes from f, its file number
 // gen, into p and checks it against m's size and checksum.
 //
-// It asks the kernel for the whole block at once (willNeed), which
-// submits every piece of it to the disk without waiting, then reads it
-// with one pread: the disk works on the whole block in parallel whatever
-// the kernel's readahead settings, with no goroutine per piece (the split
-// of readsplit.go, which Pebble's reads need, adds nothing here).
+// The caller has asked the kernel for the whole block at once (willNeed),
+// which submits every piece of it to the disk without waiting; readBlock
+// then reads it with one pread: the disk works on the whole block in
+// parallel whatever the kernel's readahead settings, with no goroutine per
+// piece (the split of readsplit.go, which Pebble's reads need, adds
+// nothing here).
 func readBlock(f vfs.File, m index.Header, gen uint64, p []byte) error {
-	willNeed(f, int64(len(p)))
 	n, err := f.ReadAt(p, 0)
 	if n < len(p) {
 		if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {

@@ -60,6 +60,7 @@ const (
 	DefaultCacheSize              = 64 << 20
 	DefaultValueSeparationMinSize = 1 << 10
 	DefaultReadWindow             = 4
+	DefaultReadAhead              = 32 << 20
 	DefaultFileMinSize            = 64 << 10
 
 	// MaxBlockLimit is the largest MaxBlockSize allowed.
@@ -123,13 +124,22 @@ type Config struct {
 	// inline value (BenchmarkGetColdBySize).
 	FileMinSize int64
 	// ReadWindow is how many block reads GetMany keeps in flight: Pebble
-	// reads a block with one synchronous read and no kernel readahead, so
-	// a chain read one block after another leaves the disk idle between
-	// reads; a window of parallel reads keeps it busy. Each read in flight
-	// holds one block in memory. The default is 4: a node reads a context
-	// ahead in up to FetchConcurrency/4 chunks at once (api/node), so with
-	// its default of 16 the SSD sees 16 reads in flight.
+	// reads an inline block with one synchronous read and no kernel
+	// readahead, so a chain read one block after another leaves the disk
+	// idle between reads; a window of parallel reads keeps it busy (block
+	// files are also read ahead: ReadAhead). Each read in flight holds one
+	// block in memory. The default is 4: a node reads a context ahead in up
+	// to FetchConcurrency/4 chunks at once (api/node), so with its default
+	// of 16 the SSD sees 16 reads in flight.
 	ReadWindow int
+	// ReadAhead is how many bytes of block files GetMany asks the kernel
+	// for (posix_fadvise WILLNEED) ahead of the reads it has done, in the
+	// order of its keys, so that the disk works on a deep queue of
+	// requests, as it does for a sequential read of one file. At most
+	// 128 files are open ahead, whatever their size. The bytes go to
+	// the page cache, not the Go heap: the bound is on page cache a chain
+	// fills before it is read. The default is 32 MiB.
+	ReadAhead int64
 	// DiskReserve is the free space, in bytes, the tier leaves on its file
 	// system for Pebble's own upkeep (flushes of what is already accepted,
 	// compactions, its manifest) and for whatever else shares the file
@@ -175,6 +185,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.ReadWindow == 0 {
 		c.ReadWindow = DefaultReadWindow
+	}
+	if c.ReadAhead == 0 {
+		c.ReadAhead = DefaultReadAhead
 	}
 	if c.FileMinSize == 0 {
 		c.FileMinSize = DefaultFileMinSize
@@ -228,6 +241,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReadWindow <= 0 {
 		bad("ReadWindow is %d, want > 0", c.ReadWindow)
+	}
+	if c.ReadAhead <= 0 {
+		bad("ReadAhead is %d, want > 0", c.ReadAhead)
 	}
 	if c.FileMinSize <= 0 {
 		bad("FileMinSize is %d, want > 0", c.FileMinSize)

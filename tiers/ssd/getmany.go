@@ -5,24 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
 // GetMany reads keys' blocks with up to Config.ReadWindow reads in flight,
-// and the block files of as many blocks again being read ahead into the
-// page cache (posix_fadvise POSIX_FADV_WILLNEED), and calls fn once per key, one call at a time, from the calling
+// and calls fn once per key, one call at a time, from the calling
 // goroutine, as the reads complete: with the block's bytes (fn's to keep)
-// and Header, or the error Get would return for it. Reads start in the
-// order of keys, so that the blocks of a chain arrive roughly in order
-// while the disk serves several at once. Each block is checked against
-// its record as Get checks it, and a corrupt block is dropped and reported
-// with an error wrapping tiers.ErrCorrupt. GetMany fails only as a whole:
-// with tiers.ErrClosed, or with ctx's error once ctx is done, after which
-// it starts no more reads and fn hears of no more keys.
+// and Header, or the error Get would return for it. Ahead of the reads,
+// one goroutine opens the keys' block files in order and asks the kernel
+// for each whole file (posix_fadvise POSIX_FADV_WILLNEED), up to
+// Config.ReadAhead bytes ahead of the reads done: the disk gets the chain
+// as a deep queue of requests, as a sequential read gets it from the
+// kernel's readahead, and each read copies bytes already cached or on
+// their way, from the file opened for it. Reads start in the order of
+// keys, so that the blocks of a chain arrive roughly in order. Each block
+// is checked against its record as Get checks it, and a corrupt block is
+// dropped and reported with an error wrapping tiers.ErrCorrupt. A block
+// is read as it was when its file was opened: a Put or Delete of its key
+// meanwhile does not change what GetMany returns for it, as with a Get
+// that started first. GetMany fails only as a whole: with
+// tiers.ErrClosed, or with ctx's error once ctx is done, after which it
+// starts no more reads and fn hears of no more keys.
 func (t *Tier) GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, err error)) error {
 	return t.getMany(ctx, keys, false, func(i int, v []byte, _ *bufpool.Buffer, m index.Header, err error) { fn(i, v, m, err) })
 }
@@ -36,11 +43,27 @@ func (t *Tier) GetManyPooled(ctx context.Context, keys []index.Key, fn func(i in
 	return t.getMany(ctx, keys, true, fn)
 }
 
+// maxOpenAhead bounds the block files GetMany holds open ahead of its
+// reads, whatever their size: ReadAhead bytes of small blocks would be
+// many files.
+const maxOpenAhead = 128
+
+// opened is a key of a GetMany, looked up ahead of its read: its block
+// file open and asked for (f set), or an inline block (neither f nor err
+// set: read as Get reads it), or the error Get would meet.
+type opened struct {
+	i   int
+	key index.Key
+	b   located
+	err error
+}
+
 // getMany is GetMany, into pooled buffers when pooled is set.
 func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn func(i int, value []byte, ref *bufpool.Buffer, m index.Header, err error)) error {
-	// t.life is taken by each read, not across the batch: fn may call the
-	// tier (the hierarchy reads a block again after an error), and a read
-	// lock taken again while Close waits for the lock would deadlock.
+	// t.life is taken by each open and each read, not across the batch:
+	// fn may call the tier (the hierarchy reads a block again after an
+	// error), and a read lock taken again while Close waits for the lock
+	// would deadlock.
 	t.life.RLock()
 	closed := t.closed
 	t.life.RUnlock()
@@ -58,44 +81,71 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 		err error
 	}
 	window := min(t.cfg.ReadWindow, len(keys))
-	// The readers take keys in order from next; a finished read waits in
-	// results until fn has had the ones before it, so that at most
-	// 2×window blocks are held at once.
-	var (
-		mu   sync.Mutex
-		next int
-	)
-	claim := func() (int, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if next == len(keys) || ctx.Err() != nil {
-			return 0, false
-		}
-		next++
-		return next - 1, true
-	}
-	results := make(chan result, window)
 	stop := make(chan struct{}) // closed when GetMany gives up early
+
+	// The opener opens the keys in order into queue. ahead counts the
+	// bytes of the files asked for and not yet read; a reader that
+	// finishes one wakes the opener when it waits for ahead to fall below
+	// ReadAhead.
+	queue := make(chan opened, min(len(keys), maxOpenAhead))
+	var ahead atomic.Int64
+	wake := make(chan struct{}, 1)
+	var opener sync.WaitGroup
+	opener.Add(1)
+	go func() {
+		defer opener.Done()
+		defer close(queue)
+		for i, key := range keys {
+			for ahead.Load() >= t.cfg.ReadAhead {
+				select {
+				case <-wake:
+				case <-stop:
+					return
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			o := t.openAhead(key)
+			o.i = i
+			if o.b.f != nil {
+				ahead.Add(int64(o.b.m.Size))
+			}
+			select {
+			case queue <- o:
+			case <-stop:
+				o.b.close()
+				return
+			}
+		}
+	}()
+
+	// The readers read the keys in the order the opener queued them; a
+	// finished read waits in results until fn has had the ones before it,
+	// so that at most 2×window blocks are held at once.
+	results := make(chan result, window)
 	var readers sync.WaitGroup
 	for range window {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			for {
-				i, ok := claim()
-				if !ok {
+			for o := range queue {
+				if ctx.Err() != nil {
+					o.b.close()
 					return
 				}
-				if j := i + window; j < len(keys) {
-					t.readAhead(keys[j])
-				}
 				var r result
-				if pooled {
-					r.v, r.ref, r.m, r.err = t.getPooled(keys[i])
-				} else {
-					r.v, r.m, r.err = t.Get(keys[i], nil)
+				r.i = o.i
+				size := int64(o.b.m.Size)
+				inFile := o.b.f != nil
+				r.v, r.ref, r.m, r.err = t.readOpened(o, pooled)
+				if inFile {
+					ahead.Add(-size)
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
 				}
-				r.i = i
 				select {
 				case results <- r:
 				case <-stop:
@@ -132,6 +182,10 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 	}
 	close(stop)
 	readers.Wait()
+	opener.Wait()
+	for o := range queue { // opened, and never to be read
+		o.b.close()
+	}
 	for r := range results { // read, and never to be delivered
 		r.ref.Release()
 	}
@@ -141,30 +195,67 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 	return fmt.Errorf("ssd: get many: %w", failed)
 }
 
-// readAhead asks the kernel to start reading key's block file into the
-// page cache, when key's block is kept in one, so that the disk works on
-// the block a window ahead of the reads GetMany has in flight: each read
-// then finds its bytes cached or on their way. Errors are ignored; the
-// read itself meets them.
-func (t *Tier) readAhead(key index.Key) {
+// openAhead looks key up for GetMany ahead of its read: when its block is
+// kept in a file, it opens the file and asks the kernel to start reading
+// all of it into the page cache, without waiting.
+func (t *Tier) openAhead(key index.Key) opened {
+	o := opened{key: key}
 	t.life.RLock()
 	defer t.life.RUnlock()
 	if t.closed {
-		return
+		o.err = tiers.ErrClosed
+		return o
 	}
 	s := t.stripe(key)
 	s.RLock()
-	m, gen, err := t.record(key)
-	var f vfs.File
-	if err == nil && gen != 0 {
-		f, err = t.files.open(key, gen)
+	o.b.m, o.b.gen, o.err = t.record(key)
+	if o.err == nil && o.b.gen != 0 {
+		o.b.f, o.err = t.files.open(key, o.b.gen)
 	}
 	s.RUnlock()
-	if err != nil || f == nil {
-		return
+	if o.b.f != nil {
+		willNeed(o.b.f, int64(o.b.m.Size))
 	}
-	willNeed(f, int64(m.Size))
-	_ = f.Close()
+	return o
+}
+
+// readOpened reads the block of o, which openAhead looked up, into a
+// buffer of the tier's pool when pooled is set, else a fresh one, and
+// closes o's file. An inline block is read as Get reads it.
+func (t *Tier) readOpened(o opened, pooled bool) ([]byte, *bufpool.Buffer, index.Header, error) {
+	if o.err == nil && o.b.f == nil {
+		if pooled {
+			return t.getPooled(o.key)
+		}
+		v, m, err := t.Get(o.key, nil)
+		return v, nil, m, err
+	}
+	defer o.b.close()
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return nil, nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", o.key, tiers.ErrClosed)
+	}
+	err := o.err
+	var v []byte
+	var ref *bufpool.Buffer
+	if err == nil {
+		if pooled {
+			ref = t.bufs.Get(int(o.b.m.Size))
+			v = ref.Bytes()
+		} else {
+			v = make([]byte, o.b.m.Size)
+		}
+		if err = readBlock(o.b.f, o.b.m, o.b.gen, v); err != nil {
+			ref.Release()
+			ref, v = nil, nil
+		}
+	}
+	if err != nil {
+		t.dropIfCorrupt(o.key, err)
+		return nil, nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", o.key, err)
+	}
+	return v, ref, o.b.m, nil
 }
 
 // pooledIdle bounds the bytes of released buffers the tier keeps for

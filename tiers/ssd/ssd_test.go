@@ -155,6 +155,7 @@ func TestConfigDefaults(t *testing.T) {
 		Durability: DurabilityFlush, FlushInterval: DefaultFlushInterval,
 		MemTableSize: DefaultMemTableSize, CacheSize: DefaultCacheSize,
 		ValueSeparationMinSize: DefaultValueSeparationMinSize, ReadWindow: DefaultReadWindow,
+		ReadAhead:   DefaultReadAhead,
 		FileMinSize: DefaultFileMinSize, Logger: slog.Default(), FS: vfs.Default,
 	}
 	if cfg != want {

@@ -54,12 +54,15 @@
 // Get opens a block's file under the key's lock, asks the kernel for the
 // whole block at once (posix_fadvise WILLNEED, which submits all of it to
 // the disk) and reads it with one pread straight into the caller's buffer,
-// then checks it. GetMany — how the hierarchy's ReadMany, and so a node's
-// get of a context, reads a chain — keeps Config.ReadWindow such reads in
-// flight, and as many block files again being read ahead into the page
-// cache. A file stays readable once open, whatever happens to its key:
-// LocateFile (tiers.FileLocator) hands one out, with its descriptor, for a
-// reader with its own path to the disk (GPUDirect Storage).
+// then checks it. GetMany — how the hierarchy's
+// ReadMany, and so a node's get of a context, reads a chain — opens the
+// chain's block files in order, each once, and asks the kernel for each
+// whole file as it opens it, up to Config.ReadAhead bytes ahead of the
+// reads done, while Config.ReadWindow reads copy the blocks out of the
+// files so opened. A file stays readable once open, whatever happens to
+// its key: LocateFile (tiers.FileLocator) hands one out, with its
+// descriptor, for a reader with its own path to the disk (GPUDirect
+// Storage).
 //
 // Pebble reads an inline block's bytes from its blob file with one
 // synchronous read, kernel readahead off; a large one is split into pieces
@@ -436,6 +439,7 @@ func (t *Tier) locate(key index.Key) (located, error) {
 // read from its file.
 func (b *located) readInto(p []byte) error {
 	if b.f != nil {
+		willNeed(b.f, int64(len(p)))
 		return readBlock(b.f, b.m, b.gen, p)
 	}
 	copy(p, b.v)
