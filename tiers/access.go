@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 )
 
 // View returns a block's bytes without copying them when the fastest level
@@ -14,21 +15,21 @@ import (
 // View must be released; the lease bounds how long it may pin the bytes.
 func (h *Hierarchy) View(key index.Key, lease time.Duration) (View, index.TierKind, error) {
 	var v View
-	_, kind, err := h.read(key, func(t Tier) (index.Header, []byte, error) {
+	_, kind, err := h.read(key, func(t Tier) (index.Header, []byte, *bufpool.Buffer, error) {
 		if vt, ok := t.(Viewer); ok {
 			var err error
 			v, err = vt.View(key, lease)
 			if err != nil {
-				return index.Header{}, nil, err
+				return index.Header{}, nil, nil, err
 			}
-			return v.Meta(), nil, nil
+			return v.Meta(), nil, nil, nil
 		}
 		b, m, err := t.Get(key, nil)
 		if err != nil {
-			return m, nil, err
+			return m, nil, nil, err
 		}
 		v = heapView{b: b, m: m}
-		return m, b, nil // a fresh copy, only ever read: a promotion may share it
+		return m, b, nil, nil // a fresh copy, only ever read: a promotion may share it
 	})
 	return v, kind, err
 }
@@ -42,28 +43,28 @@ func (h *Hierarchy) ViewDevice(key index.Key, lease time.Duration) (View, Device
 		v  View
 		dv DeviceView
 	)
-	_, kind, err := h.read(key, func(t Tier) (index.Header, []byte, error) {
+	_, kind, err := h.read(key, func(t Tier) (index.Header, []byte, *bufpool.Buffer, error) {
 		v, dv = nil, nil
 		switch vt := t.(type) {
 		case Viewer:
 			var err error
 			if v, err = vt.View(key, lease); err != nil {
-				return index.Header{}, nil, err
+				return index.Header{}, nil, nil, err
 			}
-			return v.Meta(), nil, nil
+			return v.Meta(), nil, nil, nil
 		case DeviceViewer:
 			var err error
 			if dv, err = vt.DeviceView(key, lease); err != nil {
-				return index.Header{}, nil, err
+				return index.Header{}, nil, nil, err
 			}
-			return dv.Meta(), nil, nil
+			return dv.Meta(), nil, nil, nil
 		}
 		b, m, err := t.Get(key, nil)
 		if err != nil {
-			return m, nil, err
+			return m, nil, nil, err
 		}
 		v = heapView{b: b, m: m}
-		return m, b, nil
+		return m, b, nil, nil
 	})
 	if err != nil {
 		return nil, nil, kind, err

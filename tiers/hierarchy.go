@@ -415,11 +415,11 @@ func (h *Hierarchy) invalidate(i int, e *entry, key index.Key, stale bool) error
 // for now.
 func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, index.Header, index.TierKind, error) {
 	var out []byte
-	m, kind, err := h.read(key, func(t Tier) (index.Header, []byte, error) {
+	m, kind, err := h.read(key, func(t Tier) (index.Header, []byte, *bufpool.Buffer, error) {
 		var m index.Header
 		var err error
 		out, m, err = t.Get(key, dst)
-		return m, nil, err // dst is the caller's: a promotion reads again
+		return m, nil, nil, err // dst is the caller's: a promotion reads again
 	})
 	if err != nil {
 		return dst, m, kind, err
@@ -430,7 +430,8 @@ func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, index.Header, index.
 // read finds the fastest level holding key and reads it with fn, trying
 // again when a concurrent move took the copy away or the copy was corrupt.
 // fn may return the bytes it read when they may be shared read-only with a
-// promotion.
+// promotion, and with them the reference on the pooled buffer holding them
+// (nil for bytes of no pool): the promotion takes a reference of its own.
 //
 // A copy that its tier no longer has while the hierarchy still records it
 // is being dropped by the key's owner (a demotion deletes the faster copy
@@ -438,7 +439,7 @@ func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, index.Header, index.
 // level that holds the key, and when every recorded copy has answered not
 // found it waits until the owner is done and looks again. Going back to
 // the same level instead could miss a block the node holds all along.
-func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, error)) (index.Header, index.TierKind, error) {
+func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, *bufpool.Buffer, error)) (index.Header, index.TierKind, error) {
 	var leaving uint8 // levels whose recorded copy their tier did not have
 	for range 4 {
 		h.mu.Lock()
@@ -477,7 +478,7 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, err
 		h.touchLocked(key, e)
 		h.mu.Unlock()
 
-		m, shared, err := fn(l.Tier)
+		m, shared, ref, err := fn(l.Tier)
 		switch {
 		case err == nil:
 			h.mu.Lock()
@@ -485,7 +486,7 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, err
 			l.hits++
 			h.mu.Unlock()
 			if i > 0 && !h.cfg.NoPromote {
-				h.promoteLater(promotion{key: key, from: i, data: shared, meta: m})
+				h.promoteLater(promotion{key: key, from: i, data: shared, ref: ref.Retain(), meta: m})
 			}
 			return m, l.Kind, nil
 		case errors.Is(err, ErrCorrupt):

@@ -81,6 +81,11 @@ func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool,
 		getMany := h.manyGetter(lvl, pooled)
 		if getMany == nil || len(idx) == 1 {
 			for _, i := range idx {
+				if pooled {
+					v, ref, m, kind, err := h.getPooled(keys[i])
+					fn(i, v, ref, m, kind, err)
+					continue
+				}
 				v, m, kind, err := h.Get(keys[i], nil)
 				fn(i, v, nil, m, kind, err)
 			}
@@ -113,6 +118,32 @@ func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool,
 		}
 	}
 	return nil
+}
+
+// getPooled reads one block for ReadManyPooled: into a buffer of its
+// level's pool where the level's tier reads single blocks into one
+// (PooledGetter), else into a fresh buffer. A promotion of the block shares
+// the bytes read, holding a reference of its own on their buffer, rather
+// than reading the block again.
+func (h *Hierarchy) getPooled(key index.Key) ([]byte, *bufpool.Buffer, index.Header, index.TierKind, error) {
+	var (
+		v   []byte
+		ref *bufpool.Buffer
+	)
+	m, kind, err := h.read(key, func(t Tier) (index.Header, []byte, *bufpool.Buffer, error) {
+		var m index.Header
+		var err error
+		if pg, ok := t.(PooledGetter); ok {
+			v, ref, m, err = pg.GetPooled(key)
+			return m, v, ref, err
+		}
+		v, m, err = t.Get(key, nil)
+		return m, v, nil, err // a fresh copy, only ever read: a promotion may share it
+	})
+	if err != nil {
+		return nil, nil, m, kind, err
+	}
+	return v, ref, m, kind, nil
 }
 
 // manyGetter returns level lvl's batched read — into reused buffers when
