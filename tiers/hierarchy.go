@@ -182,8 +182,8 @@ type Hierarchy struct {
 	pinCalls int
 	sketch   *policy.Sketch // nil when every level admits everything
 	closed   bool
-	gets     int64
-	misses   int64
+	// gets and misses count as LevelStats' hits do, without the lock.
+	gets, misses atomic.Int64
 	// overQuota is set when a tenant may be over a quota (SetQuotas ran)
 	// and cleared by the trim that brings every tenant back under.
 	overQuota atomic.Bool
@@ -199,12 +199,15 @@ type Hierarchy struct {
 
 type level struct {
 	LevelConfig
-	loc                                           index.Location
-	promoteInto                                   []int // faster levels its hits are copied into
-	evictions, demotions, promotions, drops, hits int64
-	unreachable                                   int64                      // gets of its blocks while it could not be reached
-	quotaEvictions                                int64                      // evictions of a tenant's blocks within its quota
-	shares                                        map[index.TenantTag]*share // with Config.Tenants
+	loc                                     index.Location
+	promoteInto                             []int // faster levels its hits are copied into
+	evictions, demotions, promotions, drops int64
+	// hits and unreachable (gets of its blocks while it could not be
+	// reached) are counted without the hierarchy's lock, which a read need
+	// not take again once it has its block.
+	hits, unreachable atomic.Int64
+	quotaEvictions    int64                      // evictions of a tenant's blocks within its quota
+	shares            map[index.TenantTag]*share // with Config.Tenants
 }
 
 // entry is the hierarchy's record of one key.
@@ -465,10 +468,8 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, *bu
 			if err != nil {
 				return index.Header{}, h.levels[down].Kind, h.unreachable(down, key, err)
 			}
-			h.mu.Lock()
-			h.misses++
-			h.gets++
-			h.mu.Unlock()
+			h.misses.Add(1)
+			h.gets.Add(1)
 			return index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
 		}
 		i := bits.TrailingZeros8(e.in &^ leaving)
@@ -481,10 +482,8 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, *bu
 		m, shared, ref, err := fn(l.Tier)
 		switch {
 		case err == nil:
-			h.mu.Lock()
-			h.gets++
-			l.hits++
-			h.mu.Unlock()
+			h.gets.Add(1)
+			l.hits.Add(1)
 			if i > 0 && !h.cfg.NoPromote {
 				h.promoteLater(promotion{key: key, from: i, data: shared, ref: ref.Retain(), meta: m})
 			}
@@ -507,10 +506,8 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, *bu
 // and returns the error for it, which matches ErrUnavailable, not
 // ErrNotFound: the block is cached, the caller may try again later.
 func (h *Hierarchy) unreachable(i int, key index.Key, err error) error {
-	h.mu.Lock()
-	h.gets++
-	h.levels[i].unreachable++
-	h.mu.Unlock()
+	h.gets.Add(1)
+	h.levels[i].unreachable.Add(1)
 	return fmt.Errorf("hierarchy: %v held in %v, out of reach for now: %w", key, h.levels[i].Kind, err)
 }
 
