@@ -5,6 +5,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/bufpool"
@@ -31,11 +32,10 @@ func (c *countedSSD) GetPooled(key index.Key) ([]byte, *bufpool.Buffer, index.He
 	return c.Tier.GetPooled(key)
 }
 
-// A single SSD hit read through ReadManyPooled (a data-plane get of a
-// block below DRAM) is read once, into a buffer of the SSD tier's pool:
-// its promotion into DRAM copies the bytes the reader got rather than
-// reading the block again.
-func TestAPooledSSDHitIsReadOnceForTheReaderAndItsPromotion(t *testing.T) {
+// dramOverCountedSSD stacks a DRAM tier over a countedSSD, the mover
+// inline, and leaves one 64 KiB block, returned, in the SSD only.
+func dramOverCountedSSD(t *testing.T) (*tiers.Hierarchy, *countedSSD, index.Header, []byte) {
+	t.Helper()
 	const size = 64 << 10 // kept in a block file
 	top, err := dram.New(dram.Config{Capacity: 4 * size, MaxBlockSize: size})
 	if err != nil {
@@ -61,8 +61,17 @@ func TestAPooledSSDHitIsReadOnceForTheReaderAndItsPromotion(t *testing.T) {
 	if err := h.Demote(index.TierDRAM, m.Key); err != nil {
 		t.Fatal(err)
 	}
+	return h, below, m, want
+}
+
+// A single SSD hit read through ReadManyPooled (a data-plane get of a
+// block below DRAM) is read once, into a buffer of the SSD tier's pool:
+// its promotion into DRAM copies the bytes the reader got rather than
+// reading the block again.
+func TestAPooledSSDHitIsReadOnceForTheReaderAndItsPromotion(t *testing.T) {
+	h, below, m, want := dramOverCountedSSD(t)
 	calls := 0
-	err = h.ReadManyPooled(context.Background(), []index.Key{m.Key},
+	err := h.ReadManyPooled(context.Background(), []index.Key{m.Key},
 		func(_ int, v []byte, ref *bufpool.Buffer, got index.Header, kind index.TierKind, err error) {
 			calls++
 			if err != nil || kind != index.TierSSD || got != m || !bytes.Equal(v, want) {
@@ -79,8 +88,31 @@ func TestAPooledSSDHitIsReadOnceForTheReaderAndItsPromotion(t *testing.T) {
 	if g, p := below.gets.Load(), below.pooled.Load(); g+p != 1 {
 		t.Fatalf("the SSD was read %d times (%d Gets, %d GetPooled), want once", g+p, g, p)
 	}
-	got, _, err := top.Get(m.Key, nil)
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("DRAM's copy: %v, equal %v", err, bytes.Equal(got, want))
+	got, _, kind, err := h.Get(m.Key, nil)
+	if err != nil || kind != index.TierDRAM || !bytes.Equal(got, want) {
+		t.Fatalf("DRAM's copy: %v from %v, equal %v", err, kind, bytes.Equal(got, want))
+	}
+}
+
+// A View of a block below DRAM reads it once, into a buffer of the SSD
+// tier's pool that the View holds until it is released and its promotion
+// shares.
+func TestAViewOfAnSSDBlockReadsItOnceIntoAPooledBuffer(t *testing.T) {
+	h, below, m, want := dramOverCountedSSD(t)
+	v, kind, err := h.View(m.Key, time.Minute)
+	if err != nil || kind != index.TierSSD || v.Meta() != m || !bytes.Equal(v.Bytes(), want) {
+		t.Fatalf("the view: %v from %v", err, kind)
+	}
+	if err := v.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Release(); err != nil { // a second Release gives back nothing more
+		t.Fatal(err)
+	}
+	if _, kind, err := h.Stat(m.Key); err != nil || kind != index.TierDRAM {
+		t.Fatalf("after the view the block is in %v (%v), want it promoted into DRAM", kind, err)
+	}
+	if g, p := below.gets.Load(), below.pooled.Load(); g != 0 || p != 1 {
+		t.Fatalf("the SSD was read with %d Gets and %d GetPooled, want one GetPooled", g, p)
 	}
 }
