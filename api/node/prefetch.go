@@ -23,14 +23,18 @@ import (
 // in memory. The chunks are read into buffers the object store's tier
 // reuses: a block's buffer goes back once the block is sent (the release
 // Next returns) and its promotion, if any, has copied it up.
-// A Get of one block has nothing to read ahead of: its block is read in
-// the goroutine that asks for it with Next, rather than in one started for
-// it and waited for at once.
+// A Get of one block has nothing to read ahead of: its block is opened
+// when Next asks for it, as a block of the top tier is (a View, which
+// reads a block held lower into a copy), with one lookup in the hierarchy
+// and no goroutine started for it and waited for at once.
 // Hand the blocks out with Next, then Close it.
 func (n *Node) ReadAhead(keys []index.Key) *ReadAhead {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &ReadAhead{n: n, keys: keys, slots: make([]slot, len(keys)), ctx: ctx, cancel: cancel,
 		maxChunks: max(1, n.cfg.FetchConcurrency/4)}
+	if len(keys) == 1 {
+		return p
+	}
 	top := n.h.Kinds()[0]
 	for i, k := range keys {
 		if _, kind, err := n.h.Stat(k); err != nil || kind != top {
@@ -80,9 +84,6 @@ type slot struct {
 // so that the first block goes out after one small read, not after a whole
 // chunk.
 func (p *ReadAhead) startLocked() {
-	if len(p.slots) == 1 {
-		return // read by hand, when asked for
-	}
 	for p.chunks < p.maxChunks && p.started < len(p.slots) && p.started < p.next+p.maxChunks*prefetchChunk {
 		if p.issued == 1 && p.chunks == 1 {
 			break // the first block alone: it arrives sooner without company
@@ -180,14 +181,6 @@ func (p *ReadAhead) hand(key index.Key, device bool) (index.Header, []byte, tier
 			return index.Header{}, nil, nil, nil, time.Time{}, err
 		}
 		return v.Meta(), v.Bytes(), nil, func() { _ = v.Release() }, start, nil
-	}
-	if len(p.slots) == 1 { // a lone block: read it now, here
-		p.mu.Lock()
-		p.chunks++
-		p.started, p.issued = 1, 1
-		s.start = time.Now()
-		p.mu.Unlock()
-		p.read([]int{i})
 	}
 	<-s.done
 	p.mu.Lock()
