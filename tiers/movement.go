@@ -52,32 +52,16 @@ func (h *Hierarchy) unhold(key index.Key) {
 	h.mu.Unlock()
 }
 
-// evictOne frees one victim of level i for a block being stored there, on
-// the storer's path (a put, a promotion): of the first cleanVictimScan
-// victims in the policy's order it takes one that a lower level holds
-// already, whose eviction writes nothing, so that the storer does not wait
-// for a demotion to be written; the blocks it passes over are left to the
-// mover, which demotes in the policy's order (demoteOne). Only when none of
-// those is held below does it demote one itself. A pinned block may be
-// demoted (the node still holds it) but is never dropped. It reports false
-// when no block of the level can go: all are owned by other writers, or
-// pinned with nowhere to go.
-func (h *Hierarchy) evictOne(i int) bool { return h.evict(i, 0, false, true) }
+// evictOne frees one victim of level i, demoting it when the next level
+// admits it. A pinned block may be demoted (the node still holds it) but is
+// never dropped. It reports false when no block of the level can go: all
+// are owned by other writers, or pinned with nowhere to go.
+func (h *Hierarchy) evictOne(i int) bool { return h.evict(i, 0, false) }
 
-// demoteOne is evictOne in the policy's order, demoting or dropping
-// whichever victim comes first: the mover's way of bringing a level down to
-// its low watermark.
-func (h *Hierarchy) demoteOne(i int) bool { return h.evict(i, 0, false, false) }
-
-// cleanVictimScan bounds the victims evictOne passes over because no lower
-// level holds them.
-const cleanVictimScan = 16
-
-// evict is demoteOne; with own, of the blocks of tenant t only, in the
-// order of the tenant's share of the level (t's quota makes room there),
-// and without a quota for t on level i it evicts nothing. With clean it is
-// evictOne, preferring a victim held below.
-func (h *Hierarchy) evict(i int, t index.TenantTag, own, clean bool) bool {
+// evict is evictOne; with own, of the blocks of tenant t only, in the
+// order of the tenant's share of the level (t's quota makes room there).
+// Without a quota for t on level i it evicts nothing.
+func (h *Hierarchy) evict(i int, t index.TenantTag, own bool) bool {
 	l := h.levels[i]
 	h.mu.Lock()
 	order := l.Policy
@@ -89,31 +73,13 @@ func (h *Hierarchy) evict(i int, t index.TenantTag, own, clean bool) bool {
 		}
 		order = s.order
 	}
-	dirty := 0 // victims still to pass over because no lower level holds them
-	if clean && i+1 < len(h.levels) {
-		dirty = cleanVictimScan
-	}
-	passed := false
-	skip := func(k index.Key) bool {
+	key, ok := order.Victim(func(k index.Key) bool {
 		e := h.entries[k]
 		if e == nil || e.busy {
 			return true
 		}
-		if h.pinnedLocked(k) && !h.canDemoteLocked(i, k, e) {
-			return true
-		}
-		if dirty > 0 && e.in>>(i+1) == 0 {
-			dirty--
-			passed = true
-			return true
-		}
-		return false
-	}
-	key, ok := order.Victim(skip)
-	if !ok && passed { // every block that may go must be demoted: take the first
-		dirty = 0
-		key, ok = order.Victim(skip)
-	}
+		return h.pinnedLocked(k) && !h.canDemoteLocked(i, k, e)
+	})
 	if !ok {
 		h.mu.Unlock()
 		return false
@@ -608,7 +574,7 @@ func (h *Hierarchy) drain() {
 		if float64(s.Used) <= l.HighWatermark*float64(s.Capacity) {
 			continue
 		}
-		for float64(s.Used) > l.LowWatermark*float64(s.Capacity) && h.demoteOne(i) {
+		for float64(s.Used) > l.LowWatermark*float64(s.Capacity) && h.evictOne(i) {
 			s = l.Tier.Stats()
 		}
 	}

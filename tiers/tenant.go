@@ -249,7 +249,7 @@ func (h *Hierarchy) holdQuota(i int, m index.Header) error {
 			return nil
 		}
 		h.mu.Unlock()
-		if !h.evict(i, t, true, false) {
+		if !h.evict(i, t, true) {
 			return qerr
 		}
 	}
@@ -297,7 +297,7 @@ func (h *Hierarchy) trimQuotas() {
 			s := h.levels[o.i].shares[o.t]
 			more := s != nil && s.quota != NoQuota && s.bytes > s.quota
 			h.mu.Unlock()
-			if !more || !h.evict(o.i, o.t, true, false) {
+			if !more || !h.evict(o.i, o.t, true) {
 				break
 			}
 		}
