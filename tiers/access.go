@@ -7,30 +7,50 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/bufpool"
 )
 
 // View returns a block's bytes without copying them when the fastest level
-// holding it can hand them out in place (dram), else in a fresh buffer. The
-// View must be released; the lease bounds how long it may pin the bytes.
+// holding it can hand them out in place (dram), else in a copy: a buffer
+// of the level's pool where its tier has one (PooledGetter: ssd), which
+// Release gives back, else a fresh one. The View must be released; the
+// lease bounds how long it may pin the bytes.
 func (h *Hierarchy) View(key index.Key, lease time.Duration) (View, index.TierKind, error) {
 	var v View
-	_, kind, err := h.read(key, func(t Tier) (index.Header, []byte, error) {
+	_, kind, err := h.read(key, func(t Tier) (index.Header, []byte, *bufpool.Buffer, error) {
 		if vt, ok := t.(Viewer); ok {
 			var err error
 			v, err = vt.View(key, lease)
 			if err != nil {
-				return index.Header{}, nil, err
+				return index.Header{}, nil, nil, err
 			}
-			return v.Meta(), nil, nil
+			return v.Meta(), nil, nil, nil
 		}
-		b, m, err := t.Get(key, nil)
-		if err != nil {
-			return m, nil, err
-		}
-		v = heapView{b: b, m: m}
-		return m, b, nil // a fresh copy, only ever read: a promotion may share it
+		return viewCopy(t, key, &v)
 	})
 	return v, kind, err
+}
+
+// viewCopy reads key's block from t, a tier that cannot hand it out in
+// place, into a View of a copy: a buffer of the tier's pool when it has
+// one (PooledGetter), the View holding the reference, else a fresh one. It
+// returns what read's fn does: the copy is only ever read, so a promotion
+// may share it.
+func viewCopy(t Tier, key index.Key, v *View) (index.Header, []byte, *bufpool.Buffer, error) {
+	if pg, ok := t.(PooledGetter); ok {
+		b, ref, m, err := pg.GetPooled(key)
+		if err != nil {
+			return m, nil, nil, err
+		}
+		*v = &heapView{b: b, m: m, ref: ref}
+		return m, b, ref, nil
+	}
+	b, m, err := t.Get(key, nil)
+	if err != nil {
+		return m, nil, nil, err
+	}
+	*v = &heapView{b: b, m: m}
+	return m, b, nil, nil
 }
 
 // ViewDevice is View, except that a block whose fastest copy is in a
@@ -42,28 +62,23 @@ func (h *Hierarchy) ViewDevice(key index.Key, lease time.Duration) (View, Device
 		v  View
 		dv DeviceView
 	)
-	_, kind, err := h.read(key, func(t Tier) (index.Header, []byte, error) {
+	_, kind, err := h.read(key, func(t Tier) (index.Header, []byte, *bufpool.Buffer, error) {
 		v, dv = nil, nil
 		switch vt := t.(type) {
 		case Viewer:
 			var err error
 			if v, err = vt.View(key, lease); err != nil {
-				return index.Header{}, nil, err
+				return index.Header{}, nil, nil, err
 			}
-			return v.Meta(), nil, nil
+			return v.Meta(), nil, nil, nil
 		case DeviceViewer:
 			var err error
 			if dv, err = vt.DeviceView(key, lease); err != nil {
-				return index.Header{}, nil, err
+				return index.Header{}, nil, nil, err
 			}
-			return dv.Meta(), nil, nil
+			return dv.Meta(), nil, nil, nil
 		}
-		b, m, err := t.Get(key, nil)
-		if err != nil {
-			return m, nil, err
-		}
-		v = heapView{b: b, m: m}
-		return m, b, nil
+		return viewCopy(t, key, &v)
 	})
 	if err != nil {
 		return nil, nil, kind, err
@@ -71,15 +86,20 @@ func (h *Hierarchy) ViewDevice(key index.Key, lease time.Duration) (View, Device
 	return v, dv, kind, nil
 }
 
-// heapView is a View over a copy.
+// heapView is a View over a copy, in a pooled buffer when ref is set.
 type heapView struct {
-	b []byte
-	m index.Header
+	b   []byte
+	m   index.Header
+	ref *bufpool.Buffer
 }
 
-func (v heapView) Bytes() []byte      { return v.b }
-func (v heapView) Meta() index.Header { return v.m }
-func (v heapView) Release() error     { return nil }
+func (v *heapView) Bytes() []byte      { return v.b }
+func (v *heapView) Meta() index.Header { return v.m }
+func (v *heapView) Release() error {
+	v.ref.Release()
+	v.ref = nil // a second Release gives back nothing more
+	return nil
+}
 
 // PutReservation is room for one block in level 0, to be filled in place and
 // committed: the zero-copy form of Put. A reservation Reserve made keeps the

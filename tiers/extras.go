@@ -20,7 +20,8 @@ import (
 //	Reserver               ✓              Hierarchy.Reserve (writes in place)
 //	Invalidator                  ✓    ✓   Hierarchy.Put of a key a level may bring back
 //	ManyGetter                   ✓    ✓   Hierarchy.ReadMany (batched reads)
-//	PooledManyGetter                  ✓   Hierarchy.ReadManyPooled (batched reads into reused buffers)
+//	PooledManyGetter             ✓    ✓   Hierarchy.ReadManyPooled (batched reads into reused buffers)
+//	PooledGetter                 ✓        Hierarchy.ReadManyPooled (one block into a reused buffer)
 //	ObjectLocator                     ✓   Hierarchy.Locate (reads straight from the store)
 //	AvailabilityReporter              ✓   Hierarchy.Stats (LevelStats.Unavailable)
 //	DegradationReporter          ✓        Hierarchy.Stats (LevelStats.Degraded)
@@ -114,6 +115,15 @@ type ManyGetter interface {
 // on (to a socket, to a promotion) Retains a reference for each.
 type PooledManyGetter interface {
 	GetManyPooled(ctx context.Context, keys []index.Key, fn func(i int, value []byte, ref *bufpool.Buffer, m index.Header, err error)) error
+}
+
+// PooledGetter is implemented by tiers that can read one block into a
+// buffer they reuse, as a PooledManyGetter reads a batch: GetPooled returns
+// the block's bytes and a reference on the buffer holding them (nil when
+// the bytes are the caller's to keep, and with an error), which the caller
+// owns and must Release once done with the bytes. Get's errors apply.
+type PooledGetter interface {
+	GetPooled(key index.Key) ([]byte, *bufpool.Buffer, index.Header, error)
 }
 
 // ObjectLocator is implemented by object-store tiers whose stored blocks a

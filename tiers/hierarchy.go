@@ -182,8 +182,8 @@ type Hierarchy struct {
 	pinCalls int
 	sketch   *policy.Sketch // nil when every level admits everything
 	closed   bool
-	gets     int64
-	misses   int64
+	// gets and misses count as LevelStats' hits do, without the lock.
+	gets, misses atomic.Int64
 	// overQuota is set when a tenant may be over a quota (SetQuotas ran)
 	// and cleared by the trim that brings every tenant back under.
 	overQuota atomic.Bool
@@ -199,12 +199,15 @@ type Hierarchy struct {
 
 type level struct {
 	LevelConfig
-	loc                                           index.Location
-	promoteInto                                   []int // faster levels its hits are copied into
-	evictions, demotions, promotions, drops, hits int64
-	unreachable                                   int64                      // gets of its blocks while it could not be reached
-	quotaEvictions                                int64                      // evictions of a tenant's blocks within its quota
-	shares                                        map[index.TenantTag]*share // with Config.Tenants
+	loc                                     index.Location
+	promoteInto                             []int // faster levels its hits are copied into
+	evictions, demotions, promotions, drops int64
+	// hits and unreachable (gets of its blocks while it could not be
+	// reached) are counted without the hierarchy's lock, which a read need
+	// not take again once it has its block.
+	hits, unreachable atomic.Int64
+	quotaEvictions    int64                      // evictions of a tenant's blocks within its quota
+	shares            map[index.TenantTag]*share // with Config.Tenants
 }
 
 // entry is the hierarchy's record of one key.
@@ -415,11 +418,11 @@ func (h *Hierarchy) invalidate(i int, e *entry, key index.Key, stale bool) error
 // for now.
 func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, index.Header, index.TierKind, error) {
 	var out []byte
-	m, kind, err := h.read(key, func(t Tier) (index.Header, []byte, error) {
+	m, kind, err := h.read(key, func(t Tier) (index.Header, []byte, *bufpool.Buffer, error) {
 		var m index.Header
 		var err error
 		out, m, err = t.Get(key, dst)
-		return m, nil, err // dst is the caller's: a promotion reads again
+		return m, nil, nil, err // dst is the caller's: a promotion reads again
 	})
 	if err != nil {
 		return dst, m, kind, err
@@ -430,7 +433,8 @@ func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, index.Header, index.
 // read finds the fastest level holding key and reads it with fn, trying
 // again when a concurrent move took the copy away or the copy was corrupt.
 // fn may return the bytes it read when they may be shared read-only with a
-// promotion.
+// promotion, and with them the reference on the pooled buffer holding them
+// (nil for bytes of no pool): the promotion takes a reference of its own.
 //
 // A copy that its tier no longer has while the hierarchy still records it
 // is being dropped by the key's owner (a demotion deletes the faster copy
@@ -438,7 +442,7 @@ func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, index.Header, index.
 // level that holds the key, and when every recorded copy has answered not
 // found it waits until the owner is done and looks again. Going back to
 // the same level instead could miss a block the node holds all along.
-func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, error)) (index.Header, index.TierKind, error) {
+func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, *bufpool.Buffer, error)) (index.Header, index.TierKind, error) {
 	var leaving uint8 // levels whose recorded copy their tier did not have
 	for range 4 {
 		h.mu.Lock()
@@ -464,10 +468,8 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, err
 			if err != nil {
 				return index.Header{}, h.levels[down].Kind, h.unreachable(down, key, err)
 			}
-			h.mu.Lock()
-			h.misses++
-			h.gets++
-			h.mu.Unlock()
+			h.misses.Add(1)
+			h.gets.Add(1)
 			return index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
 		}
 		i := bits.TrailingZeros8(e.in &^ leaving)
@@ -477,15 +479,13 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, err
 		h.touchLocked(key, e)
 		h.mu.Unlock()
 
-		m, shared, err := fn(l.Tier)
+		m, shared, ref, err := fn(l.Tier)
 		switch {
 		case err == nil:
-			h.mu.Lock()
-			h.gets++
-			l.hits++
-			h.mu.Unlock()
+			h.gets.Add(1)
+			l.hits.Add(1)
 			if i > 0 && !h.cfg.NoPromote {
-				h.promoteLater(promotion{key: key, from: i, data: shared, meta: m})
+				h.promoteLater(promotion{key: key, from: i, data: shared, ref: ref.Retain(), meta: m})
 			}
 			return m, l.Kind, nil
 		case errors.Is(err, ErrCorrupt):
@@ -506,10 +506,8 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, err
 // and returns the error for it, which matches ErrUnavailable, not
 // ErrNotFound: the block is cached, the caller may try again later.
 func (h *Hierarchy) unreachable(i int, key index.Key, err error) error {
-	h.mu.Lock()
-	h.gets++
-	h.levels[i].unreachable++
-	h.mu.Unlock()
+	h.gets.Add(1)
+	h.levels[i].unreachable.Add(1)
 	return fmt.Errorf("hierarchy: %v held in %v, out of reach for now: %w", key, h.levels[i].Kind, err)
 }
 

@@ -36,6 +36,11 @@ func (h *Hierarchy) ReadManyPooled(ctx context.Context, keys []index.Key, fn fun
 
 // readMany is ReadMany, and ReadManyPooled when pooled is set.
 func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool, fn func(i int, value []byte, ref *bufpool.Buffer, m index.Header, kind index.TierKind, err error)) error {
+	if len(keys) == 1 { // nothing to batch: read it as Get does, looking it up once
+		return h.readOne(keys[0], pooled, func(v []byte, ref *bufpool.Buffer, m index.Header, kind index.TierKind, err error) {
+			fn(0, v, ref, m, kind, err)
+		})
+	}
 	byLevel := make([][]int, len(h.levels))
 	var missing []int
 	h.mu.Lock()
@@ -60,10 +65,8 @@ func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool,
 			continue
 		}
 		if !found {
-			h.mu.Lock()
-			h.gets++
-			h.misses++
-			h.mu.Unlock()
+			h.gets.Add(1)
+			h.misses.Add(1)
 			fn(i, nil, nil, index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", keys[i], ErrNotFound))
 			continue
 		}
@@ -81,8 +84,11 @@ func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool,
 		getMany := h.manyGetter(lvl, pooled)
 		if getMany == nil || len(idx) == 1 {
 			for _, i := range idx {
-				v, m, kind, err := h.Get(keys[i], nil)
-				fn(i, v, nil, m, kind, err)
+				if err := h.readOne(keys[i], pooled, func(v []byte, ref *bufpool.Buffer, m index.Header, kind index.TierKind, err error) {
+					fn(i, v, ref, m, kind, err)
+				}); err != nil {
+					return err
+				}
 			}
 			continue
 		}
@@ -115,6 +121,55 @@ func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool,
 	return nil
 }
 
+// readOne reads one block of a ReadMany, or with pooled of a
+// ReadManyPooled, and hands it to fn; it fails, without calling fn, only
+// once the hierarchy is closed.
+func (h *Hierarchy) readOne(key index.Key, pooled bool, fn func(value []byte, ref *bufpool.Buffer, m index.Header, kind index.TierKind, err error)) error {
+	var (
+		v    []byte
+		ref  *bufpool.Buffer
+		m    index.Header
+		kind index.TierKind
+		err  error
+	)
+	if pooled {
+		v, ref, m, kind, err = h.getPooled(key)
+	} else {
+		v, m, kind, err = h.Get(key, nil)
+	}
+	if errors.Is(err, ErrClosed) {
+		return ErrClosed
+	}
+	fn(v, ref, m, kind, err)
+	return nil
+}
+
+// getPooled reads one block for ReadManyPooled: into a buffer of its
+// level's pool where the level's tier reads single blocks into one
+// (PooledGetter), else into a fresh buffer. A promotion of the block shares
+// the bytes read, holding a reference of its own on their buffer, rather
+// than reading the block again.
+func (h *Hierarchy) getPooled(key index.Key) ([]byte, *bufpool.Buffer, index.Header, index.TierKind, error) {
+	var (
+		v   []byte
+		ref *bufpool.Buffer
+	)
+	m, kind, err := h.read(key, func(t Tier) (index.Header, []byte, *bufpool.Buffer, error) {
+		var m index.Header
+		var err error
+		if pg, ok := t.(PooledGetter); ok {
+			v, ref, m, err = pg.GetPooled(key)
+			return m, v, ref, err
+		}
+		v, m, err = t.Get(key, nil)
+		return m, v, nil, err // a fresh copy, only ever read: a promotion may share it
+	})
+	if err != nil {
+		return nil, nil, m, kind, err
+	}
+	return v, ref, m, kind, nil
+}
+
 // manyGetter returns level lvl's batched read — into reused buffers when
 // pooled is set and the tier can — or nil when its tier has none.
 func (h *Hierarchy) manyGetter(lvl int, pooled bool) func(context.Context, []index.Key, func(int, []byte, *bufpool.Buffer, index.Header, error)) error {
@@ -141,9 +196,9 @@ func (h *Hierarchy) hit(key index.Key, lvl int, v []byte, ref *bufpool.Buffer, m
 		h.touchOwnLocked(lvl, key)
 		h.touchLocked(key, e)
 	}
-	h.gets++
-	h.levels[lvl].hits++
 	h.mu.Unlock()
+	h.gets.Add(1)
+	h.levels[lvl].hits.Add(1)
 	if lvl > 0 && !h.cfg.NoPromote {
 		h.promoteLater(promotion{key: key, from: lvl, data: v, ref: ref.Retain(), meta: m})
 	}

@@ -66,10 +66,10 @@ func (h *Hierarchy) Stats() HierarchyStats {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := HierarchyStats{Gets: h.gets, Misses: h.misses, Pins: len(h.pins), Keys: len(h.entries)}
+	s := HierarchyStats{Gets: h.gets.Load(), Misses: h.misses.Load(), Pins: len(h.pins), Keys: len(h.entries)}
 	for i, l := range h.levels {
 		ls := LevelStats{
-			Kind: l.Kind, Stats: tierStats[i], Hits: l.hits, Unreachable: l.unreachable, Evictions: l.evictions,
+			Kind: l.Kind, Stats: tierStats[i], Hits: l.hits.Load(), Unreachable: l.unreachable.Load(), Evictions: l.evictions,
 			Drops: l.drops, Demotions: l.demotions, Promotions: l.promotions,
 			HighWatermark: l.HighWatermark, LowWatermark: l.LowWatermark, Policy: l.Policy.Name(),
 			Unavailable: down[i], Degraded: degraded[i], Detail: detail[i],

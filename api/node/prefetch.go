@@ -23,11 +23,18 @@ import (
 // in memory. The chunks are read into buffers the object store's tier
 // reuses: a block's buffer goes back once the block is sent (the release
 // Next returns) and its promotion, if any, has copied it up.
+// A Get of one block has nothing to read ahead of: its block is opened
+// when Next asks for it, as a block of the top tier is (a View, which
+// reads a block held lower into a copy), with one lookup in the hierarchy
+// and no goroutine started for it and waited for at once.
 // Hand the blocks out with Next, then Close it.
 func (n *Node) ReadAhead(keys []index.Key) *ReadAhead {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &ReadAhead{n: n, keys: keys, slots: make([]slot, len(keys)), ctx: ctx, cancel: cancel,
 		maxChunks: max(1, n.cfg.FetchConcurrency/4)}
+	if len(keys) == 1 {
+		return p
+	}
 	top := n.h.Kinds()[0]
 	for i, k := range keys {
 		if _, kind, err := n.h.Stat(k); err != nil || kind != top {

@@ -37,6 +37,13 @@ func (a *accounting) reserve(bytes, blocks int64) error {
 	return nil
 }
 
+// fits reports whether bytes more would keep Used within capacity now.
+func (a *accounting) fits(bytes int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.used+bytes <= a.capacity
+}
+
 // release undoes a reserve, or accounts for a deleted block.
 func (a *accounting) release(bytes, blocks int64) {
 	a.mu.Lock()

@@ -31,7 +31,9 @@ import (
 // block's record names gen (record.go); the bytes are exactly the block's,
 // from offset 0.
 //
-// A Put writes the file, then commits the record: a crash between the two
+// A Put writes the file, then commits the record — the file before it
+// takes the key's lock, when the block clearly fits, and removes it if a
+// check under the lock then refuses the block: a crash between the two
 // leaves a file that no record names, which the next Open removes (sweep).
 // The file is synced by the next flush (flushLocked), before Pebble's, so
 // that a durable record never names a file whose bytes are not. A file is

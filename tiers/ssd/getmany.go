@@ -262,7 +262,17 @@ func (t *Tier) readOpened(o opened, pooled bool) ([]byte, *bufpool.Buffer, index
 // GetManyPooled: a few chains' windows of large blocks.
 const pooledIdle = 64 << 20
 
-var _ tiers.PooledManyGetter = (*Tier)(nil)
+var (
+	_ tiers.PooledManyGetter = (*Tier)(nil)
+	_ tiers.PooledGetter     = (*Tier)(nil)
+)
+
+// GetPooled is Get into a buffer of the tier's pool, returned with one
+// reference, which the caller releases once done with the bytes (nil with
+// an error, and for an empty block); see tiers.PooledGetter.
+func (t *Tier) GetPooled(key index.Key) ([]byte, *bufpool.Buffer, index.Header, error) {
+	return t.getPooled(key)
+}
 
 // getPooled is Get into a buffer of the tier's pool, returned with one
 // reference (nil with an error).

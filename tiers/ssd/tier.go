@@ -127,8 +127,10 @@
 // by a striped lock (Put, Delete and the dropping of a corrupt block take
 // it exclusively, Get and Stat shared, so a Get always sees the record and
 // the payload of the same Put; a Get holds it until it has the block's
-// file open, not while it reads); operations on different keys run in
-// parallel, as Pebble allows. Scan reads records a page at a time and holds
+// file open, not while it reads; a Put writes a block file, under a new
+// number, before it takes the lock, when the block clearly fits, so that
+// the key's readers do not wait for the file system); operations on
+// different keys run in parallel, as Pebble allows. Scan reads records a page at a time and holds
 // no lock while it calls fn, so fn may call the tier. Close waits for
 // operations in flight.
 package ssd
@@ -275,6 +277,25 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 	if t.closed {
 		return fmt.Errorf("ssd: put %v: %w", m.Key, tiers.ErrClosed)
 	}
+	// A block file is written before the key's lock is taken, when the
+	// block clearly fits: its number is new, so no one meets the file until
+	// the record names it, and the key's readers do not wait for the file
+	// system (a create can wait for a journal commit that syncs elsewhere
+	// hold up). The checks are made again under the lock; one that fails
+	// there removes the file.
+	var gen uint64 // the block's file, written ahead
+	if int64(len(value)) >= t.cfg.FileMinSize && t.acct.fits(cost(m.Size)) &&
+		t.faults.failing() == nil && t.space.check(cost(m.Size)) == nil {
+		var err error
+		if gen, err = t.writeFile(m.Key, value); err != nil {
+			return fmt.Errorf("ssd: put %v: %w", m.Key, err)
+		}
+	}
+	discard := func() {
+		if gen != 0 {
+			t.files.discard(m.Key, gen, int64(len(value)))
+		}
+	}
 	s := t.stripe(m.Key)
 	s.Lock()
 	old, oldGen, err := t.record(m.Key)
@@ -282,6 +303,7 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 		// The old block's cost is unknown: drop it, which recounts.
 		s.Unlock()
 		if err := t.drop(m.Key); err != nil {
+			discard()
 			return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 		}
 		s.Lock()
@@ -293,22 +315,26 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 	case err == nil:
 		oldCost, oldBlocks = cost(old.Size), 1
 	case !errors.Is(err, tiers.ErrNotFound):
+		discard()
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
 	if err := t.faults.failing(); err != nil {
+		discard()
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
 	bytes, blocks := cost(m.Size)-oldCost, 1-oldBlocks
 	if err := t.acct.reserve(bytes, blocks); err != nil {
+		discard()
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
 	// A replaced block's bytes stay on disk until Pebble reclaims them: the
 	// new ones need room of their own.
 	if err := t.space.check(cost(m.Size)); err != nil {
 		t.acct.release(bytes, blocks)
+		discard()
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
 	}
-	inFile, err := t.write(m, value, oldBlocks == 1 && oldGen == 0)
+	inFile, err := t.write(m, value, gen, oldBlocks == 1 && oldGen == 0)
 	if err != nil {
 		t.acct.release(bytes, blocks)
 		return fmt.Errorf("ssd: put %v: %w", m.Key, err)
@@ -331,23 +357,33 @@ func (t *Tier) Put(m index.Header, value []byte) error {
 // with room for the batch's header and per-entry encoding.
 func batchSize(size int64) int64 { return size + 2*(keySize+16) + recordSize + 16 }
 
+// writeFile writes value to a new block file of key and returns its
+// number, or an error wrapping tiers.ErrNoSpace or ErrWriteFailing.
+func (t *Tier) writeFile(key index.Key, value []byte) (uint64, error) {
+	gen, err := t.files.write(key, value)
+	if err != nil {
+		// The tier's FS has told space or faults (countingFS), so that
+		// the next puts are refused as this one.
+		if isNoSpace(err) {
+			return 0, fmt.Errorf("%w: %w", tiers.ErrNoSpace, err)
+		}
+		return 0, fmt.Errorf("%w: %w", ErrWriteFailing, err)
+	}
+	return gen, nil
+}
+
 // write stores m's block: a block of Config.FileMinSize bytes or more in
-// a new block file, then its record; a smaller one as its record and
-// value, in one batch. Batches are pooled with their buffers, so that a
-// Put does not allocate a block-sized buffer for the garbage collector to
-// clear. oldInline says the block replaced is kept inline: its value is
-// deleted with the new record when the new block goes to a file. write
-// reports whether the block went to a file.
-func (t *Tier) write(m index.Header, value []byte, oldInline bool) (inFile bool, err error) {
-	var gen uint64
-	if int64(len(value)) >= t.cfg.FileMinSize {
-		if gen, err = t.files.write(m.Key, value); err != nil {
-			// The tier's FS has told space or faults (countingFS), so
-			// that the next puts are refused as this one.
-			if isNoSpace(err) {
-				return false, fmt.Errorf("%w: %w", tiers.ErrNoSpace, err)
-			}
-			return false, fmt.Errorf("%w: %w", ErrWriteFailing, err)
+// a new block file (file gen, when the caller wrote it already), then its
+// record; a smaller one as its record and value, in one batch. Batches are
+// pooled with their buffers, so that a Put does not allocate a block-sized
+// buffer for the garbage collector to clear. oldInline says the block
+// replaced is kept inline: its value is deleted with the new record when
+// the new block goes to a file. write reports whether the block went to a
+// file; on error no file of the block is left.
+func (t *Tier) write(m index.Header, value []byte, gen uint64, oldInline bool) (inFile bool, err error) {
+	if gen == 0 && int64(len(value)) >= t.cfg.FileMinSize {
+		if gen, err = t.writeFile(m.Key, value); err != nil {
+			return false, err
 		}
 	}
 	rk, pk := makeKey(prefixRecord, m.Key), makeKey(prefixPayload, m.Key)

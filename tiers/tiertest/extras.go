@@ -29,6 +29,7 @@ func runExtras(t *testing.T, f Factory) {
 	t.Run("Reserver", func(t *testing.T) { testReserver(t, f) })
 	t.Run("Invalidator", func(t *testing.T) { testInvalidator(t, f) })
 	t.Run("ManyGetter", func(t *testing.T) { testManyGetter(t, f) })
+	t.Run("PooledGetter", func(t *testing.T) { testPooledGetter(t, f) })
 	t.Run("ObjectLocator", func(t *testing.T) { testObjectLocator(t, f) })
 	t.Run("HostCopier", func(t *testing.T) { testHostCopier(t, f) })
 	t.Run("FileFiller", func(t *testing.T) { testFileFiller(t, f) })
@@ -320,6 +321,42 @@ func testManyGetter(t *testing.T, f Factory) {
 	must(t, tr.Close())
 	if err := mg.GetMany(context.Background(), keys, func(int, []byte, index.Header, error) {}); !errors.Is(err, tiers.ErrClosed) {
 		t.Fatalf("GetMany after Close: %v, want ErrClosed", err)
+	}
+}
+
+// testPooledGetter checks that GetPooled returns what Get does, with a
+// reference the caller releases, before and after the tier flushes, and
+// Get's errors: ErrNotFound for a block not stored, ErrClosed after Close.
+func testPooledGetter(t *testing.T, f Factory) {
+	tr := f.open(t, 4<<20, 1<<16)
+	pg := extra[tiers.PooledGetter](t, tr)
+	var blocks [][]byte
+	for i := 1; i <= 4; i++ {
+		m, b := Block(index.Hash(i), 1<<16/i)
+		must(t, tr.Put(m, b))
+		blocks = append(blocks, b)
+	}
+	check := func(t *testing.T) {
+		for i, b := range blocks {
+			k := index.Key{NS: ns, Hash: index.Hash(i + 1)}
+			v, ref, m, err := pg.GetPooled(k)
+			if err != nil || m.Key != k || m.Sum != index.Checksum(b) || !bytes.Equal(v, b) {
+				t.Fatalf("block %v: %d bytes, %+v, %v", k, len(v), m, err)
+			}
+			ref.Release()
+		}
+	}
+	t.Run("Buffered", check)
+	if f.Flush != nil {
+		f.Flush(t, tr)
+		t.Run("Flushed", check)
+	}
+	if v, ref, _, err := pg.GetPooled(index.Key{NS: ns, Hash: 99}); !errors.Is(err, tiers.ErrNotFound) || v != nil || ref != nil {
+		t.Fatalf("a block not stored: %d bytes, reference %v, %v; want ErrNotFound", len(v), ref != nil, err)
+	}
+	must(t, tr.Close())
+	if _, _, _, err := pg.GetPooled(index.Key{NS: ns, Hash: 1}); !errors.Is(err, tiers.ErrClosed) {
+		t.Fatalf("GetPooled after Close: %v, want ErrClosed", err)
 	}
 }
 
