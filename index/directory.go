@@ -377,6 +377,17 @@ func (d *Directory) Get(key Key) (Entry, bool) {
 	return Entry{Meta: e.Meta, Locations: slices.Clone(e.Locations)}, true
 }
 
+// Lists reports whether key's entry has metadata meta and lists loc: the
+// entry a stored change of key at loc with meta would leave as it is.
+func (d *Directory) Lists(key Key, meta Meta, loc Location) bool {
+	s := d.shard(key)
+	s.mu.RLock()
+	e := s.m[key]
+	ok := e != nil && e.Meta == meta && slices.Contains(e.Locations, loc)
+	s.mu.RUnlock()
+	return ok
+}
+
 // Len returns the number of keys held somewhere.
 func (d *Directory) Len() int {
 	n := 0

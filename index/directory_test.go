@@ -410,3 +410,37 @@ func BenchmarkSingleCalls1024(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*len(cs))/b.Elapsed().Seconds(), "changes/s")
 }
+
+// Lists is true exactly when a stored change would leave the entry as it
+// is: the key listed at the location, with the same metadata.
+func TestListsTellsWhetherAStoreWouldChangeTheEntry(t *testing.T) {
+	d := NewDirectory()
+	k := Key{ns, 7}
+	m := Meta{Size: 4096}
+	if d.Lists(k, m, node1DRAM) {
+		t.Fatal("an empty directory lists a key")
+	}
+	d.Add(k, m, node1DRAM)
+	if !d.Lists(k, m, node1DRAM) {
+		t.Fatal("a key just added is not listed")
+	}
+	for _, c := range []struct {
+		name string
+		meta Meta
+		loc  Location
+	}{
+		{"another size", Meta{Size: 4095}, node1DRAM},
+		{"a parent", Meta{Size: 4096, HasParent: true, Parent: 3}, node1DRAM},
+		{"another node", m, node2DRAM},
+		{"another tier", m, Location{Node: 1, Tier: TierSSD}},
+	} {
+		if d.Lists(k, c.meta, c.loc) {
+			t.Errorf("%s: listed", c.name)
+		}
+	}
+	d.Add(k, m, node2DRAM)
+	d.Remove(k, node1DRAM)
+	if d.Lists(k, m, node1DRAM) || !d.Lists(k, m, node2DRAM) {
+		t.Fatal("after a remove, the listing does not follow")
+	}
+}

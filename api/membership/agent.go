@@ -257,12 +257,29 @@ func (c *Agent) followLeader() {
 // blocks (a full queue drops and counts the change, and the reconcile pass
 // that follows restores what the drop lost). The node's changes must all
 // come through Publish, in the order they happen.
+//
+// A change that would leave the directory as it is goes no further: a
+// block stored again at one of the node's own locations with the metadata
+// the node last published for it (a key overwritten by a value of the same
+// size), which the replica already lists there with that metadata. The
+// replica lists only what is committed; the node's changes in flight end
+// with the block stored there with that metadata (the mirror says so, and
+// the batcher applies the node's last change last); only the node
+// publishes its own locations: so the directory ends as the change would
+// leave it. Another node's change of the block's metadata that the replica
+// has not applied yet is ordered with this one by raft alone, either way.
+// The mirror this needs is kept while reconciling is on; without it every
+// change is queued.
 func (c *Agent) Publish(ch index.Change) {
 	if c.own == nil {
 		c.batcher.Add(ch)
 		return
 	}
 	c.own.mu.Lock()
+	if c.own.repeatsLocked(ch) && c.rep.FSM.Directory().Lists(ch.Key, ch.Meta, ch.Loc) {
+		c.own.mu.Unlock()
+		return
+	}
 	c.own.applyLocked(ch)
 	c.batcher.Add(ch)
 	c.own.mu.Unlock()

@@ -125,6 +125,17 @@ func (o *ownBlocks) applyLocked(ch index.Change) {
 	o.buckets[b][ch.Key] = nb
 }
 
+// repeatsLocked reports whether ch stores a block at one of the node's own
+// tiers where the node's last change of the block stored it, with the same
+// metadata; the caller holds o.mu.
+func (o *ownBlocks) repeatsLocked(ch index.Change) bool {
+	if ch.Kind != index.ChangeStored || ch.Loc.Node != o.self || ch.Loc.Tier >= 8 {
+		return false
+	}
+	ob, ok := o.buckets[bucketOf(ch.Key)][ch.Key]
+	return ok && ob.tiers&(1<<ch.Loc.Tier) != 0 && ob.meta == ch.Meta
+}
+
 // lastLocked returns what the node published last about k, with its
 // number; the caller holds o.mu.
 func (o *ownBlocks) lastLocked(k index.Key) ownBlock {
