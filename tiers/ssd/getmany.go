@@ -97,9 +97,14 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 		defer close(queue)
 		for i, key := range keys {
 			for ahead.Load() >= t.cfg.ReadAhead {
+				// A reader that sees ctx done returns without reading
+				// the file it took, nor waking the opener: the opener
+				// watches ctx too, and closes the queue.
 				select {
 				case <-wake:
 				case <-stop:
+					return
+				case <-ctx.Done():
 					return
 				}
 			}
