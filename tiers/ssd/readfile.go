@@ -100,22 +100,18 @@ func (b *blockFiles) open(key index.Key, gen uint64, size int64, direct bool) (r
 	return readFile{fd: f, b: b}, nil
 }
 
-// openDirect opens file gen with O_DIRECT, and reports whether it did. A
-// file with any of its first size bytes in the page cache is then read
-// through it (O_DIRECT is turned off on the descriptor, which is the
-// caller's alone). When the kernel or the file system refuses, direct
-// reads are turned off and the file is left for open to open (false,
-// nil).
+// openDirect opens file gen and, when none of its first size bytes is in
+// the page cache, turns O_DIRECT on for the descriptor, which is the
+// caller's alone; a file with pages cached is read through them. It
+// reports whether it opened the file: when the kernel or the file system
+// refuses a direct read, direct reads are turned off and the file is left
+// for open to open (false, nil).
 func (b *blockFiles) openDirect(key index.Key, gen uint64, size int64) (*sharedFD, bool, error) {
-	fd, err := openRaw(b.path(key, gen), unix.O_DIRECT)
-	if errors.Is(err, unix.EINVAL) {
-		b.directOff("open", err)
-		return nil, false, nil
-	}
+	fd, err := openRaw(b.path(key, gen), 0)
 	if err != nil {
 		return nil, false, openError(key, gen, err)
 	}
-	f := &sharedFD{fd: fd, gen: gen, refs: 1, direct: true}
+	f := &sharedFD{fd: fd, gen: gen, refs: 1}
 	var cs unix.Cachestat_t
 	if err := unix.Cachestat(uint(fd), &unix.CachestatRange{Len: uint64(size)}, &cs, 0); err != nil {
 		b.directOff("cachestat", err)
@@ -123,9 +119,15 @@ func (b *blockFiles) openDirect(key index.Key, gen uint64, size int64) (*sharedF
 		return nil, false, nil
 	}
 	if cs.Cache > 0 {
-		f.buffered()
 		return f, true, nil
 	}
+	// F_SETFL changes only O_APPEND, O_ASYNC, O_DIRECT, O_NOATIME and
+	// O_NONBLOCK, none of which the descriptor has.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, unix.O_DIRECT); err != nil {
+		b.directOff("fcntl", err)
+		return f, true, nil
+	}
+	f.direct = true
 	b.directReads.Add(1)
 	return f, true, nil
 }
