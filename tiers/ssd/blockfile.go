@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"golang.org/x/sys/unix"
 
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers"
@@ -63,6 +63,13 @@ type blockFiles struct {
 	gen   atomic.Uint64 // the last number given to a file
 	bytes atomic.Int64  // bytes of the files on disk, removed ones excepted
 
+	// fds keeps files open for reads (fdcache.go); noDirect turns direct
+	// reads off (readfile.go), which directReads counts.
+	fds         *fdCache
+	noDirect    atomic.Bool
+	directReads atomic.Int64
+	log         *slog.Logger
+
 	mu       sync.Mutex
 	unsynced []vfs.File // written since the last sync, still open
 	dirs     [256]bool  // subdirectories with entries not yet synced
@@ -78,8 +85,9 @@ type doomedFile struct {
 	seq  uint64
 }
 
-func newBlockFiles(fs, readFS vfs.FS, dir string) (*blockFiles, error) {
-	b := &blockFiles{fs: fs, readFS: readFS, dir: fs.PathJoin(dir, blocksDir)}
+func newBlockFiles(fs, readFS vfs.FS, dir string, openFiles int, log *slog.Logger) (*blockFiles, error) {
+	b := &blockFiles{fs: fs, readFS: readFS, dir: fs.PathJoin(dir, blocksDir),
+		fds: newFDCache(openFiles), log: log}
 	for i := range 256 {
 		if err := fs.MkdirAll(b.sub(byte(i)), 0o755); err != nil {
 			return nil, fmt.Errorf("create block file directory: %w", err)
@@ -154,43 +162,42 @@ func (b *blockFiles) noteGen(gen uint64) {
 	}
 }
 
-// open opens key's block file number gen for reading. A missing file
-// fails with an error wrapping tiers.ErrCorrupt.
-func (b *blockFiles) open(key index.Key, gen uint64) (vfs.File, error) {
-	f, err := b.readFS.Open(b.path(key, gen))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("payload: %w: block file %s missing", tiers.ErrCorrupt, fileName(key, gen))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read payload: %w", err)
-	}
-	return f, nil
-}
-
 // read reads the block that m describes, kept in file gen, into p
-// (len(p) == m.Size) and checks it against m.
+// (len(p) == m.Size) and checks it against m. It opens the file afresh,
+// through the page cache, as a check of the file on disk must.
 func (b *blockFiles) read(m index.Header, gen uint64, p []byte) error {
-	f, err := b.open(m.Key, gen)
-	if err != nil {
-		return err
+	var f readFile
+	if b.rawReads() {
+		fd, err := openRaw(b.path(m.Key, gen), 0)
+		if err != nil {
+			return openError(m.Key, gen, err)
+		}
+		f = readFile{fd: &sharedFD{fd: fd, gen: gen, refs: 1}, b: b}
+	} else {
+		vf, err := b.readFS.Open(b.path(m.Key, gen))
+		if err != nil {
+			return openError(m.Key, gen, err)
+		}
+		f = readFile{vf: vf}
 	}
-	willNeed(f, int64(len(p)))
-	err = readBlock(f, m, gen, p)
-	_ = f.Close()
+	f.willNeed(int64(len(p)))
+	err := readBlock(f, m, gen, p)
+	f.close(err != nil)
 	return err
 }
 
 // readBlock reads the block that m describes from f, its file number
-// gen, into p and checks it against m's size and checksum.
+// gen, into p and checks it against m's size and checksum. A direct f
+// also writes p's spare capacity, up to len(p) rounded up (readAt).
 //
 // The caller has asked the kernel for the whole block at once (willNeed),
-// which submits every piece of it to the disk without waiting; readBlock
-// then reads it with one pread: the disk works on the whole block in
-// parallel whatever the kernel's readahead settings, with no goroutine per
-// piece (the split of readsplit.go, which Pebble's reads need, adds
-// nothing here).
-func readBlock(f vfs.File, m index.Header, gen uint64, p []byte) error {
-	n, err := f.ReadAt(p, 0)
+// which submits every piece of it to the disk without waiting, or reads
+// it directly; readBlock then reads it with one pread: the disk works on
+// the whole block in parallel whatever the kernel's readahead settings,
+// with no goroutine per piece (the split of readsplit.go, which Pebble's
+// reads need, adds nothing here).
+func readBlock(f readFile, m index.Header, gen uint64, p []byte) error {
+	n, err := f.readAt(p)
 	if n < len(p) {
 		if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return fmt.Errorf("payload: %w: block file %s is short: %d bytes read, record says %d",
@@ -205,17 +212,10 @@ func readBlock(f vfs.File, m index.Header, gen uint64, p []byte) error {
 	return nil
 }
 
-// willNeed asks the kernel to start reading the first size bytes of f
-// into the page cache, without waiting for them.
-func willNeed(f vfs.File, size int64) {
-	if fd := f.Fd(); fd != vfs.InvalidFd {
-		_ = unix.Fadvise(int(fd), 0, size, unix.FADV_WILLNEED)
-	}
-}
-
 // doom queues key's file gen, of size bytes, for removal once the
 // deletion of its record that was just applied is durable.
 func (b *blockFiles) doom(key index.Key, gen uint64, size int64) {
+	b.fds.evict(gen)
 	b.mu.Lock()
 	b.doomed = append(b.doomed, doomedFile{path: b.path(key, gen), size: size, seq: b.seq})
 	b.seq++
@@ -224,6 +224,7 @@ func (b *blockFiles) doom(key index.Key, gen uint64, size int64) {
 
 // discard removes key's file gen, of size bytes, which no record names.
 func (b *blockFiles) discard(key index.Key, gen uint64, size int64) {
+	b.fds.evict(gen)
 	if err := b.fs.Remove(b.path(key, gen)); err == nil {
 		b.bytes.Add(-size)
 	}
@@ -334,8 +335,10 @@ func (b *blockFiles) removeDoomed(upTo uint64) error {
 	return errors.Join(errs...)
 }
 
-// closeFiles closes the files not yet synced, unsynced.
+// closeFiles closes the files not yet synced, unsynced, and the files
+// kept open for reads.
 func (b *blockFiles) closeFiles() {
+	b.fds.close()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, f := range b.unsynced {
@@ -416,7 +419,9 @@ func (t *Tier) LocateFile(key index.Key) (tiers.FileExtent, error) {
 	case gen == 0:
 		err = fmt.Errorf("%w: the block is kept inline, not in a file", tiers.ErrNotFound)
 	default:
-		f, err = t.files.open(key, gen)
+		if f, err = t.files.readFS.Open(t.files.path(key, gen)); err != nil {
+			err = openError(key, gen, err)
+		}
 	}
 	s.RUnlock()
 	if err != nil {

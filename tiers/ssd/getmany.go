@@ -21,15 +21,18 @@ import (
 // Config.ReadAhead bytes ahead of the reads done: the disk gets the chain
 // as a deep queue of requests, as a sequential read gets it from the
 // kernel's readahead, and each read copies bytes already cached or on
-// their way, from the file opened for it. Reads start in the order of
-// keys, so that the blocks of a chain arrive roughly in order. Each block
-// is checked against its record as Get checks it, and a corrupt block is
-// dropped and reported with an error wrapping tiers.ErrCorrupt. A block
-// is read as it was when its file was opened: a Put or Delete of its key
-// meanwhile does not change what GetMany returns for it, as with a Get
-// that started first. GetMany fails only as a whole: with
-// tiers.ErrClosed, or with ctx's error once ctx is done, after which it
-// starts no more reads and fn hears of no more keys.
+// their way, from the file opened for it. A large block none of whose
+// pages is cached is instead read directly, from the disk into the block's
+// buffer, by its read (readfile.go): the page cache is neither filled nor
+// copied from, and the window of reads is the disk's queue. Reads start in
+// the order of keys, so that the blocks of a chain arrive roughly in
+// order. Each block is checked against its record as Get checks it, and a
+// corrupt block is dropped and reported with an error wrapping
+// tiers.ErrCorrupt. A block is read as it was when its file was opened: a
+// Put or Delete of its key meanwhile does not change what GetMany returns
+// for it, as with a Get that started first. GetMany fails only as a whole:
+// with tiers.ErrClosed, or with ctx's error once ctx is done, after which
+// it starts no more reads and fn hears of no more keys.
 func (t *Tier) GetMany(ctx context.Context, keys []index.Key, fn func(i int, value []byte, m index.Header, err error)) error {
 	return t.getMany(ctx, keys, false, func(i int, v []byte, _ *bufpool.Buffer, m index.Header, err error) { fn(i, v, m, err) })
 }
@@ -97,9 +100,14 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 		defer close(queue)
 		for i, key := range keys {
 			for ahead.Load() >= t.cfg.ReadAhead {
+				// A reader that sees ctx done returns without reading
+				// the file it took, nor waking the opener: the opener
+				// watches ctx too, and closes the queue.
 				select {
 				case <-wake:
 				case <-stop:
+					return
+				case <-ctx.Done():
 					return
 				}
 			}
@@ -108,13 +116,13 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 			}
 			o := t.openAhead(key)
 			o.i = i
-			if o.b.f != nil {
+			if o.b.f.isOpen() && !o.b.f.direct() {
 				ahead.Add(int64(o.b.m.Size))
 			}
 			select {
 			case queue <- o:
 			case <-stop:
-				o.b.close()
+				o.b.close(nil)
 				return
 			}
 		}
@@ -131,15 +139,15 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 			defer readers.Done()
 			for o := range queue {
 				if ctx.Err() != nil {
-					o.b.close()
+					o.b.close(nil)
 					return
 				}
 				var r result
 				r.i = o.i
 				size := int64(o.b.m.Size)
-				inFile := o.b.f != nil
+				asked := o.b.f.isOpen() && !o.b.f.direct()
 				r.v, r.ref, r.m, r.err = t.readOpened(o, pooled)
-				if inFile {
+				if asked {
 					ahead.Add(-size)
 					select {
 					case wake <- struct{}{}:
@@ -184,7 +192,7 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 	readers.Wait()
 	opener.Wait()
 	for o := range queue { // opened, and never to be read
-		o.b.close()
+		o.b.close(nil)
 	}
 	for r := range results { // read, and never to be delivered
 		r.ref.Release()
@@ -197,7 +205,8 @@ func (t *Tier) getMany(ctx context.Context, keys []index.Key, pooled bool, fn fu
 
 // openAhead looks key up for GetMany ahead of its read: when its block is
 // kept in a file, it opens the file and asks the kernel to start reading
-// all of it into the page cache, without waiting.
+// all of it into the page cache, without waiting, unless the file is to be
+// read directly (readfile.go).
 func (t *Tier) openAhead(key index.Key) opened {
 	o := opened{key: key}
 	t.life.RLock()
@@ -210,11 +219,13 @@ func (t *Tier) openAhead(key index.Key) opened {
 	s.RLock()
 	o.b.m, o.b.gen, o.err = t.record(key)
 	if o.err == nil && o.b.gen != 0 {
-		o.b.f, o.err = t.files.open(key, o.b.gen)
+		// Either kind of read gets a buffer of the tier's with room for a
+		// direct read's rounding (readOpened).
+		o.b.f, o.err = t.files.open(key, o.b.gen, int64(o.b.m.Size), true)
 	}
 	s.RUnlock()
-	if o.b.f != nil {
-		willNeed(o.b.f, int64(o.b.m.Size))
+	if o.b.f.isOpen() {
+		o.b.f.willNeed(int64(o.b.m.Size))
 	}
 	return o
 }
@@ -223,20 +234,20 @@ func (t *Tier) openAhead(key index.Key) opened {
 // buffer of the tier's pool when pooled is set, else a fresh one, and
 // closes o's file. An inline block is read as Get reads it.
 func (t *Tier) readOpened(o opened, pooled bool) ([]byte, *bufpool.Buffer, index.Header, error) {
-	if o.err == nil && o.b.f == nil {
+	if o.err == nil && !o.b.f.isOpen() {
 		if pooled {
 			return t.getPooled(o.key)
 		}
 		v, m, err := t.Get(o.key, nil)
 		return v, nil, m, err
 	}
-	defer o.b.close()
+	err := o.err
+	defer func() { o.b.close(err) }()
 	t.life.RLock()
 	defer t.life.RUnlock()
 	if t.closed {
 		return nil, nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", o.key, tiers.ErrClosed)
 	}
-	err := o.err
 	var v []byte
 	var ref *bufpool.Buffer
 	if err == nil {
@@ -244,7 +255,7 @@ func (t *Tier) readOpened(o opened, pooled bool) ([]byte, *bufpool.Buffer, index
 			ref = t.bufs.Get(int(o.b.m.Size))
 			v = ref.Bytes()
 		} else {
-			v = make([]byte, o.b.m.Size)
+			v = make([]byte, o.b.m.Size, roundUp(int(o.b.m.Size)))
 		}
 		if err = readBlock(o.b.f, o.b.m, o.b.gen, v); err != nil {
 			ref.Release()
@@ -283,7 +294,7 @@ func (t *Tier) getPooled(key index.Key) ([]byte, *bufpool.Buffer, index.Header, 
 		return nil, nil, index.Header{}, fmt.Errorf("ssd: get %v: %w", key, tiers.ErrClosed)
 	}
 	var ref *bufpool.Buffer
-	b, err := t.locate(key)
+	b, err := t.locate(key, true)
 	if err == nil {
 		if b.m.Size > 0 {
 			ref = t.bufs.Get(int(b.m.Size))
@@ -292,7 +303,7 @@ func (t *Tier) getPooled(key index.Key) ([]byte, *bufpool.Buffer, index.Header, 
 				ref = nil
 			}
 		}
-		b.close()
+		b.close(err)
 	}
 	if err != nil {
 		t.dropIfCorrupt(key, err)

@@ -156,7 +156,7 @@ func TestConfigDefaults(t *testing.T) {
 		MemTableSize: DefaultMemTableSize, CacheSize: DefaultCacheSize,
 		ValueSeparationMinSize: DefaultValueSeparationMinSize, ReadWindow: DefaultReadWindow,
 		ReadAhead:   DefaultReadAhead,
-		FileMinSize: DefaultFileMinSize, Logger: slog.Default(), FS: vfs.Default,
+		FileMinSize: DefaultFileMinSize, OpenFiles: DefaultOpenFiles, Logger: slog.Default(), FS: vfs.Default,
 	}
 	if cfg != want {
 		t.Fatalf("defaults %+v, want %+v", cfg, want)

@@ -51,15 +51,21 @@
 //
 // # Reads
 //
-// Get opens a block's file under the key's lock, asks the kernel for the
-// whole block at once (posix_fadvise WILLNEED, which submits all of it to
-// the disk) and reads it with one pread straight into the caller's buffer,
-// then checks it. GetMany — how the hierarchy's
-// ReadMany, and so a node's get of a context, reads a chain — opens the
-// chain's block files in order, each once, and asks the kernel for each
-// whole file as it opens it, up to Config.ReadAhead bytes ahead of the
-// reads done, while Config.ReadWindow reads copy the blocks out of the
-// files so opened. A file stays readable once open, whatever happens to
+// Get opens a block's file under the key's lock and reads it with one
+// pread straight into the caller's buffer, then checks it. A block of
+// 512 KiB or more none of whose pages is in the page cache is read with
+// O_DIRECT, from the disk into the buffer, when the buffer allows; any
+// other is read through the page cache, the kernel asked for the whole
+// block at once (posix_fadvise WILLNEED, which submits all of it to the
+// disk). When Config.FS is the operating system's, block files are read
+// through bare descriptors, and small blocks' files are kept open for the
+// next read, up to Config.OpenFiles (readfile.go, fdcache.go). GetMany —
+// how the hierarchy's ReadMany, and so a node's get of a context, reads a
+// chain — opens the chain's block files in order, each once, and asks the
+// kernel for each whole file it reads through the page cache as it opens
+// it, up to Config.ReadAhead bytes ahead of the reads done, while
+// Config.ReadWindow reads copy the blocks out of the files so opened, or
+// read them directly. A file stays readable once open, whatever happens to
 // its key: LocateFile (tiers.FileLocator) hands one out, with its
 // descriptor, for a reader with its own path to the disk (GPUDirect
 // Storage).
@@ -145,7 +151,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/internal/bufpool"
 	"github.com/kvstrata/kvstrata/internal/units"
@@ -235,7 +240,7 @@ func Open(cfg Config) (*Tier, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
-	if t.files, err = newBlockFiles(fs, cfg.FS, cfg.Dir); err != nil {
+	if t.files, err = newBlockFiles(fs, cfg.FS, cfg.Dir, cfg.OpenFiles, cfg.Logger); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("ssd: open %s: %w", cfg.Dir, err)
 	}
@@ -426,12 +431,14 @@ func (t *Tier) Get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 // get is Get for a caller that holds t.life shared. A block in a file is
 // read straight into dst's spare capacity, grown as needed.
 func (t *Tier) get(key index.Key, dst []byte) ([]byte, index.Header, error) {
-	b, err := t.locate(key)
+	b, err := t.locate(key, false)
 	if err == nil {
-		n := len(dst)
-		dst = slices.Grow(dst, int(b.m.Size))[:n+int(b.m.Size)]
-		err = b.readInto(dst[n:])
-		b.close()
+		n, end := len(dst), len(dst)+int(b.m.Size)
+		dst = slices.Grow(dst, int(b.m.Size))[:end]
+		// The caller's spare capacity past the block is not the tier's to
+		// write (a direct read rounds up).
+		err = b.readInto(dst[n:end:end])
+		b.close(err)
 	}
 	if err != nil {
 		t.dropIfCorrupt(key, err)
@@ -445,16 +452,19 @@ func (t *Tier) get(key index.Key, dst []byte) ([]byte, index.Header, error) {
 type located struct {
 	m      index.Header
 	gen    uint64
-	f      vfs.File  // the block's file, when gen != 0
+	f      readFile  // the block's file, when gen != 0
 	v      []byte    // the inline bytes, when gen == 0
 	closer io.Closer // of v
 }
 
 // locate reads key's record under the key's lock and opens the block's
 // file, or reads and checks its inline bytes: once open, the file stays
-// readable whatever happens to the key. The caller holds t.life shared,
-// and closes the result.
-func (t *Tier) locate(key index.Key) (located, error) {
+// readable whatever happens to the key. A large block's file is opened
+// for a direct read when the block is a whole number of directAlign
+// blocks, or when the caller reads into the tier's own buffer (own), with
+// room for the rounding. The caller holds t.life shared, and closes the
+// result.
+func (t *Tier) locate(key index.Key, own bool) (located, error) {
 	s := t.stripe(key)
 	s.RLock()
 	defer s.RUnlock()
@@ -464,7 +474,8 @@ func (t *Tier) locate(key index.Key) (located, error) {
 	switch {
 	case err != nil:
 	case b.gen != 0:
-		b.f, err = t.files.open(key, b.gen)
+		direct := own || b.m.Size%directAlign == 0
+		b.f, err = t.files.open(key, b.gen, int64(b.m.Size), direct)
 	default:
 		b.v, b.closer, err = t.payload(b.m)
 	}
@@ -474,17 +485,19 @@ func (t *Tier) locate(key index.Key) (located, error) {
 // readInto reads the block into p, len(p) == m.Size, and checks a block
 // read from its file.
 func (b *located) readInto(p []byte) error {
-	if b.f != nil {
-		willNeed(b.f, int64(len(p)))
+	if b.f.isOpen() {
+		b.f.willNeed(int64(len(p)))
 		return readBlock(b.f, b.m, b.gen, p)
 	}
 	copy(p, b.v)
 	return nil
 }
 
-func (b *located) close() {
-	if b.f != nil {
-		_ = b.f.Close()
+// close closes b's file or releases its inline bytes; err is the read's
+// error, nil when it succeeded.
+func (b *located) close(err error) {
+	if b.f.isOpen() {
+		b.f.close(err != nil)
 	}
 	if b.closer != nil {
 		_ = b.closer.Close()
