@@ -152,10 +152,7 @@ func (h *Hierarchy) ReserveRoom(m index.Header) (*PutReservation, error) {
 		r.buf = make([]byte, m.Size) // Commit stores it, within the quota
 		return r, nil
 	}
-	h.lock()
-	closed := h.closed
-	h.mu.Unlock()
-	if closed {
+	if h.closed.Load() {
 		return nil, ErrClosed
 	}
 	var err error

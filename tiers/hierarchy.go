@@ -170,10 +170,12 @@ func (c *Config) Validate() error {
 // Every method is safe for concurrent use. Block bytes move outside the
 // hierarchy's lock; one writer at a time owns a key (Put, Delete or a move),
 // so the levels never hold two versions of a key that the hierarchy thinks
-// are the same. Reads (Get, View, ReadMany, Stat, Lookup) hold the lock
-// shared, only to look keys up: they record their hits for the policies
-// in a buffer that the next exclusive holder applies first (touches), so
-// that reads never wait for each other.
+// are the same. A read of one block (Get, View, ViewDevice, a ReadMany of
+// one key) finds its level in the read index (readIndex), not under the
+// lock, and records its hit for the policies in a buffer that the next
+// holder of the lock applies first (touches): reads wait neither for each
+// other nor for writers. Stat, Lookup, Stats and the lookups of a ReadMany
+// hold the lock shared.
 type Hierarchy struct {
 	node   index.NodeID
 	levels []*level
@@ -182,12 +184,13 @@ type Hierarchy struct {
 	// mu guards the entries, pins, policies, sketch and counters. Hold it
 	// exclusively with lock, which applies the buffered hits first.
 	mu       sync.RWMutex
-	reads    touches // hits recorded under mu held shared
+	reads    touches   // hits recorded without mu held exclusively
+	readable readIndex // what a read needs of entries, without mu
 	entries  map[index.Key]*entry
 	pins     map[index.Key]*pin
 	pinCalls int
 	sketch   *policy.Sketch // nil when every level admits everything
-	closed   bool
+	closed   atomic.Bool
 	// gets and misses count as LevelStats' hits do, without the lock.
 	gets, misses atomic.Int64
 	// overQuota is set when a tenant may be over a quota (SetQuotas ran)
@@ -333,6 +336,7 @@ func (h *Hierarchy) load() error {
 				e.atime.Store(now)
 				h.entries[m.Key] = e
 			}
+			h.publishLocked(m.Key)
 			h.chargeLocked(i, m, 1)
 			h.addedLocked(i, m)
 			return true
@@ -455,24 +459,21 @@ func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, index.Header, index.
 func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, *bufpool.Buffer, error)) (index.Header, index.TierKind, error) {
 	var leaving uint8 // levels whose recorded copy their tier did not have
 	for range 4 {
-		h.mu.RLock()
-		if h.closed {
-			h.mu.RUnlock()
+		if h.closed.Load() {
 			return index.Header{}, 0, ErrClosed
 		}
-		e := h.entries[key]
-		if e != nil && e.in != 0 && e.in&^leaving == 0 {
-			h.mu.RUnlock()
+		r := h.readable.get(key)
+		e := r.e
+		if r.in != 0 && r.in&^leaving == 0 {
 			h.lock()
-			for e.busy && h.entries[key] == e && !h.closed {
+			for e.busy && h.entries[key] == e && !h.closed.Load() {
 				h.waitLocked(e) // its owner is dropping or moving every copy we tried
 			}
 			leaving = 0
 			h.mu.Unlock()
 			continue
 		}
-		if e == nil || e.in == 0 {
-			h.mu.RUnlock()
+		if r.in == 0 {
 			found, down, err := h.discover(key)
 			if found {
 				continue
@@ -484,9 +485,8 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, *bu
 			h.gets.Add(1)
 			return index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
 		}
-		i := bits.TrailingZeros8(e.in &^ leaving)
+		i := bits.TrailingZeros8(r.in &^ leaving)
 		l := h.levels[i]
-		h.mu.RUnlock()
 		h.touched(i, key, e)
 
 		m, shared, ref, err := fn(l.Tier)
@@ -618,7 +618,7 @@ func (h *Hierarchy) acquire(key index.Key, create bool) (*entry, error) {
 	h.lock()
 	defer h.mu.Unlock()
 	for {
-		if h.closed {
+		if h.closed.Load() {
 			return nil, ErrClosed
 		}
 		e := h.entries[key]
@@ -666,6 +666,7 @@ func (h *Hierarchy) releaseLocked(key index.Key, e *entry) {
 	h.unholdLocked(e, key)
 	if e.in == 0 && h.entries[key] == e {
 		delete(h.entries, key)
+		h.publishLocked(key)
 	}
 	if e.idle != nil {
 		close(e.idle)
@@ -684,6 +685,7 @@ func (h *Hierarchy) setLocked(e *entry, m index.Header, i int) {
 	if e.in&(1<<i) == 0 {
 		e.in |= 1 << i
 		h.chargeLocked(i, m, 1)
+		h.publishLocked(m.Key)
 	} else {
 		h.touchOwnLocked(i, m.Key)
 	}
@@ -705,6 +707,7 @@ func (h *Hierarchy) removedLocked(i int, e *entry, key index.Key) {
 		h.chargeLocked(i, e.meta, -1)
 	}
 	e.in &^= 1 << i
+	h.publishLocked(key)
 	h.levels[i].Policy.Remove(key)
 	if h.cfg.OnChange != nil {
 		h.cfg.OnChange(index.Change{Kind: index.ChangeRemoved, Key: key, Loc: h.levels[i].loc})
@@ -728,6 +731,7 @@ func (h *Hierarchy) lost(i int, key index.Key) {
 		h.removedLocked(i, e, key)
 		if e.in == 0 && !e.busy {
 			delete(h.entries, key)
+			h.publishLocked(key)
 		}
 	}
 }
@@ -753,11 +757,11 @@ func (h *Hierarchy) levelOf(kind index.TierKind) int {
 // Close stops the mover and closes every tier.
 func (h *Hierarchy) Close() error {
 	h.lock()
-	if h.closed {
+	if h.closed.Load() {
 		h.mu.Unlock()
 		return nil
 	}
-	h.closed = true
+	h.closed.Store(true)
 	h.mu.Unlock()
 	close(h.stop) // wakes every waiter for a key (waitLocked)
 	h.mover.Wait()

@@ -289,7 +289,7 @@ func (h *Hierarchy) promote(p promotion) {
 	defer p.ref.Release()
 	h.lock()
 	e := h.entries[p.key]
-	if e == nil || e.busy || e.in&(1<<p.from) == 0 || h.closed ||
+	if e == nil || e.busy || e.in&(1<<p.from) == 0 || h.closed.Load() ||
 		(p.data != nil && p.meta.Sum != e.meta.Sum) { // the bytes read are no longer the current version
 		h.mu.Unlock()
 		return
@@ -525,7 +525,7 @@ func (h *Hierarchy) discover(key index.Key) (found bool, down int, err error) {
 			continue
 		}
 		h.lock()
-		if h.closed {
+		if h.closed.Load() {
 			h.mu.Unlock()
 			return false, 0, nil
 		}
@@ -533,6 +533,7 @@ func (h *Hierarchy) discover(key index.Key) (found bool, down int, err error) {
 			e := &entry{meta: m, in: 1 << i}
 			e.atime.Store(time.Now().UnixNano())
 			h.entries[key] = e
+			h.publishLocked(key)
 			h.chargeLocked(i, m, 1)
 			h.addedLocked(i, m)
 			found = true

@@ -46,7 +46,7 @@ func (h *Hierarchy) Locate(ctx context.Context, keys []index.Key) ([]Placement, 
 			return nil, err
 		}
 		h.mu.RLock()
-		if h.closed {
+		if h.closed.Load() {
 			h.mu.RUnlock()
 			return nil, ErrClosed
 		}

@@ -39,7 +39,7 @@ func (h *Hierarchy) Pin(keys []index.Key, ttl time.Duration) (*Lease, error) {
 	end := time.Now().Add(min(ttl, h.cfg.MaxLease))
 	h.lock()
 	defer h.mu.Unlock()
-	if h.closed {
+	if h.closed.Load() {
 		return nil, ErrClosed
 	}
 	if h.pinCalls++; h.pinCalls%sweepEvery == 0 {

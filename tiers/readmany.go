@@ -44,7 +44,7 @@ func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool,
 	byLevel := make([][]int, len(h.levels))
 	var missing []int
 	h.mu.RLock()
-	if h.closed {
+	if h.closed.Load() {
 		h.mu.RUnlock()
 		return ErrClosed
 	}

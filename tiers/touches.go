@@ -15,8 +15,8 @@ import (
 // the frequency sketch — changes state that the hierarchy's lock guards
 // only when held exclusively. Were each read to take it so, on a few busy
 // cores the gets would queue behind each other, and all of them behind a
-// holder the OS preempts. Instead a read looks its key up under the lock
-// held shared and records the hit in touches, a buffer of its own.
+// holder the OS preempts. Instead a read looks its key up without the
+// lock (readIndex) and records the hit in touches, a buffer of its own.
 // Whoever next takes the lock exclusively (lock) first applies what the
 // buffer holds, in the order of the reads. So does a read that finds its
 // stripe of the buffer half full, if the lock is free then; else it wakes
