@@ -152,10 +152,7 @@ func (h *Hierarchy) ReserveRoom(m index.Header) (*PutReservation, error) {
 		r.buf = make([]byte, m.Size) // Commit stores it, within the quota
 		return r, nil
 	}
-	h.mu.Lock()
-	closed := h.closed
-	h.mu.Unlock()
-	if closed {
+	if h.closed.Load() {
 		return nil, ErrClosed
 	}
 	var err error
@@ -266,14 +263,14 @@ type BlockInfo struct {
 // keeps all). It holds the hierarchy's lock while it runs: keep must be cheap
 // and must not call back into h.
 func (h *Hierarchy) Blocks(keep func(BlockInfo) bool) []BlockInfo {
-	h.mu.Lock()
+	h.lock()
 	defer h.mu.Unlock()
 	var out []BlockInfo
 	for k, e := range h.entries {
 		if e.in == 0 {
 			continue
 		}
-		b := BlockInfo{Header: e.meta, LastAccess: time.Unix(0, e.atime), Pinned: h.pinnedLocked(k)}
+		b := BlockInfo{Header: e.meta, LastAccess: time.Unix(0, e.atime.Load()), Pinned: h.pinnedLocked(k)}
 		for in := e.in; in != 0; in &= in - 1 {
 			b.Kinds = append(b.Kinds, h.levels[bits.TrailingZeros8(in)].Kind)
 		}

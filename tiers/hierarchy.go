@@ -170,18 +170,27 @@ func (c *Config) Validate() error {
 // Every method is safe for concurrent use. Block bytes move outside the
 // hierarchy's lock; one writer at a time owns a key (Put, Delete or a move),
 // so the levels never hold two versions of a key that the hierarchy thinks
-// are the same.
+// are the same. A read of one block (Get, View, ViewDevice, a ReadMany of
+// one key) finds its level in the read index (readIndex), not under the
+// lock, and records its hit for the policies in a buffer that the next
+// holder of the lock applies first (touches): reads wait neither for each
+// other nor for writers. Stat, Lookup, Stats and the lookups of a ReadMany
+// hold the lock shared.
 type Hierarchy struct {
 	node   index.NodeID
 	levels []*level
 	cfg    Config
 
-	mu       sync.Mutex
+	// mu guards the entries, pins, policies, sketch and counters. Hold it
+	// exclusively with lock, which applies the buffered hits first.
+	mu       sync.RWMutex
+	reads    touches   // hits recorded without mu held exclusively
+	readable readIndex // what a read needs of entries, without mu
 	entries  map[index.Key]*entry
 	pins     map[index.Key]*pin
 	pinCalls int
 	sketch   *policy.Sketch // nil when every level admits everything
-	closed   bool
+	closed   atomic.Bool
 	// gets and misses count as LevelStats' hits do, without the lock.
 	gets, misses atomic.Int64
 	// overQuota is set when a tenant may be over a quota (SetQuotas ran)
@@ -223,7 +232,9 @@ type entry struct {
 	// its tenant's quota for a copy it is storing; 0 when it holds none.
 	holdIn uint8
 	hold   uint32
-	atime  int64 // unix nanoseconds of the last Put or Get
+	// atime is the unix nanoseconds of the last Put or Get, which a read
+	// sets without the lock held exclusively.
+	atime atomic.Int64
 }
 
 type promotion struct {
@@ -321,8 +332,11 @@ func (h *Hierarchy) load() error {
 				}
 				e.in |= 1 << i
 			} else {
-				h.entries[m.Key] = &entry{meta: m, in: 1 << i, atime: now}
+				e := &entry{meta: m, in: 1 << i}
+				e.atime.Store(now)
+				h.entries[m.Key] = e
 			}
+			h.publishLocked(m.Key)
 			h.chargeLocked(i, m, 1)
 			h.addedLocked(i, m)
 			return true
@@ -364,7 +378,7 @@ func (h *Hierarchy) stored(e *entry, m index.Header, err error) error {
 		h.release(m.Key, e)
 		return err
 	}
-	h.mu.Lock()
+	h.lock()
 	stale := e.in &^ 1 // level 0's copy was replaced in place
 	h.touchLocked(m.Key, e)
 	h.setLocked(e, m, 0)
@@ -399,7 +413,7 @@ func (h *Hierarchy) invalidate(i int, e *entry, key index.Key, stale bool) error
 	}
 	err := inv.Invalidate(key)
 	if stale {
-		h.mu.Lock()
+		h.lock()
 		h.removedLocked(i, e, key)
 		h.mu.Unlock()
 	}
@@ -445,22 +459,21 @@ func (h *Hierarchy) Get(key index.Key, dst []byte) ([]byte, index.Header, index.
 func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, *bufpool.Buffer, error)) (index.Header, index.TierKind, error) {
 	var leaving uint8 // levels whose recorded copy their tier did not have
 	for range 4 {
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
+		if h.closed.Load() {
 			return index.Header{}, 0, ErrClosed
 		}
-		e := h.entries[key]
-		if e != nil && e.in != 0 && e.in&^leaving == 0 {
-			for e.busy && h.entries[key] == e && !h.closed {
+		r := h.readable.get(key)
+		e := r.e
+		if r.in != 0 && r.in&^leaving == 0 {
+			h.lock()
+			for e.busy && h.entries[key] == e && !h.closed.Load() {
 				h.waitLocked(e) // its owner is dropping or moving every copy we tried
 			}
 			leaving = 0
 			h.mu.Unlock()
 			continue
 		}
-		if e == nil || e.in == 0 {
-			h.mu.Unlock()
+		if r.in == 0 {
 			found, down, err := h.discover(key)
 			if found {
 				continue
@@ -472,12 +485,9 @@ func (h *Hierarchy) read(key index.Key, fn func(Tier) (index.Header, []byte, *bu
 			h.gets.Add(1)
 			return index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", key, ErrNotFound)
 		}
-		i := bits.TrailingZeros8(e.in &^ leaving)
+		i := bits.TrailingZeros8(r.in &^ leaving)
 		l := h.levels[i]
-		l.Policy.Touch(key)
-		h.touchOwnLocked(i, key)
-		h.touchLocked(key, e)
-		h.mu.Unlock()
+		h.touched(i, key, e)
 
 		m, shared, ref, err := fn(l.Tier)
 		switch {
@@ -513,8 +523,8 @@ func (h *Hierarchy) unreachable(i int, key index.Key, err error) error {
 
 // Stat returns a block's Meta and the fastest kind of tier holding it.
 func (h *Hierarchy) Stat(key index.Key) (index.Header, index.TierKind, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	if e := h.entries[key]; e != nil && e.in != 0 {
 		return e.meta, h.levels[bits.TrailingZeros8(e.in)].Kind, nil
 	}
@@ -544,8 +554,8 @@ func (h *Hierarchy) Find(key index.Key) (index.Header, index.TierKind, error) {
 func (h *Hierarchy) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefix {
 	var scan index.PrefixScan
 	var locs [8]index.Location // one per level, at most 8
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	for _, hash := range chain {
 		n := 0
 		if e := h.entries[index.Key{NS: ns, Hash: hash}]; e != nil {
@@ -564,7 +574,7 @@ func (h *Hierarchy) Lookup(ns index.NamespaceID, chain []index.Hash) index.Prefi
 // Delete removes a block from every level. It fails with ErrPinned while an
 // unexpired pin holds the block.
 func (h *Hierarchy) Delete(key index.Key) error {
-	h.mu.Lock()
+	h.lock()
 	if h.pinnedLocked(key) {
 		h.mu.Unlock()
 		return fmt.Errorf("hierarchy: delete %v: %w", key, ErrPinned)
@@ -605,10 +615,10 @@ func (h *Hierarchy) DeleteFrom(kind index.TierKind, key index.Key) error {
 // acquire waits until no writer owns key and takes ownership. With create,
 // a key not held anywhere gets a fresh entry; else it is ErrNotFound.
 func (h *Hierarchy) acquire(key index.Key, create bool) (*entry, error) {
-	h.mu.Lock()
+	h.lock()
 	defer h.mu.Unlock()
 	for {
-		if h.closed {
+		if h.closed.Load() {
 			return nil, ErrClosed
 		}
 		e := h.entries[key]
@@ -640,12 +650,12 @@ func (h *Hierarchy) waitLocked(e *entry) {
 	case <-idle:
 	case <-h.stop:
 	}
-	h.mu.Lock()
+	h.lock()
 }
 
 // release gives up ownership of key and forgets it if no level holds it.
 func (h *Hierarchy) release(key index.Key, e *entry) {
-	h.mu.Lock()
+	h.lock()
 	h.releaseLocked(key, e)
 	h.mu.Unlock()
 }
@@ -656,6 +666,7 @@ func (h *Hierarchy) releaseLocked(key index.Key, e *entry) {
 	h.unholdLocked(e, key)
 	if e.in == 0 && h.entries[key] == e {
 		delete(h.entries, key)
+		h.publishLocked(key)
 	}
 	if e.idle != nil {
 		close(e.idle)
@@ -674,6 +685,7 @@ func (h *Hierarchy) setLocked(e *entry, m index.Header, i int) {
 	if e.in&(1<<i) == 0 {
 		e.in |= 1 << i
 		h.chargeLocked(i, m, 1)
+		h.publishLocked(m.Key)
 	} else {
 		h.touchOwnLocked(i, m.Key)
 	}
@@ -695,6 +707,7 @@ func (h *Hierarchy) removedLocked(i int, e *entry, key index.Key) {
 		h.chargeLocked(i, e.meta, -1)
 	}
 	e.in &^= 1 << i
+	h.publishLocked(key)
 	h.levels[i].Policy.Remove(key)
 	if h.cfg.OnChange != nil {
 		h.cfg.OnChange(index.Change{Kind: index.ChangeRemoved, Key: key, Loc: h.levels[i].loc})
@@ -704,7 +717,7 @@ func (h *Hierarchy) removedLocked(i int, e *entry, key index.Key) {
 // dropCopy deletes level i's copy of a key the caller owns.
 func (h *Hierarchy) dropCopy(i int, e *entry, key index.Key) {
 	_ = h.levels[i].Tier.Delete(key) // ErrNotFound: already gone, which is the goal
-	h.mu.Lock()
+	h.lock()
 	h.removedLocked(i, e, key)
 	h.mu.Unlock()
 }
@@ -712,19 +725,21 @@ func (h *Hierarchy) dropCopy(i int, e *entry, key index.Key) {
 // lost forgets level i's copy of key after the tier found it corrupt (and
 // dropped it).
 func (h *Hierarchy) lost(i int, key index.Key) {
-	h.mu.Lock()
+	h.lock()
 	defer h.mu.Unlock()
 	if e := h.entries[key]; e != nil && e.in&(1<<i) != 0 {
 		h.removedLocked(i, e, key)
 		if e.in == 0 && !e.busy {
 			delete(h.entries, key)
+			h.publishLocked(key)
 		}
 	}
 }
 
-// touchLocked records an access to e's key.
+// touchLocked records an access to e's key by its owner, who holds the
+// lock exclusively.
 func (h *Hierarchy) touchLocked(key index.Key, e *entry) {
-	e.atime = time.Now().UnixNano()
+	e.atime.Store(time.Now().UnixNano())
 	if h.sketch != nil {
 		h.sketch.Increment(key)
 	}
@@ -741,12 +756,12 @@ func (h *Hierarchy) levelOf(kind index.TierKind) int {
 
 // Close stops the mover and closes every tier.
 func (h *Hierarchy) Close() error {
-	h.mu.Lock()
-	if h.closed {
+	h.lock()
+	if h.closed.Load() {
 		h.mu.Unlock()
 		return nil
 	}
-	h.closed = true
+	h.closed.Store(true)
 	h.mu.Unlock()
 	close(h.stop) // wakes every waiter for a key (waitLocked)
 	h.mover.Wait()

@@ -427,6 +427,9 @@ func TestConcurrentUseKeepsDirectoryTrue(t *testing.T) {
 	if fmt.Sprint(held) != fmt.Sprint(listed) {
 		t.Fatalf("tiers hold %v, directory lists %v", held, listed)
 	}
+	if err := tiers.CheckReadIndex(h); err != nil {
+		t.Fatal(err)
+	}
 	if s := h.Stats(); s.Levels[0].Used > s.Levels[0].Capacity*3/4 {
 		t.Fatalf("dram above its high watermark after Settle: %+v", s.Levels[0])
 	}

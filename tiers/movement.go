@@ -45,7 +45,7 @@ func (h *Hierarchy) storeWith(i int, m index.Header, put func() error) error {
 
 // unhold gives back the quota the owner of key holds.
 func (h *Hierarchy) unhold(key index.Key) {
-	h.mu.Lock()
+	h.lock()
 	if e := h.entries[key]; e != nil {
 		h.unholdLocked(e, key)
 	}
@@ -63,7 +63,7 @@ func (h *Hierarchy) evictOne(i int) bool { return h.evict(i, 0, false) }
 // Without a quota for t on level i it evicts nothing.
 func (h *Hierarchy) evict(i int, t index.TenantTag, own bool) bool {
 	l := h.levels[i]
-	h.mu.Lock()
+	h.lock()
 	order := l.Policy
 	if own {
 		s := l.shares[t]
@@ -104,7 +104,7 @@ func (h *Hierarchy) evict(i int, t index.TenantTag, own bool) bool {
 	// The copy leaves the tier before the hierarchy records the move, all
 	// at once: a reader that misses it meanwhile waits for the key (read).
 	_ = l.Tier.Delete(key) // ErrNotFound: already gone, which is the goal
-	h.mu.Lock()
+	h.lock()
 	if demoted {
 		h.setLocked(e, m, j)
 		h.levels[j].demotions++
@@ -139,7 +139,7 @@ func (h *Hierarchy) demoteBelow(i int, m index.Header, force bool) (int, error) 
 	var err error
 	for j := i + 1; j < len(h.levels); j++ {
 		if j > i+1 && !force {
-			h.mu.Lock()
+			h.lock()
 			ok := h.admitLocked(j, m.Key)
 			h.mu.Unlock()
 			if !ok {
@@ -287,9 +287,9 @@ func (h *Hierarchy) dequeued(p promotion) promotion {
 // writer owns the key: the mover's work.
 func (h *Hierarchy) promote(p promotion) {
 	defer p.ref.Release()
-	h.mu.Lock()
+	h.lock()
 	e := h.entries[p.key]
-	if e == nil || e.busy || e.in&(1<<p.from) == 0 || h.closed ||
+	if e == nil || e.busy || e.in&(1<<p.from) == 0 || h.closed.Load() ||
 		(p.data != nil && p.meta.Sum != e.meta.Sum) { // the bytes read are no longer the current version
 		h.mu.Unlock()
 		return
@@ -317,7 +317,7 @@ func (h *Hierarchy) promote(p promotion) {
 		if h.store(t, p.meta, p.data) != nil {
 			return
 		}
-		h.mu.Lock()
+		h.lock()
 		h.setLocked(e, p.meta, t)
 		h.levels[t].promotions++
 		h.mu.Unlock()
@@ -333,7 +333,7 @@ func (h *Hierarchy) promote(p promotion) {
 // into a device tier that pinned them, that is DMA with no buffer in
 // between.
 func (h *Hierarchy) copyUp(key index.Key, e *entry, from, to int) error {
-	h.mu.Lock()
+	h.lock()
 	m := e.meta
 	h.mu.Unlock()
 	vm, filled, err := h.fillUp(key, from, to)
@@ -343,7 +343,7 @@ func (h *Hierarchy) copyUp(key index.Key, e *entry, from, to int) error {
 	if err != nil {
 		return err
 	}
-	h.mu.Lock()
+	h.lock()
 	h.setLocked(e, vm, to)
 	h.levels[to].promotions++
 	h.mu.Unlock()
@@ -457,7 +457,7 @@ func (h *Hierarchy) PromoteTo(kind index.TierKind, key index.Key) (bool, error) 
 		return false, err
 	}
 	defer h.release(key, e)
-	h.mu.Lock()
+	h.lock()
 	in := e.in
 	h.mu.Unlock()
 	if in == 0 {
@@ -484,7 +484,7 @@ func (h *Hierarchy) Demote(kind index.TierKind, key index.Key) error {
 		return err
 	}
 	defer h.release(key, e)
-	h.mu.Lock()
+	h.lock()
 	m, in := e.meta, e.in
 	h.mu.Unlock()
 	if in&(1<<i) == 0 {
@@ -495,13 +495,13 @@ func (h *Hierarchy) Demote(kind index.TierKind, key index.Key) error {
 		if err != nil {
 			return fmt.Errorf("hierarchy: demote %v from %v: %w", key, kind, err)
 		}
-		h.mu.Lock()
+		h.lock()
 		h.setLocked(e, m, j)
 		h.levels[j].demotions++
 		h.mu.Unlock()
 	}
 	h.dropCopy(i, e, key)
-	h.mu.Lock()
+	h.lock()
 	h.levels[i].evictions++
 	h.mu.Unlock()
 	return nil
@@ -524,13 +524,16 @@ func (h *Hierarchy) discover(key index.Key) (found bool, down int, err error) {
 		if serr != nil {
 			continue
 		}
-		h.mu.Lock()
-		if h.closed {
+		h.lock()
+		if h.closed.Load() {
 			h.mu.Unlock()
 			return false, 0, nil
 		}
 		if e := h.entries[key]; e == nil {
-			h.entries[key] = &entry{meta: m, in: 1 << i, atime: time.Now().UnixNano()}
+			e := &entry{meta: m, in: 1 << i}
+			e.atime.Store(time.Now().UnixNano())
+			h.entries[key] = e
+			h.publishLocked(key)
 			h.chargeLocked(i, m, 1)
 			h.addedLocked(i, m)
 			found = true
@@ -568,6 +571,8 @@ func (h *Hierarchy) checkWatermark(i int) {
 // one, top first, so that demotions into a level are settled in the same
 // pass.
 func (h *Hierarchy) drain() {
+	h.lock() // applies the hits reads buffered, when one of them woke the mover for it
+	h.mu.Unlock()
 	h.trimQuotas()
 	for i, l := range h.levels {
 		s := l.Tier.Stats()

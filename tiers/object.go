@@ -45,9 +45,9 @@ func (h *Hierarchy) Locate(ctx context.Context, keys []index.Key) ([]Placement, 
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
+		h.mu.RLock()
+		if h.closed.Load() {
+			h.mu.RUnlock()
 			return nil, ErrClosed
 		}
 		lvl := -1
@@ -55,7 +55,7 @@ func (h *Hierarchy) Locate(ctx context.Context, keys []index.Key) ([]Placement, 
 			lvl = bits.TrailingZeros8(e.in)
 			out[i] = Placement{Kind: h.levels[lvl].Kind, Meta: e.meta}
 		}
-		h.mu.Unlock()
+		h.mu.RUnlock()
 		if loc < 0 || (lvl >= 0 && lvl != loc) {
 			continue // in a faster tier, or no object store to ask
 		}

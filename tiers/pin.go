@@ -37,9 +37,9 @@ func (h *Hierarchy) Pin(keys []index.Key, ttl time.Duration) (*Lease, error) {
 		return nil, fmt.Errorf("%w: lease of %v", ErrInvalid, ttl)
 	}
 	end := time.Now().Add(min(ttl, h.cfg.MaxLease))
-	h.mu.Lock()
+	h.lock()
 	defer h.mu.Unlock()
-	if h.closed {
+	if h.closed.Load() {
 		return nil, ErrClosed
 	}
 	if h.pinCalls++; h.pinCalls%sweepEvery == 0 {
@@ -68,7 +68,7 @@ func (l *Lease) Expires() time.Time { return l.end }
 func (l *Lease) Release() {
 	l.once.Do(func() {
 		h := l.h
-		h.mu.Lock()
+		h.lock()
 		defer h.mu.Unlock()
 		for i, k := range l.keys {
 			if p := l.pins[i]; h.pins[k] == p { // else it expired and was swept

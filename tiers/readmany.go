@@ -43,9 +43,9 @@ func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool,
 	}
 	byLevel := make([][]int, len(h.levels))
 	var missing []int
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
+	h.mu.RLock()
+	if h.closed.Load() {
+		h.mu.RUnlock()
 		return ErrClosed
 	}
 	for i, k := range keys {
@@ -57,7 +57,7 @@ func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool,
 		l := bits.TrailingZeros8(e.in)
 		byLevel[l] = append(byLevel[l], i)
 	}
-	h.mu.Unlock()
+	h.mu.RUnlock()
 	for _, i := range missing { // maybe in a shared level another node filled
 		found, down, err := h.discover(keys[i])
 		if !found && err != nil {
@@ -70,12 +70,12 @@ func (h *Hierarchy) readMany(ctx context.Context, keys []index.Key, pooled bool,
 			fn(i, nil, nil, index.Header{}, 0, fmt.Errorf("hierarchy: %v: %w", keys[i], ErrNotFound))
 			continue
 		}
-		h.mu.Lock()
+		h.mu.RLock()
 		if e := h.entries[keys[i]]; e != nil && e.in != 0 {
 			l := bits.TrailingZeros8(e.in)
 			byLevel[l] = append(byLevel[l], i)
 		}
-		h.mu.Unlock()
+		h.mu.RUnlock()
 	}
 	for lvl, idx := range byLevel {
 		if len(idx) == 0 {
@@ -190,13 +190,12 @@ func (h *Hierarchy) manyGetter(lvl int, pooled bool) func(context.Context, []ind
 // schedules its promotion with the bytes read; the promotion takes its own
 // reference on ref, the buffer holding them, if any.
 func (h *Hierarchy) hit(key index.Key, lvl int, v []byte, ref *bufpool.Buffer, m index.Header) {
-	h.mu.Lock()
-	if e := h.entries[key]; e != nil {
-		h.levels[lvl].Policy.Touch(key)
-		h.touchOwnLocked(lvl, key)
-		h.touchLocked(key, e)
+	h.mu.RLock()
+	e := h.entries[key]
+	h.mu.RUnlock()
+	if e != nil {
+		h.touched(lvl, key, e)
 	}
-	h.mu.Unlock()
 	h.gets.Add(1)
 	h.levels[lvl].hits.Add(1)
 	if lvl > 0 && !h.cfg.NoPromote {

@@ -64,8 +64,8 @@ func (h *Hierarchy) Stats() HierarchyStats {
 			detail[i] = d.Detail()
 		}
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	s := HierarchyStats{Gets: h.gets.Load(), Misses: h.misses.Load(), Pins: len(h.pins), Keys: len(h.entries)}
 	for i, l := range h.levels {
 		ls := LevelStats{

@@ -91,7 +91,7 @@ func (h *Hierarchy) SetQuotas(q Quotas) error {
 			}
 		}
 	}
-	h.mu.Lock()
+	h.lock()
 	n := 0
 	for i, l := range h.levels {
 		for t, s := range l.shares {
@@ -161,7 +161,7 @@ func (h *Hierarchy) orderLocked(i int, t index.TenantTag) policy.Policy {
 			held = append(held, e)
 		}
 	}
-	slices.SortFunc(held, func(a, b *entry) int { return cmp.Compare(a.atime, b.atime) })
+	slices.SortFunc(held, func(a, b *entry) int { return cmp.Compare(a.atime.Load(), b.atime.Load()) })
 	for _, e := range held {
 		p.Add(policyEntry(e.meta))
 	}
@@ -226,7 +226,7 @@ func (h *Hierarchy) holdQuota(i int, m index.Header) error {
 	}
 	t, size := m.Key.NS.Tenant(), int64(m.Size)
 	for {
-		h.mu.Lock()
+		h.lock()
 		s, e := h.levels[i].shares[t], h.entries[m.Key]
 		if s == nil || s.quota == NoQuota || e == nil || e.holdIn == uint8(i+1) {
 			h.mu.Unlock()
@@ -282,7 +282,7 @@ func (h *Hierarchy) trimQuotas() {
 		t index.TenantTag
 	}
 	var todo []over
-	h.mu.Lock()
+	h.lock()
 	for i, l := range h.levels {
 		for t, s := range l.shares {
 			if s.quota != NoQuota && s.bytes > s.quota {
@@ -293,7 +293,7 @@ func (h *Hierarchy) trimQuotas() {
 	h.mu.Unlock()
 	for _, o := range todo {
 		for {
-			h.mu.Lock()
+			h.lock()
 			s := h.levels[o.i].shares[o.t]
 			more := s != nil && s.quota != NoQuota && s.bytes > s.quota
 			h.mu.Unlock()
