@@ -22,20 +22,8 @@ import (
 // deletedBlockFiles counts the descriptors the process holds on files
 // under dir/blocks that were removed.
 func deletedBlockFiles(t *testing.T, dir string) int {
-	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("no /proc/self/fd: %v", err)
-	}
-	n := 0
-	for _, fd := range fds {
-		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
-		if err == nil && strings.HasPrefix(target, filepath.Join(dir, blocksDir)+string(filepath.Separator)) &&
-			strings.HasSuffix(target, " (deleted)") {
-			n++
-		}
-	}
-	return n
+	_, deleted := blockFileDescriptors(t, dir)
+	return deleted
 }
 
 // Reads of small blocks' files keep the files open, up to OpenFiles, and

@@ -246,19 +246,30 @@ func TestConfigReadAhead(t *testing.T) {
 
 // openBlockFiles counts the files under dir/blocks the process holds open.
 func openBlockFiles(t *testing.T, dir string) int {
+	open, _ := blockFileDescriptors(t, dir)
+	return open
+}
+
+// blockFileDescriptors counts the descriptors the process holds on files
+// under dir/blocks: all of them, and those of files since removed.
+func blockFileDescriptors(t *testing.T, dir string) (open, deleted int) {
 	t.Helper()
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Skipf("no /proc/self/fd: %v", err)
 	}
-	n := 0
+	prefix := filepath.Join(dir, blocksDir) + string(filepath.Separator)
 	for _, fd := range fds {
 		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
-		if err == nil && strings.HasPrefix(target, filepath.Join(dir, blocksDir)+string(filepath.Separator)) {
-			n++
+		if err != nil || !strings.HasPrefix(target, prefix) {
+			continue
+		}
+		open++
+		if strings.HasSuffix(target, " (deleted)") {
+			deleted++
 		}
 	}
-	return n
+	return open, deleted
 }
 
 // GetMany opens block files ahead of its reads, up to ReadAhead bytes: a
