@@ -93,7 +93,12 @@ func (p *proc) launch() {
 	}
 	p.exited = make(chan error, 1)
 	go func() { p.exited <- p.cmd.Wait() }()
-	p.t.Cleanup(func() { p.kill() })
+	p.t.Cleanup(func() {
+		p.kill()
+		if p.t.Failed() {
+			p.t.Logf("the log of kvstrata %s:\n%s", strings.Join(p.args, " "), p.log)
+		}
+	})
 }
 
 // waitReady waits until /readyz answers OK.

@@ -294,6 +294,7 @@ func TestUpPlannerServesItsStatus(t *testing.T) {
 	p.launch()
 	url := "http://" + fe
 	waitWorkerHealth(t, p, url)
+	waitUpPlannerAnswers(t, p, status)
 	completeTokenIDs(t, url, distinctTokenPrompt(1, 40), 4)
 	resp, err := http.Get("http://" + status + "/v1/planner/status")
 	if err != nil {
@@ -308,6 +309,30 @@ func TestUpPlannerServesItsStatus(t *testing.T) {
 		st.Replicas[planner.Aggregated] != (planner.Replicas{Desired: 1, Ready: 1}) ||
 		len(st.Connector.Workers) != 1 || st.Connector.Workers[0].URL != fmt.Sprintf("http://127.0.0.1:%d", httpBase) {
 		t.Fatalf("planner status %+v: want active, 2s, limits 1..3, the one worker on %d serving", st, httpBase)
+	}
+}
+
+// waitUpPlannerAnswers waits until `up --planner`'s status answers on addr:
+// the planner starts after the workers it watches, so a worker serving
+// does not mean the status does yet.
+func waitUpPlannerAnswers(t *testing.T, p *proc, addr string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/v1/planner/status")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case err := <-p.exited:
+			t.Fatalf("kvstrata up exited before its planner answered: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the planner's status on %s did not answer in 30s: %v", addr, err)
+		}
 	}
 }
 
@@ -349,6 +374,7 @@ func TestUpPlannerScalesUpOnABurstAndBackToOneWhenIdle(t *testing.T) {
 	p.launch()
 	url := "http://" + fe
 	waitWorkerHealth(t, p, url)
+	waitUpPlannerAnswers(t, p, status)
 
 	maxDesired := 0
 	watch := func() planner.Replicas {
@@ -389,6 +415,7 @@ func TestUpPlannerScalesUpOnABurstAndBackToOneWhenIdle(t *testing.T) {
 		}
 		wg.Wait()
 	}()
+	defer func() { <-done }() // the burst's requests report to t: none after the test ends
 	for !finished(done) {
 		watch()
 		time.Sleep(200 * time.Millisecond)
