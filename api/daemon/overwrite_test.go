@@ -3,8 +3,6 @@ package daemon_test
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/kvstrata/kvstrata/api/client"
@@ -21,14 +19,7 @@ import (
 func TestOverwritesKeepUsageAndTheDirectoryExact(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	base, err := os.ReadFile(nodetest.UsersFile(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := filepath.Join(dir, "users.toml")
-	if err := os.WriteFile(users, append(base, "\n[tenant.acme]\nquota = { dram = \"8KiB\" }\n"...), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	users := usersFileWithTenants(t, dir, "\n[tenant.acme]\nquota = { dram = \"8KiB\" }\n")
 	cfg := newConfig(t, dir, map[string]string{"auth-users-file": users})
 	n, err := daemon.New(cfg, daemon.Options{Logger: quiet(), Version: "test", Transport: tcp.New(tcp.Options{})})
 	if err != nil {

@@ -23,15 +23,7 @@ import (
 func TestTenantsQuotasAndNamesReachTheTiersStatsAndMetrics(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	base, err := os.ReadFile(nodetest.UsersFile(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := filepath.Join(dir, "users.toml")
-	quotas := "\n[tenant.acme]\nquota = { dram = \"8KiB\", s3 = \"1TiB\" }\n\n[tenant.globex]\n"
-	if err := os.WriteFile(users, append(base, quotas...), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	users := usersFileWithTenants(t, dir, "\n[tenant.acme]\nquota = { dram = \"8KiB\", s3 = \"1TiB\" }\n\n[tenant.globex]\n")
 	cfg := newConfig(t, dir, map[string]string{"auth-users-file": users})
 	n, err := daemon.New(cfg, daemon.Options{Logger: quiet(), Version: "test", Transport: tcp.New(tcp.Options{})})
 	if err != nil {
@@ -87,4 +79,19 @@ func TestTenantsQuotasAndNamesReachTheTiersStatsAndMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+}
+
+// usersFileWithTenants writes, in dir, the test users file with tenants
+// (TOML tables) appended, and returns its path.
+func usersFileWithTenants(t *testing.T, dir, tenants string) string {
+	t.Helper()
+	base, err := os.ReadFile(nodetest.UsersFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := filepath.Join(dir, "users.toml")
+	if err := os.WriteFile(users, append(base, tenants...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return users
 }

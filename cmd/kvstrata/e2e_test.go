@@ -104,9 +104,17 @@ func (p *proc) launch() {
 // waitReady waits until /readyz answers OK.
 func (p *proc) waitReady() {
 	p.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	p.waitOK("ready", 20*time.Second, func() (*http.Response, error) { return p.httpGet("/readyz") })
+}
+
+// waitOK waits until get answers 200 OK, at most within; it fails the
+// test, with the process's log, if the process exits first or the time
+// runs out.
+func (p *proc) waitOK(what string, within time.Duration, get func() (*http.Response, error)) {
+	p.t.Helper()
+	deadline := time.Now().Add(within)
 	for {
-		resp, err := p.httpGet("/readyz")
+		resp, err := get()
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -115,11 +123,11 @@ func (p *proc) waitReady() {
 		}
 		select {
 		case err := <-p.exited:
-			p.t.Fatalf("kvstrata exited while starting: %v\n%s", err, p.log)
+			p.t.Fatalf("kvstrata exited before it was %s: %v\n%s", what, err, p.log)
 		default:
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("kvstrata not ready after 20s:\n%s", p.log)
+			p.t.Fatalf("kvstrata not %s after %v:\n%s", what, within, p.log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

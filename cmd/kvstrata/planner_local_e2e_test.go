@@ -312,28 +312,14 @@ func TestUpPlannerServesItsStatus(t *testing.T) {
 	}
 }
 
-// waitUpPlannerAnswers waits until `up --planner`'s status answers on addr:
-// the planner starts after the workers it watches, so a worker serving
-// does not mean the status does yet.
+// waitUpPlannerAnswers waits until `up --planner`'s status answers on
+// addr: the planner starts after the workers it watches, so a worker
+// serving does not mean the status does yet.
 func waitUpPlannerAnswers(t *testing.T, p *proc, addr string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr + "/v1/planner/status")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case err := <-p.exited:
-			t.Fatalf("kvstrata up exited before its planner answered: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the planner's status on %s did not answer in 30s: %v", addr, err)
-		}
-	}
+	p.waitOK("answering on "+addr+"/v1/planner/status", 30*time.Second, func() (*http.Response, error) {
+		return http.Get("http://" + addr + "/v1/planner/status")
+	})
 }
 
 // upPlannerStatus reads `up --planner`'s status.
