@@ -185,6 +185,9 @@ type Agent struct {
 	reconcileKick chan struct{}
 	reconciled    ReconcileStats
 	queueSize     int
+	// unchanged counts the stores Publish left out: they would have
+	// changed nothing in the directory.
+	unchanged atomic.Uint64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -278,6 +281,7 @@ func (c *Agent) Publish(ch index.Change) {
 	c.own.mu.Lock()
 	if c.own.repeatsLocked(ch) && c.rep.FSM.Directory().Lists(ch.Key, ch.Meta, ch.Loc) {
 		c.own.mu.Unlock()
+		c.unchanged.Add(1)
 		return
 	}
 	c.own.applyLocked(ch)
@@ -326,6 +330,11 @@ func (c *Agent) Sync(ctx context.Context) error {
 
 // BatcherStats reports the publishing of the node's changes.
 func (c *Agent) BatcherStats() raftstore.BatcherStats { return c.batcher.Stats() }
+
+// Unchanged counts the stores Publish left out because the directory
+// already listed them as they were: a block stored again where the node
+// holds it, with the metadata last published.
+func (c *Agent) Unchanged() uint64 { return c.unchanged.Load() }
 
 // Start records the node's addresses: it joins through Config.Join when
 // the replica has no cluster yet, keeps its member record current, and

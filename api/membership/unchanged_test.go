@@ -43,11 +43,15 @@ func TestPublishLeavesOutStoresThatChangeNothing(t *testing.T) {
 
 	queued("the first store", 1, func() { p.c.Publish(stored(0, p.id, dram)) })
 	syncOrFail(t, p)
+	unchanged := p.c.Unchanged()
 	queued("1000 stores of a block listed as it is", 0, func() {
 		for range 1000 {
 			p.c.Publish(stored(0, p.id, dram))
 		}
 	})
+	if n := p.c.Unchanged() - unchanged; n != 1000 {
+		t.Fatalf("1000 stores left out, %d counted", n)
+	}
 
 	resized := stored(0, p.id, dram)
 	resized.Meta.Size = 100

@@ -26,6 +26,18 @@ type ClusterState struct {
 	// ReconcileCorrections counts the keys whose listing of this node its
 	// reconcile passes corrected since it started.
 	ReconcileCorrections uint64
+	// Publishing counts the node's changes to the directory since it
+	// started, by what became of them.
+	Publishing Publishing
+}
+
+// Publishing counts a node's directory changes: proposed in batches, left
+// out because they changed nothing, or dropped because the queue to raft
+// was full (the reconcile pass restates those).
+type Publishing struct {
+	Queued, Committed, Unchanged, Dropped uint64
+	// Batches counts the raft entries the committed changes went in.
+	Batches uint64
 }
 
 // ClusterFunc returns the node's view of its cluster.
@@ -50,6 +62,8 @@ var (
 	descCurrent     = clusterDesc("raft_replica_current", "1 while this node's replica of the directory is current (it knows a leader, is in touch and caught up), else 0.")
 	descReconcile   = prometheus.NewDesc(namespace+"_directory_reconcile_corrections_total", "Keys whose listing of this node in the directory a reconcile pass corrected (a lost publish: a phantom or a missing location).", nil, nil)
 	descMembers     = prometheus.NewDesc(namespace+"_cluster_members", "The cluster's members by liveness (up, down) as the directory records it.", []string{"liveness"}, nil)
+	descChanges     = prometheus.NewDesc(namespace+"_directory_changes_total", "This node's changes to the block directory by outcome: queued for raft, committed, unchanged (left out: the directory already listed them so), dropped (the queue to raft was full; reconciling restates them).", []string{"outcome"}, nil)
+	descBatches     = prometheus.NewDesc(namespace+"_directory_batches_total", "Raft entries this node's committed directory changes went in.", nil, nil)
 )
 
 func clusterDesc(name, help string) *prometheus.Desc {
@@ -60,7 +74,7 @@ type clusterCollector ClusterFunc
 
 func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIsLeader, descLeaderID, descTerm, descCommit, descApplied, descApplyLag,
-		descLastContact, descCurrent, descMembers, descReconcile} {
+		descLastContact, descCurrent, descMembers, descReconcile, descChanges, descBatches} {
 		ch <- d
 	}
 }
@@ -84,7 +98,16 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descCurrent, bit(s.Current))
 	gauge(descMembers, float64(s.MembersUp), "up")
 	gauge(descMembers, float64(s.MembersDown), "down")
-	ch <- prometheus.MustNewConstMetric(descReconcile, prometheus.CounterValue, float64(s.ReconcileCorrections))
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descReconcile, s.ReconcileCorrections)
+	p := s.Publishing
+	counter(descChanges, p.Queued, "queued")
+	counter(descChanges, p.Committed, "committed")
+	counter(descChanges, p.Unchanged, "unchanged")
+	counter(descChanges, p.Dropped, "dropped")
+	counter(descBatches, p.Batches)
 }
 
 func bit(b bool) float64 {

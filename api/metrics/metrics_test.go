@@ -87,17 +87,22 @@ func TestLatencyBuckets(t *testing.T) {
 }
 
 // TestClusterMetrics: the cluster's state reads as gauges, the apply lag
-// as the commit index less the applied one, members by liveness.
+// as the commit index less the applied one, members by liveness, the
+// node's directory changes by outcome as counters.
 func TestClusterMetrics(t *testing.T) {
 	m := newTest()
 	m.WatchCluster(func() ClusterState {
-		return ClusterState{Leader: 2, Term: 7, CommitIndex: 120, AppliedIndex: 100, LastContact: -1, MembersUp: 2, MembersDown: 1}
+		return ClusterState{Leader: 2, Term: 7, CommitIndex: 120, AppliedIndex: 100, LastContact: -1, MembersUp: 2, MembersDown: 1,
+			Publishing: Publishing{Queued: 50, Committed: 40, Unchanged: 900, Dropped: 3, Batches: 4}}
 	})
 	body := scrape(t, m)
 	for _, want := range []string{"kvstrata_raft_is_leader 0", "kvstrata_raft_leader_id 2", "kvstrata_raft_term 7",
 		"kvstrata_raft_commit_index 120", "kvstrata_raft_applied_index 100", "kvstrata_raft_apply_lag_entries 20",
 		"kvstrata_raft_last_contact_seconds -1", "kvstrata_raft_replica_current 0",
-		`kvstrata_cluster_members{liveness="up"} 2`, `kvstrata_cluster_members{liveness="down"} 1`} {
+		`kvstrata_cluster_members{liveness="up"} 2`, `kvstrata_cluster_members{liveness="down"} 1`,
+		`kvstrata_directory_changes_total{outcome="queued"} 50`, `kvstrata_directory_changes_total{outcome="committed"} 40`,
+		`kvstrata_directory_changes_total{outcome="unchanged"} 900`, `kvstrata_directory_changes_total{outcome="dropped"} 3`,
+		"kvstrata_directory_batches_total 4"} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("/metrics lacks %s", want)
 		}
