@@ -197,6 +197,16 @@ type SSD struct {
 	// inline value. Changing it leaves the blocks already written where
 	// they are.
 	FileMinSize ByteSize
+	// OpenFiles is how many block files of blocks under 512 KiB the tier
+	// keeps open between reads, the most recently read: such a read then
+	// costs no open or close. Each takes a file descriptor, and the tier
+	// takes at most a quarter of the process's limit. Default 4096; 0
+	// keeps none open.
+	OpenFiles int
+	// ReadAhead is how many bytes of block files a chain's read asks the
+	// kernel for ahead of the blocks it has read, so that the disk works on
+	// a deep queue of requests. Default 32MiB.
+	ReadAhead ByteSize
 }
 
 // S3 configures the object-store tier, the bottom of the hierarchy, shared
@@ -353,6 +363,7 @@ func Default() Config {
 		HBM:  HBM{PageSize: 64 << 10, Policy: policy.DefaultHBM, HighWatermark: 0.95, LowWatermark: 0.85, GDS: "auto"},
 		DRAM: DRAM{PageSize: 4 << 10, Policy: policy.DefaultDRAM, HighWatermark: 0.95, LowWatermark: 0.85},
 		SSD: SSD{Enabled: true, Policy: policy.DefaultSSD, AdmitMinSeen: 1, FileMinSize: 64 << 10,
+			OpenFiles: 4096, ReadAhead: 32 << 20,
 			HighWatermark: 0.95, LowWatermark: 0.85},
 		Cluster: Cluster{RaftAddr: "127.0.0.1:7072", HeartbeatInterval: 500 * time.Millisecond, LivenessTimeout: 5 * time.Second, ReconcileInterval: time.Minute},
 		S3: S3{Bucket: "kvstrata", Region: "us-east-1", CreateBucket: true, Policy: policy.DefaultS3, PromoteTo: "dram",
@@ -454,6 +465,12 @@ func (c *Config) Validate() error {
 		}
 		if c.SSD.FileMinSize <= 0 {
 			bad("ssd.file-min-size %v must be above 0 (above limits.max-block-size keeps every block inside Pebble)", c.SSD.FileMinSize)
+		}
+		if c.SSD.OpenFiles < 0 {
+			bad("ssd.open-files %d is negative (0 keeps no file open)", c.SSD.OpenFiles)
+		}
+		if c.SSD.ReadAhead <= 0 {
+			bad("ssd.read-ahead %v must be above 0", c.SSD.ReadAhead)
 		}
 	}
 	if c.S3.Endpoint != "" {

@@ -83,6 +83,8 @@ func (c *Config) Settings() []*Setting {
 		floatSetting("ssd.low-watermark", "fraction of SSD capacity eviction stops at", &c.SSD.LowWatermark),
 		boolSetting("ssd.wal", "write-ahead log: acknowledged blocks survive a crash, at 2x the writes", &c.SSD.WAL),
 		sizeSetting("ssd.file-min-size", "smallest SSD block kept in a file of its own, read with one pread (smaller: inside Pebble)", &c.SSD.FileMinSize),
+		intSetting("ssd.open-files", "block files of blocks under 512KiB kept open between reads (0: none)", &c.SSD.OpenFiles),
+		sizeSetting("ssd.read-ahead", "bytes of block files a chain's read asks the disk for ahead of the blocks it has read", &c.SSD.ReadAhead),
 		strSetting("s3.endpoint", "object store host:port (empty: no s3 tier)", &c.S3.Endpoint),
 		strSetting("s3.bucket", "bucket of the s3 tier", &c.S3.Bucket),
 		strSetting("s3.prefix", "object-name prefix in the bucket", &c.S3.Prefix),

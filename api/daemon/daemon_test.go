@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,6 +118,77 @@ func TestAFailedStartClosesWhatItOpened(t *testing.T) {
 	if err := n.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ssd.open-files decides whether the SSD tier keeps a small block's file
+// open after a read of it: it does by default, and keeps none open at 0.
+func TestSSDOpenFilesDecidesWhetherABlockFileStaysOpen(t *testing.T) {
+	for _, tc := range []struct {
+		setting  string
+		wantOpen int
+	}{{"", 1}, {"0", 0}} {
+		t.Run("open-files="+tc.setting, func(t *testing.T) {
+			dir := t.TempDir()
+			flags := map[string]string{}
+			if tc.setting != "" {
+				flags["ssd-open-files"] = tc.setting
+			}
+			n, err := daemon.New(newConfig(t, dir, flags), daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer n.Stop(context.Background())
+			c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			block := client.Block{Key: index.Key{NS: 1, Hash: 2}, Data: bytes.Repeat([]byte{7}, 128<<10)}
+			if err := c.Put(ctx, []client.Block{block}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Evict(ctx, &pb.EvictRequest{Tier: "dram", Demote: true, All: true}); err != nil {
+				t.Fatal(err)
+			}
+			// The file written stays open until the tier's next flush
+			// (a second by default) syncs it.
+			blocks := filepath.Join(dir, "ssd", "blocks")
+			for deadline := time.Now().Add(30 * time.Second); openBlockFiles(t, blocks) > 0; {
+				if time.Now().After(deadline) {
+					t.Fatal("the block file written is still open after 30s")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			got, err := c.Get(ctx, []index.Key{block.Key})
+			if err != nil || len(got) != 1 || !got[0].Found || !bytes.Equal(got[0].Data, block.Data) {
+				t.Fatalf("get after the demotion: %v, %d results, the block not back as it was put", err, len(got))
+			}
+			if open := openBlockFiles(t, blocks); open != tc.wantOpen {
+				t.Errorf("%d block files open after a read, want %d", open, tc.wantOpen)
+			}
+		})
+	}
+}
+
+// openBlockFiles counts this process's descriptors of files under dir.
+func openBlockFiles(t *testing.T, dir string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil &&
+			strings.HasPrefix(target, dir+string(filepath.Separator)) {
+			n++
+		}
+	}
+	return n
 }
 
 // ssd.file-min-size decides which blocks the SSD tier keeps in files of

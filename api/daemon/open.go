@@ -89,8 +89,9 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger,
 			durability = ssd.DurabilityWAL
 		}
 		s, err := ssd.Open(ssd.Config{Dir: cfg.SSD.Dir, Capacity: int64(cfg.SSD.Capacity), MaxBlockSize: maxBlock,
-			FileMinSize: int64(cfg.SSD.FileMinSize),
-			Durability:  durability, Logger: log.With("tier", "ssd")})
+			FileMinSize: int64(cfg.SSD.FileMinSize), OpenFiles: openFiles(cfg.SSD.OpenFiles),
+			ReadAhead:  int64(cfg.SSD.ReadAhead),
+			Durability: durability, Logger: log.With("tier", "ssd")})
 		if err != nil {
 			for _, l := range levels {
 				l.Tier.Close()
@@ -164,4 +165,13 @@ func garbageAge(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// openFiles is ssd.Config.OpenFiles for the setting ssd.open-files, whose
+// 0 keeps no file open.
+func openFiles(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
