@@ -17,9 +17,9 @@ import (
 // read in chunks of prefetchChunk blocks through the hierarchy's ReadMany —
 // which turns a chunk of a chain stored together in an object store into
 // one ranged GET, and reads a chunk on an SSD with several reads in flight — with up to FetchConcurrency/4 chunks in flight ahead of
-// the block being sent; a chunk of blocks in an object store covers the
-// blocks of one object instead (see maxObjectChunk); blocks already in the top tier are opened in place
-// when their turn comes. A long context thus streams back in order at the
+// the block being sent (a chunk of blocks in an object store covers the
+// blocks of one object instead: see maxObjectChunk); blocks already in the
+// top tier are opened in place when their turn comes. A long context thus streams back in order at the
 // pace of a few large parallel reads, holding at most the chunks in flight
 // in memory. The chunks are read into buffers the object store's tier
 // reuses: a block's buffer goes back once the block is sent (the release
@@ -97,7 +97,7 @@ type slot struct {
 	start time.Time
 
 	object string // the object-store object holding the block, if any (see maxObjectChunk)
-	size   int64  // the block's size, when object is set
+	size   int64  // the block's size, for a block held below the top tier
 }
 
 // startLocked starts the reads ahead the window allows: chunks in flight
@@ -117,7 +117,7 @@ func (p *ReadAhead) startLocked() {
 		ramped := size == prefetchChunk
 		p.issued++
 		var object string // of the chunk's first block: the chunk stays within it
-		var bytes int64
+		var n int64       // the chunk's bytes
 		for ; p.started < len(p.slots) && len(idx) < size; p.started++ {
 			s := &p.slots[p.started]
 			if s.done == nil {
@@ -128,10 +128,10 @@ func (p *ReadAhead) startLocked() {
 				if object != "" && ramped {
 					size = len(p.slots) // the whole object, up to maxObjectChunk bytes
 				}
-			} else if s.object != object || (object != "" && ramped && bytes+s.size > maxObjectChunk) {
+			} else if s.object != object || (object != "" && ramped && n+s.size > maxObjectChunk) {
 				break // the next chunk starts here
 			}
-			bytes += s.size
+			n += s.size
 			s.start = time.Now()
 			idx = append(idx, p.started)
 		}
