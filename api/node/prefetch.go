@@ -17,8 +17,9 @@ import (
 // read in chunks of prefetchChunk blocks through the hierarchy's ReadMany —
 // which turns a chunk of a chain stored together in an object store into
 // one ranged GET, and reads a chunk on an SSD with several reads in flight — with up to FetchConcurrency/4 chunks in flight ahead of
-// the block being sent; blocks already in the top tier are opened in place
-// when their turn comes. A long context thus streams back in order at the
+// the block being sent (a chunk of blocks in an object store covers the
+// blocks of one object instead: see maxObjectChunk); blocks already in the
+// top tier are opened in place when their turn comes. A long context thus streams back in order at the
 // pace of a few large parallel reads, holding at most the chunks in flight
 // in memory. The chunks are read into buffers the object store's tier
 // reuses: a block's buffer goes back once the block is sent (the release
@@ -36,19 +37,37 @@ func (n *Node) ReadAhead(keys []index.Key) *ReadAhead {
 		return p
 	}
 	top := n.h.Kinds()[0]
+	var held []int // read ahead, and held in a tier below the top
 	for i, k := range keys {
-		if _, kind, err := n.h.Stat(k); err != nil || kind != top {
+		if m, kind, err := n.h.Stat(k); err != nil || kind != top {
 			p.slots[i].done = make(chan struct{}) // read ahead (a miss may be found in a shared tier)
+			if err == nil {
+				held = append(held, i)
+				p.slots[i].size = int64(m.Size)
+			}
 		}
 	}
+	p.locate(held)
 	p.mu.Lock()
 	p.startLocked()
 	p.mu.Unlock()
 	return p
 }
 
-// prefetchChunk is how many slow blocks one read ahead covers.
+// prefetchChunk is how many slow blocks one read ahead covers, but for
+// blocks in an object store (see maxObjectChunk).
 const prefetchChunk = 16
+
+// maxObjectChunk is the most bytes one read ahead covers of blocks in one
+// object of an object store. Past the first, small chunks, a chunk of such
+// blocks covers the blocks of one object, up to this many bytes, rather
+// than prefetchChunk blocks: a chain demoted together is stored in
+// segment objects of the tier's SegmentSize (64 MiB by default), so that
+// one ranged GET then reads one whole segment object, which a store may
+// serve more cheaply than a part of one (versitygw sends a whole file with
+// sendfile and copies a part through a buffer), and no segment is split
+// between two requests.
+const maxObjectChunk = 64 << 20
 
 // ReadAhead is the read ahead of one Get (see Node.ReadAhead). Next and
 // Close may be called from different goroutines.
@@ -76,13 +95,18 @@ type slot struct {
 	meta  index.Header
 	err   error
 	start time.Time
+
+	object string // the object-store object holding the block, if any (see maxObjectChunk)
+	size   int64  // the block's size, for a block held below the top tier
 }
 
 // startLocked starts the reads ahead the window allows: chunks in flight
 // stay under maxChunks and within maxChunks chunks of the next block. The
 // first chunks are small (1, 2, 4, … blocks), and the first is read alone,
 // so that the first block goes out after one small read, not after a whole
-// chunk.
+// chunk. A chunk never spans two objects of an object store; past the
+// small ones, it covers the rest of its object, up to maxObjectChunk
+// bytes.
 func (p *ReadAhead) startLocked() {
 	for p.chunks < p.maxChunks && p.started < len(p.slots) && p.started < p.next+p.maxChunks*prefetchChunk {
 		if p.issued == 1 && p.chunks == 1 {
@@ -90,16 +114,52 @@ func (p *ReadAhead) startLocked() {
 		}
 		var idx []int
 		size := min(prefetchChunk, 1<<min(p.issued, 4))
+		ramped := size == prefetchChunk
 		p.issued++
+		var object string // of the chunk's first block: the chunk stays within it
+		var n int64       // the chunk's bytes
 		for ; p.started < len(p.slots) && len(idx) < size; p.started++ {
-			if s := &p.slots[p.started]; s.done != nil {
-				s.start = time.Now()
-				idx = append(idx, p.started)
+			s := &p.slots[p.started]
+			if s.done == nil {
+				continue
 			}
+			if len(idx) == 0 {
+				object = s.object
+				if object != "" && ramped {
+					size = len(p.slots) // the whole object, up to maxObjectChunk bytes
+				}
+			} else if s.object != object || (object != "" && ramped && n+s.size > maxObjectChunk) {
+				break // the next chunk starts here
+			}
+			n += s.size
+			s.start = time.Now()
+			idx = append(idx, p.started)
 		}
 		if len(idx) > 0 {
 			p.chunks++
 			go p.read(idx)
+		}
+	}
+}
+
+// locate notes which object of an object store holds each of the blocks
+// of slots idx whose fastest copy is there, so that startLocked can make
+// chunks that follow objects.
+func (p *ReadAhead) locate(idx []int) {
+	if len(idx) < 2 {
+		return
+	}
+	keys := make([]index.Key, len(idx))
+	for j, i := range idx {
+		keys[j] = p.keys[i]
+	}
+	places, err := p.n.h.Locate(p.ctx, keys)
+	if err != nil {
+		return // chunks of prefetchChunk blocks, then
+	}
+	for j, i := range idx {
+		if places[j].InObject {
+			p.slots[i].object = places[j].Object.Object
 		}
 	}
 }

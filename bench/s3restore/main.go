@@ -42,6 +42,9 @@ import (
 	"github.com/kvstrata/kvstrata/index"
 )
 
+// mark says on stderr which method is timed now, with --marks.
+var mark = func(run int, what string) {}
+
 type result struct {
 	Name       string  `json:"name"`
 	Bytes      int64   `json:"bytes"`
@@ -59,7 +62,11 @@ func main() {
 	blockTokens := flag.Int("block-tokens", 256, "tokens per block")
 	runs := flag.Int("runs", 3, "runs of each method; the median is reported")
 	only := flag.Bool("only-kvstrata", false, "time only the kvstrata restore (for profiling the node)")
+	marks := flag.Bool("marks", false, "print `run N: start X` and `run N: end X` on stderr around each timed method X (a, b, c, d), for a CPU count of each alone")
 	flag.Parse()
+	if *marks {
+		mark = func(run int, what string) { fmt.Fprintf(os.Stderr, "run %d: %s\n", run, what) }
+	}
 	if err := run(*addr, *endpoint, *bucket, *region, *tokens, *blockTokens, *runs, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "s3restore:", err)
 		os.Exit(1)
@@ -139,9 +146,11 @@ func run(addr, endpoint, bucket, region string, tokens, blockTokens, runs int, o
 		var d result
 		clear(dst)
 		if !only { // a direct restore does not promote: the blocks stay in the store for (a)
+			mark(r+1, "start d")
 			if d, err = timeRestore(ctx, "kvstrata direct from the store (d)", direct.Get, keys, dst, blockSize); err != nil {
 				return err
 			}
+			mark(r+1, "end d")
 			if err := check(dst, blocks, blockSize); err != nil {
 				return fmt.Errorf("direct: %w", err)
 			}
@@ -153,10 +162,12 @@ func run(addr, endpoint, bucket, region string, tokens, blockTokens, runs int, o
 		if only { // a mark for a profiler or a CPU count of the restore alone
 			fmt.Fprintf(os.Stderr, "run %d: restoring\n", r+1)
 		}
+		mark(r+1, "start a")
 		a, err := timeRestore(ctx, "kvstrata segmented restore (a)", c.GetFunc, keys, dst, blockSize)
 		if err != nil {
 			return err
 		}
+		mark(r+1, "end a")
 		if err := check(dst, blocks, blockSize); err != nil { // the restore must be right, not just fast
 			return err
 		}
@@ -164,14 +175,18 @@ func run(addr, endpoint, bucket, region string, tokens, blockTokens, runs int, o
 			fmt.Fprintf(os.Stderr, "run %d: kvstrata %.0f MB/s, first block %.1f ms\n", r+1, a.MBps, a.FirstBlock)
 			continue
 		}
+		mark(r+1, "start b")
 		b, err := timeOneObject(ctx, mc, bucket, dst, blockSize)
 		if err != nil {
 			return err
 		}
+		mark(r+1, "end b")
+		mark(r+1, "start c")
 		cc, err := timePerBlock(ctx, mc, bucket, len(blocks), dst, blockSize)
 		if err != nil {
 			return err
 		}
+		mark(r+1, "end c")
 		fmt.Fprintf(os.Stderr, "run %d: kvstrata %.0f MB/s, direct %.0f MB/s, one object %.0f MB/s, object per block %.0f MB/s\n",
 			r+1, a.MBps, d.MBps, b.MBps, cc.MBps)
 		results = append(results, a, b, cc, d)

@@ -448,3 +448,48 @@ func TestGetManyPooledReusesABufferOnlyOnceEveryHolderReleasedIt(t *testing.T) {
 		}
 	}
 }
+
+// TestRangedReadsShareOneConnection reads blocks whose sizes fall around
+// the receive low-water mark's limits (see markedBody), with one request
+// in flight, so that every ranged GET reuses the connection of the one
+// before: as a segment range, then one by one, twice. A mark left above
+// one byte after a body, or one asking for more bytes than a body has
+// left, would leave a read waiting until RequestTimeout and fail it.
+func TestRangedReadsShareOneConnection(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := srv.Config("onecon")
+	cfg.Concurrency = 1
+	cfg.RequestTimeout = time.Minute
+	tr := openTier(t, cfg)
+	sizes := []int{1<<20 + 4<<10 - 1, 1<<20 + 4<<10 + 1, 777, 2<<20 + 3, 4 << 10, 3 << 20}
+	keys := make([]index.Key, len(sizes))
+	want := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		m, b := block(1, index.Hash(i+1), n)
+		must(t, tr.Put(m, b))
+		keys[i], want[i] = m.Key, b
+	}
+	flush(t, tr)
+	before := tr.S3Stats().RangedGets
+	for round := range 2 {
+		got := make([][]byte, len(keys))
+		must(t, tr.GetManyPooled(context.Background(), keys, func(i int, v []byte, ref *bufpool.Buffer, _ index.Header, err error) {
+			must(t, err)
+			got[i] = bytes.Clone(v)
+			ref.Release()
+		}))
+		for i, k := range keys {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("round %d: GetManyPooled of block %d (%d bytes) read wrong", round, i, sizes[i])
+			}
+			v, _, err := tr.Get(k, nil)
+			must(t, err)
+			if !bytes.Equal(v, want[i]) {
+				t.Fatalf("round %d: Get of block %d (%d bytes) read wrong", round, i, sizes[i])
+			}
+		}
+	}
+	if n := tr.S3Stats().RangedGets - before; n < int64(2*(1+len(keys))) {
+		t.Fatalf("%d ranged GETs, want at least %d: the blocks were not read from the store", n, 2*(1+len(keys)))
+	}
+}

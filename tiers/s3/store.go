@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"slices"
 	"time"
@@ -48,6 +49,10 @@ func newStore(cfg *Config, avail *availability, ctr *counters) (*store, error) {
 	// Keep a connection per request in flight: parallel ranged GETs and
 	// upload parts, plus the background listings.
 	tr.MaxIdleConnsPerHost = max(tr.MaxIdleConnsPerHost, 2*cfg.Concurrency+4)
+	if tr.DialContext == nil {
+		tr.DialContext = (&net.Dialer{}).DialContext
+	}
+	tr.DialContext = dialMarked(tr.DialContext) // see markedBody
 	cl, err := minio.New(cfg.Endpoint, &minio.Options{
 		Creds:      credentials.NewStatic(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken, credentials.SignatureV4),
 		Secure:     cfg.Secure,
@@ -264,10 +269,12 @@ func (s *store) getRange(ctx context.Context, name string, off, size int64, dst 
 			return err
 		}
 		s.ctr.rangedGets.Add(1)
-		body, info, hdr, err := s.core.GetObject(ctx, s.bucket, name, opts)
+		var conn *markConn
+		resp, info, hdr, err := s.core.GetObject(traceConn(ctx, &conn), s.bucket, name, opts)
 		if err != nil {
 			return classify(err)
 		}
+		body := &markedBody{body: resp, conn: conn, left: info.Size}
 		defer body.Close()
 		storeAnswers(ctx)
 		if hdr.Get("Content-Range") == "" {
@@ -307,10 +314,12 @@ func (s *store) getRangeInto(ctx context.Context, name string, off int64, dsts [
 			return err
 		}
 		s.ctr.rangedGets.Add(1)
-		body, info, hdr, err := s.core.GetObject(ctx, s.bucket, name, opts)
+		var conn *markConn
+		resp, info, hdr, err := s.core.GetObject(traceConn(ctx, &conn), s.bucket, name, opts)
 		if err != nil {
 			return classify(err)
 		}
+		body := &markedBody{body: resp, conn: conn, left: info.Size}
 		defer body.Close()
 		storeAnswers(ctx)
 		if hdr.Get("Content-Range") == "" {
