@@ -128,32 +128,8 @@ func TestSSDOpenFilesDecidesWhetherABlockFileStaysOpen(t *testing.T) {
 		wantOpen int
 	}{{"", 1}, {"0", 0}} {
 		t.Run("open-files="+tc.setting, func(t *testing.T) {
-			dir := t.TempDir()
-			flags := map[string]string{}
-			if tc.setting != "" {
-				flags["ssd-open-files"] = tc.setting
-			}
-			n, err := daemon.New(newConfig(t, dir, flags), daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{})})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := n.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			defer n.Stop(context.Background())
-			c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			dir, c, block := demotedBlock(t, "ssd-open-files", tc.setting)
 			ctx := context.Background()
-			block := client.Block{Key: index.Key{NS: 1, Hash: 2}, Data: bytes.Repeat([]byte{7}, 128<<10)}
-			if err := c.Put(ctx, []client.Block{block}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Evict(ctx, &pb.EvictRequest{Tier: "dram", Demote: true, All: true}); err != nil {
-				t.Fatal(err)
-			}
 			// The file written stays open until the tier's next flush
 			// (a second by default) syncs it.
 			blocks := filepath.Join(dir, "ssd", "blocks")
@@ -172,6 +148,41 @@ func TestSSDOpenFilesDecidesWhetherABlockFileStaysOpen(t *testing.T) {
 			}
 		})
 	}
+}
+
+// demotedBlock starts a node with the flag set to value (unless value is
+// empty), puts a 128 KiB block and demotes it from DRAM to the SSD. It
+// returns the node's data directory, a client and the block; the test's
+// cleanup stops both.
+func demotedBlock(t *testing.T, flag, value string) (string, *client.Client, client.Block) {
+	t.Helper()
+	dir := t.TempDir()
+	flags := map[string]string{}
+	if value != "" {
+		flags[flag] = value
+	}
+	n, err := daemon.New(newConfig(t, dir, flags), daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Stop(context.Background()) })
+	c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	block := client.Block{Key: index.Key{NS: 1, Hash: 2}, Data: bytes.Repeat([]byte{7}, 128<<10)}
+	if err := c.Put(ctx, []client.Block{block}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Evict(ctx, &pb.EvictRequest{Tier: "dram", Demote: true, All: true}); err != nil {
+		t.Fatal(err)
+	}
+	return dir, c, block
 }
 
 // openBlockFiles counts this process's descriptors of files under dir.
@@ -200,32 +211,8 @@ func TestSSDFileMinSizeDecidesWhereADemotedBlockLives(t *testing.T) {
 		wantFiles int
 	}{{"", 1}, {"1MiB", 0}} {
 		t.Run("file-min-size="+tc.setting, func(t *testing.T) {
-			dir := t.TempDir()
-			flags := map[string]string{}
-			if tc.setting != "" {
-				flags["ssd-file-min-size"] = tc.setting
-			}
-			n, err := daemon.New(newConfig(t, dir, flags), daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{})})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := n.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			defer n.Stop(context.Background())
-			c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			dir, c, block := demotedBlock(t, "ssd-file-min-size", tc.setting)
 			ctx := context.Background()
-			block := client.Block{Key: index.Key{NS: 1, Hash: 2}, Data: bytes.Repeat([]byte{7}, 128<<10)}
-			if err := c.Put(ctx, []client.Block{block}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Evict(ctx, &pb.EvictRequest{Tier: "dram", Demote: true, All: true}); err != nil {
-				t.Fatal(err)
-			}
 			files, err := filepath.Glob(filepath.Join(dir, "ssd", "blocks", "*", "*"))
 			if err != nil {
 				t.Fatal(err)
