@@ -110,6 +110,7 @@ func TestClusterMetrics(t *testing.T) {
 	if !bytes.Contains([]byte(body), []byte("# TYPE kvstrata_raft_term gauge")) {
 		t.Error("no TYPE line for kvstrata_raft_term")
 	}
+	promtoolCheck(t, body)
 }
 
 func TestNilMetrics(t *testing.T) {

@@ -37,17 +37,17 @@ func (n *Node) ReadAhead(keys []index.Key) *ReadAhead {
 		return p
 	}
 	top := n.h.Kinds()[0]
-	var held []int // read ahead, and held in a tier below the top
+	var stored []int // read ahead from an object store
 	for i, k := range keys {
 		if m, kind, err := n.h.Stat(k); err != nil || kind != top {
 			p.slots[i].done = make(chan struct{}) // read ahead (a miss may be found in a shared tier)
-			if err == nil {
-				held = append(held, i)
+			if err == nil && kind == index.TierS3 {
+				stored = append(stored, i)
 				p.slots[i].size = int64(m.Size)
 			}
 		}
 	}
-	p.locate(held)
+	p.locate(stored)
 	p.mu.Lock()
 	p.startLocked()
 	p.mu.Unlock()
@@ -97,7 +97,7 @@ type slot struct {
 	start time.Time
 
 	object string // the object-store object holding the block, if any (see maxObjectChunk)
-	size   int64  // the block's size, for a block held below the top tier
+	size   int64  // the block's size, for a block in an object store
 }
 
 // startLocked starts the reads ahead the window allows: chunks in flight
@@ -143,8 +143,9 @@ func (p *ReadAhead) startLocked() {
 }
 
 // locate notes which object of an object store holds each of the blocks
-// of slots idx whose fastest copy is there, so that startLocked can make
-// chunks that follow objects.
+// of slots idx, whose fastest copy is there, so that startLocked can make
+// chunks that follow objects. Blocks on the SSD are not looked up: their
+// chunks are of prefetchChunk blocks.
 func (p *ReadAhead) locate(idx []int) {
 	if len(idx) < 2 {
 		return

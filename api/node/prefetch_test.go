@@ -115,15 +115,7 @@ func TestReadAheadLetsGoOfBlocksOnlyOnceSentOrAbandoned(t *testing.T) {
 	first := bottom.S3Stats()
 
 	demote(t, nd, keys) // the first restore promoted them into DRAM
-	ra = nd.ReadAhead(keys)
-	for i, k := range keys {
-		_, b, release, _, err := ra.Next(k)
-		if err != nil || !bytes.Equal(b, want[i]) {
-			t.Fatalf("second restore, block %d: %v, or wrong bytes", i, err)
-		}
-		release()
-	}
-	ra.Close()
+	restoreAll(t, "second restore", nd, keys, want)
 	if s := bottom.S3Stats(); s.ReusedBuffers-first.ReusedBuffers != first.ReadBuffers {
 		t.Fatalf("the second restore reused %d of the first one's %d buffers; the rest were never let go",
 			s.ReusedBuffers-first.ReusedBuffers, first.ReadBuffers)
@@ -185,16 +177,23 @@ func TestReadAheadChunksFollowObjects(t *testing.T) {
 	}
 
 	before := bottom.S3Stats().RangedGets
+	restoreAll(t, "restore", nd, keys, want)
+	if got := bottom.S3Stats().RangedGets - before; got != int64(wantGets) {
+		t.Fatalf("the restore of %d blocks in segments of 5 sent %d ranged GETs, want %d (objects %v)", n, got, wantGets, objects)
+	}
+}
+
+// restoreAll reads keys through a read ahead of nd, in order, and checks
+// each block against want.
+func restoreAll(t *testing.T, what string, nd *Node, keys []index.Key, want [][]byte) {
+	t.Helper()
 	ra := nd.ReadAhead(keys)
+	defer ra.Close()
 	for i, k := range keys {
 		_, b, release, _, err := ra.Next(k)
 		if err != nil || !bytes.Equal(b, want[i]) {
-			t.Fatalf("block %d: %v, or wrong bytes", i, err)
+			t.Fatalf("%s, block %d: %v, or wrong bytes", what, i, err)
 		}
 		release()
-	}
-	ra.Close()
-	if got := bottom.S3Stats().RangedGets - before; got != int64(wantGets) {
-		t.Fatalf("the restore of %d blocks in segments of 5 sent %d ranged GETs, want %d (objects %v)", n, got, wantGets, objects)
 	}
 }
