@@ -55,15 +55,17 @@
 // pread straight into the caller's buffer, then checks it. A block of
 // 512 KiB or more none of whose pages is in the page cache is read with
 // O_DIRECT, from the disk into the buffer, when the buffer allows; any
-// other is read through the page cache, the kernel asked for the whole
-// block at once (posix_fadvise WILLNEED, which submits all of it to the
-// disk). When Config.FS is the operating system's, block files are read
-// through bare descriptors, and small blocks' files are kept open for the
-// next read, up to Config.OpenFiles (readfile.go, fdcache.go). GetMany —
-// how the hierarchy's ReadMany, and so a node's get of a context, reads a
-// chain — opens the chain's block files in order, each once, and asks the
-// kernel for each whole file it reads through the page cache as it opens
-// it, up to Config.ReadAhead bytes ahead of the reads done, while
+// other is read through the page cache. A block over 128 KiB not known to
+// be cached whole is first asked for whole (posix_fadvise WILLNEED, which
+// submits all of it to the disk); the pread of a smaller one does as much
+// by itself. When Config.FS is the operating system's, block files are
+// read through bare descriptors, and small blocks' files are kept open
+// for the next read, up to Config.OpenFiles (readfile.go, fdcache.go).
+// GetMany — how the hierarchy's ReadMany, and so a node's get of a
+// context, reads a chain — opens the chain's block files in order, each
+// once, and asks the kernel for each whole file it reads through the page
+// cache as it opens it, up to Config.ReadAhead bytes ahead of the reads
+// done, while
 // Config.ReadWindow reads copy the blocks out of the files so opened, or
 // read them directly. A file stays readable once open, whatever happens to
 // its key: LocateFile (tiers.FileLocator) hands one out, with its
@@ -486,7 +488,9 @@ func (t *Tier) locate(key index.Key, own bool) (located, error) {
 // read from its file.
 func (b *located) readInto(p []byte) error {
 	if b.f.isOpen() {
-		b.f.willNeed(int64(len(p)))
+		if b.f.needWillNeed(int64(len(p))) {
+			b.f.willNeed(int64(len(p)))
+		}
 		return readBlock(b.f, b.m, b.gen, p)
 	}
 	copy(p, b.v)
