@@ -65,9 +65,11 @@ func (a *accounting) stats() tiers.Stats {
 }
 
 // load rebuilds the accounting from the metadata records, deleting every
-// record that fails its checks together with its payload. It runs in Open
-// and, with every stripe held, in recount.
+// record that fails its checks together with its payload, and empties the
+// records kept in memory. It runs in Open and, with every stripe held, in
+// recount.
 func (t *Tier) load() error {
+	t.recs.clear()
 	var used, blocks int64
 	var bad []scanEntry
 	_, err := t.eachRecord(nil, func(e *scanEntry) bool {

@@ -61,7 +61,9 @@
 // by itself. When Config.FS is the operating system's, block files are
 // read through bare descriptors, and small blocks' files are kept open
 // for the next read, up to Config.OpenFiles (readfile.go, fdcache.go).
-// GetMany — how the hierarchy's ReadMany, and so a node's get of a
+// The records of blocks read or written lately are kept in memory, up to
+// Config.RecordCache, so that a read seldom looks its block's record up
+// in Pebble (recordcache.go). GetMany — how the hierarchy's ReadMany, and so a node's get of a
 // context, reads a chain — opens the chain's block files in order, each
 // once, and asks the kernel for each whole file it reads through the page
 // cache as it opens it, up to Config.ReadAhead bytes ahead of the reads
@@ -189,6 +191,8 @@ type Tier struct {
 	closed bool
 
 	stripes [stripeCount]sync.RWMutex
+	// recs keeps the records read or written lately (recordcache.go).
+	recs    *recordCache
 	acct    accounting
 	batches sync.Pool // of *pebble.Batch, reset, sized for a block
 	// bufs lends the buffers GetManyPooled reads blocks into.
@@ -231,6 +235,7 @@ func Open(cfg Config) (*Tier, error) {
 		fs:     fs,
 		space:  sp,
 		faults: wf,
+		recs:   newRecordCache(cfg.RecordCache),
 		acct:   accounting{capacity: cfg.Capacity},
 		bufs:   bufpool.New(pooledIdle),
 		stop:   make(chan struct{}),
@@ -410,6 +415,12 @@ func (t *Tier) write(m index.Header, value []byte, gen uint64, oldInline bool) (
 	}
 	if err == nil {
 		err = b.Commit(pebble.NoSync)
+	}
+	if err != nil {
+		// The record may or may not have been applied.
+		t.recs.forget(m.Key)
+	} else {
+		t.recs.put(m, gen)
 	}
 	if err != nil && gen != 0 {
 		// No record names the file: remove it now (or the next Open does).
@@ -709,6 +720,11 @@ func (t *Tier) Close() error {
 
 // stripe returns the lock of key.
 func (t *Tier) stripe(key index.Key) *sync.RWMutex {
-	h := uint64(key.Hash) ^ uint64(key.NS) ^ uint64(key.Hash)>>32
-	return &t.stripes[h%stripeCount]
+	return &t.stripes[stripeHash(key)%stripeCount]
+}
+
+// stripeHash is the hash of key that picks its stripe, modulo
+// stripeCount.
+func stripeHash(key index.Key) uint64 {
+	return uint64(key.Hash) ^ uint64(key.NS) ^ uint64(key.Hash)>>32
 }
