@@ -63,16 +63,15 @@
 // for the next read, up to Config.OpenFiles (readfile.go, fdcache.go).
 // The records of blocks read or written lately are kept in memory, up to
 // Config.RecordCache, so that a read seldom looks its block's record up
-// in Pebble (recordcache.go). GetMany — how the hierarchy's ReadMany, and so a node's get of a
-// context, reads a chain — opens the chain's block files in order, each
-// once, and asks the kernel for each whole file it reads through the page
-// cache as it opens it, up to Config.ReadAhead bytes ahead of the reads
-// done, while
-// Config.ReadWindow reads copy the blocks out of the files so opened, or
-// read them directly. A file stays readable once open, whatever happens to
-// its key: LocateFile (tiers.FileLocator) hands one out, with its
-// descriptor, for a reader with its own path to the disk (GPUDirect
-// Storage).
+// in Pebble (recordcache.go). GetMany — how the hierarchy's ReadMany, and
+// so a node's get of a context, reads a chain — opens the chain's block
+// files in order, each once, and asks the kernel for each whole file it
+// reads through the page cache as it opens it, up to Config.ReadAhead
+// bytes ahead of the reads done, while Config.ReadWindow reads copy the
+// blocks out of the files so opened, or read them directly. A file stays
+// readable once open, whatever happens to its key: LocateFile
+// (tiers.FileLocator) hands one out, with its descriptor, for a reader
+// with its own path to the disk (GPUDirect Storage).
 //
 // Pebble reads an inline block's bytes from its blob file with one
 // synchronous read, kernel readahead off; a large one is split into pieces
