@@ -34,11 +34,13 @@ import (
 //
 // The table holds only records that passed their checks, as written or
 // read. A record damaged on disk after it was put in the table is not seen
-// while it stays there: reads go on checking the block's bytes against the
-// record the tier wrote, so damaged bytes are still never returned, and
-// the damage is met once the record leaves the table, by a Scan, or by the
-// next Open, which checks every record. After a crash the table is empty,
-// like the rest of the tier's memory.
+// by reads while it stays there: they go on checking the block's bytes
+// against the record the tier wrote, so damaged bytes are still never
+// returned. The damage is met by a Scan, which reads the records from
+// Pebble, and the drop that follows reads the record from Pebble again
+// (drop); otherwise once the record leaves the table, or at the next Open,
+// which checks every record. After a crash the table is empty, like the
+// rest of the tier's memory.
 
 // recordSlot is one slot of the table: a block's record, decoded, 48 bytes.
 type recordSlot struct {
