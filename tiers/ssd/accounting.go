@@ -65,9 +65,11 @@ func (a *accounting) stats() tiers.Stats {
 }
 
 // load rebuilds the accounting from the metadata records, deleting every
-// record that fails its checks together with its payload. It runs in Open
-// and, with every stripe held, in recount.
+// record that fails its checks together with its payload, and empties the
+// records kept in memory. It runs in Open and, with every stripe held, in
+// recount.
 func (t *Tier) load() error {
+	t.recs.clear()
 	var used, blocks int64
 	var bad []scanEntry
 	_, err := t.eachRecord(nil, func(e *scanEntry) bool {
@@ -141,13 +143,16 @@ func (t *Tier) dropIfCorrupt(key index.Key, err error) {
 }
 
 // drop deletes key's block if, checked again under the key's lock, it is
-// still corrupt: a Put may have replaced it since a reader found it bad. A
-// block with a good record is released at the record's cost; one with a
-// corrupt record, whose cost is unknown, is followed by a recount. The
-// caller holds t.life shared and no stripe.
+// still corrupt: a Put may have replaced it since a reader found it bad.
+// The record is read again from Pebble, not from memory, where a good copy
+// may outlive damage on disk (recordcache.go). A block with a good record
+// is released at the record's cost; one with a corrupt record, whose cost
+// is unknown, is followed by a recount. The caller holds t.life shared and
+// no stripe.
 func (t *Tier) drop(key index.Key) error {
 	s := t.stripe(key)
 	s.Lock()
+	t.recs.forget(key)
 	m, gen, err := t.record(key)
 	if errors.Is(err, tiers.ErrCorrupt) {
 		// Its file, if any, is unknown: the next Open removes it.

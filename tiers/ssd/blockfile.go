@@ -64,10 +64,12 @@ type blockFiles struct {
 	bytes atomic.Int64  // bytes of the files on disk, removed ones excepted
 
 	// fds keeps files open for reads (fdcache.go); noDirect turns direct
-	// reads off (readfile.go), which directReads counts.
+	// reads off (readfile.go), which directReads counts; advised counts
+	// the files asked for ahead of their reads (willNeed).
 	fds         *fdCache
 	noDirect    atomic.Bool
 	directReads atomic.Int64
+	advised     atomic.Int64
 	log         *slog.Logger
 
 	mu       sync.Mutex
@@ -180,7 +182,9 @@ func (b *blockFiles) read(m index.Header, gen uint64, p []byte) error {
 		}
 		f = readFile{vf: vf}
 	}
-	f.willNeed(int64(len(p)))
+	if f.needWillNeed(int64(len(p))) {
+		f.willNeed(int64(len(p)))
+	}
 	err := readBlock(f, m, gen, p)
 	f.close(err != nil)
 	return err
@@ -191,11 +195,12 @@ func (b *blockFiles) read(m index.Header, gen uint64, p []byte) error {
 // also writes p's spare capacity, up to len(p) rounded up (readAt).
 //
 // The caller has asked the kernel for the whole block at once (willNeed),
-// which submits every piece of it to the disk without waiting, or reads
-// it directly; readBlock then reads it with one pread: the disk works on
-// the whole block in parallel whatever the kernel's readahead settings,
-// with no goroutine per piece (the split of readsplit.go, which Pebble's
-// reads need, adds nothing here).
+// which submits every piece of it to the disk without waiting, or knows
+// that the pread does as much (needWillNeed), or reads it directly;
+// readBlock then reads it with one pread: the disk works on the whole
+// block in parallel whatever the kernel's readahead settings, with no
+// goroutine per piece (the split of readsplit.go, which Pebble's reads
+// need, adds nothing here).
 func readBlock(f readFile, m index.Header, gen uint64, p []byte) error {
 	n, err := f.readAt(p)
 	if n < len(p) {

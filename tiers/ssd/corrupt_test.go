@@ -23,9 +23,18 @@ import (
 // only a key-value store can (a value cut short, grown or gone) and the
 // records that describe the blocks.
 
-// setRaw overwrites a Pebble key of tr, or deletes it when v is nil.
+// setRaw overwrites a Pebble key of tr, or deletes it when v is nil. The
+// record of a block key is also dropped from the records kept in memory,
+// as it would be once pushed out of them (recordcache.go): the damage is
+// then met by the next read.
 func setRaw(t testing.TB, tr *Tier, key []byte, v []byte) {
 	t.Helper()
+	if k, err := parseKey(key[0], key); err == nil {
+		s := tr.stripe(k)
+		s.Lock()
+		tr.recs.forget(k)
+		s.Unlock()
+	}
 	if v == nil {
 		must(t, tr.db.Delete(key, pebble.NoSync))
 		return

@@ -180,3 +180,71 @@ func TestDirectFileReadsAnyBuffer(t *testing.T) {
 		f.close(false)
 	}
 }
+
+// Get asks the kernel for a block file ahead of its pread only where the
+// pread would not read it whole at once: a block over syncReadAhead that
+// is not known to be cached whole. It reads every block whole all the
+// same. GetMany asks for every file it reads through the page cache,
+// ahead of its reads.
+func TestGetAsksForABlockFileOnlyWhenThePreadWouldNot(t *testing.T) {
+	tr := openTest(t, Config{Capacity: 1 << 30})
+	sizes := []int{64 << 10, syncReadAhead, syncReadAhead + directAlign, 1 << 20, 1 << 20}
+	ms, bs := putSized(t, tr, sizes...)
+	must(t, tr.Flush())
+	paths := make([]string, len(ms))
+	for i, m := range ms {
+		paths[i] = blockFilePath(t, tr, m.Key)
+	}
+	get := func(i int, dst []byte) {
+		t.Helper()
+		got, m, err := tr.Get(ms[i].Key, dst)
+		if err != nil || m != ms[i] || !bytes.Equal(got[len(dst):], bs[i]) {
+			t.Fatalf("Get %d: %d bytes, %+v, %v", i, len(got), m, err)
+		}
+	}
+	aligned := make([]byte, 0, 1<<20) // a large allocation: page aligned
+	for i, c := range []struct {
+		dst     []byte
+		cold    bool  // its pages dropped first
+		partly  bool  // one page of it read back in first
+		advised int64 // files asked for
+	}{
+		{nil, true, false, 0},        // 64 KiB, cold: the pread reads it whole
+		{nil, true, false, 0},        // syncReadAhead, cold
+		{nil, true, false, 1},        // over syncReadAhead, cold
+		{aligned, false, false, 0},   // 1 MiB, cached whole (cachestat)
+		{aligned[:1], true, true, 1}, // 1 MiB, partly cached: not direct, asked for
+	} {
+		if c.cold {
+			dropPages(t, paths[i])
+		}
+		if c.partly {
+			f, err := os.Open(paths[i])
+			must(t, err)
+			_, err = f.ReadAt(make([]byte, 1), 0)
+			must(t, err)
+			must(t, f.Close())
+		}
+		before := tr.files.advised.Load()
+		get(i, c.dst)
+		if n := tr.files.advised.Load() - before; n != c.advised {
+			t.Errorf("Get %d (%d bytes): %d files asked for, want %d", i, sizes[i], n, c.advised)
+		}
+		if n, want := cachedPages(t, paths[i]), uint64(roundUp(sizes[i])/pageSize); n != want {
+			t.Errorf("Get %d (%d bytes): %d pages cached after the read, want all %d", i, sizes[i], n, want)
+		}
+	}
+
+	for _, p := range paths[:3] {
+		dropPages(t, p)
+	}
+	before := tr.files.advised.Load()
+	must(t, tr.GetMany(context.Background(), keysOf(ms[:3]), func(i int, v []byte, m index.Header, err error) {
+		if err != nil || m != ms[i] || !bytes.Equal(v, bs[i]) {
+			t.Errorf("GetMany %d: %d bytes, %+v, %v", i, len(v), m, err)
+		}
+	}))
+	if n := tr.files.advised.Load() - before; n != 3 {
+		t.Errorf("GetMany asked for %d files ahead, want all 3", n)
+	}
+}

@@ -35,6 +35,10 @@ type sharedFD struct {
 	// direct says fd was opened with O_DIRECT and still reads so; only an
 	// uncached descriptor is ever direct.
 	direct bool
+	// warm says every page of the block was in the page cache when the
+	// file was opened (cachestat; readfile.go); only an uncached
+	// descriptor of a large block is ever known so.
+	warm bool
 
 	refs       int // guarded by fdCache.mu when cached
 	cached     bool

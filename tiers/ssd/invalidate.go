@@ -213,9 +213,10 @@ func (t *Tier) Invalidate(key index.Key) error {
 }
 
 // commitDelete deletes key's record and payload in one batch, synced to
-// the WAL when sync is set. The caller holds key's stripe exclusively and
-// fixes the accounting.
+// the WAL when sync is set, and forgets the record kept in memory. The
+// caller holds key's stripe exclusively and fixes the accounting.
 func (t *Tier) commitDelete(key index.Key, sync bool) error {
+	t.recs.forget(key)
 	rk, pk := makeKey(prefixRecord, key), makeKey(prefixPayload, key)
 	b := t.db.NewBatch()
 	defer b.Close()

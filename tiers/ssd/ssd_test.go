@@ -116,6 +116,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		ValueSeparationMinSize: -1,
 		FileMinSize:            -1,
 		ReadWindow:             -1,
+		RecordCache:            -2,
 	}
 	cfg.EnsureDefaults()
 	err := cfg.Validate()
@@ -123,7 +124,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		t.Fatalf("Validate: %v, want ErrInvalidConfig", err)
 	}
 	for _, field := range []string{"Dir", "Capacity", "MaxBlockSize", "Durability", "FlushInterval",
-		"MemTableSize", "CacheSize", "ValueSeparationMinSize", "FileMinSize", "ReadWindow"} {
+		"MemTableSize", "CacheSize", "ValueSeparationMinSize", "FileMinSize", "ReadWindow", "RecordCache"} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("error does not mention %s: %v", field, err)
 		}
@@ -156,7 +157,8 @@ func TestConfigDefaults(t *testing.T) {
 		MemTableSize: DefaultMemTableSize, CacheSize: DefaultCacheSize,
 		ValueSeparationMinSize: DefaultValueSeparationMinSize, ReadWindow: DefaultReadWindow,
 		ReadAhead:   DefaultReadAhead,
-		FileMinSize: DefaultFileMinSize, OpenFiles: DefaultOpenFiles, Logger: slog.Default(), FS: vfs.Default,
+		FileMinSize: DefaultFileMinSize, OpenFiles: DefaultOpenFiles, RecordCache: DefaultRecordCache,
+		Logger: slog.Default(), FS: vfs.Default,
 	}
 	if cfg != want {
 		t.Fatalf("defaults %+v, want %+v", cfg, want)

@@ -19,8 +19,14 @@ import (
 // record reads and checks key's metadata record, and returns the number
 // of the block's file (zero for a block kept inline). It fails with
 // tiers.ErrNotFound when there is none and with an error wrapping
-// tiers.ErrCorrupt when the record fails its checks.
+// tiers.ErrCorrupt when the record fails its checks. A record kept in
+// memory (recordcache.go) is returned from there, and one read from
+// Pebble is kept. The caller holds key's stripe, shared or exclusively,
+// or is Open.
 func (t *Tier) record(key index.Key) (index.Header, uint64, error) {
+	if m, gen, ok := t.recs.get(key); ok {
+		return m, gen, nil
+	}
 	rk := makeKey(prefixRecord, key)
 	v, closer, err := get(t.db, rk[:])
 	if err != nil {
@@ -31,6 +37,7 @@ func (t *Tier) record(key index.Key) (index.Header, uint64, error) {
 	if err != nil {
 		return index.Header{}, 0, fmt.Errorf("record: %w", err)
 	}
+	t.recs.put(m, gen)
 	return m, gen, nil
 }
 

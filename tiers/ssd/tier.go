@@ -55,20 +55,23 @@
 // pread straight into the caller's buffer, then checks it. A block of
 // 512 KiB or more none of whose pages is in the page cache is read with
 // O_DIRECT, from the disk into the buffer, when the buffer allows; any
-// other is read through the page cache, the kernel asked for the whole
-// block at once (posix_fadvise WILLNEED, which submits all of it to the
-// disk). When Config.FS is the operating system's, block files are read
-// through bare descriptors, and small blocks' files are kept open for the
-// next read, up to Config.OpenFiles (readfile.go, fdcache.go). GetMany —
-// how the hierarchy's ReadMany, and so a node's get of a context, reads a
-// chain — opens the chain's block files in order, each once, and asks the
-// kernel for each whole file it reads through the page cache as it opens
-// it, up to Config.ReadAhead bytes ahead of the reads done, while
-// Config.ReadWindow reads copy the blocks out of the files so opened, or
-// read them directly. A file stays readable once open, whatever happens to
-// its key: LocateFile (tiers.FileLocator) hands one out, with its
-// descriptor, for a reader with its own path to the disk (GPUDirect
-// Storage).
+// other is read through the page cache. A block over 128 KiB not known to
+// be cached whole is first asked for whole (posix_fadvise WILLNEED, which
+// submits all of it to the disk); the pread of a smaller one does as much
+// by itself. When Config.FS is the operating system's, block files are
+// read through bare descriptors, and small blocks' files are kept open
+// for the next read, up to Config.OpenFiles (readfile.go, fdcache.go).
+// The records of blocks read or written lately are kept in memory, up to
+// Config.RecordCache, so that a read seldom looks its block's record up
+// in Pebble (recordcache.go). GetMany — how the hierarchy's ReadMany, and
+// so a node's get of a context, reads a chain — opens the chain's block
+// files in order, each once, and asks the kernel for each whole file it
+// reads through the page cache as it opens it, up to Config.ReadAhead
+// bytes ahead of the reads done, while Config.ReadWindow reads copy the
+// blocks out of the files so opened, or read them directly. A file stays
+// readable once open, whatever happens to its key: LocateFile
+// (tiers.FileLocator) hands one out, with its descriptor, for a reader
+// with its own path to the disk (GPUDirect Storage).
 //
 // Pebble reads an inline block's bytes from its blob file with one
 // synchronous read, kernel readahead off; a large one is split into pieces
@@ -187,6 +190,8 @@ type Tier struct {
 	closed bool
 
 	stripes [stripeCount]sync.RWMutex
+	// recs keeps the records read or written lately (recordcache.go).
+	recs    *recordCache
 	acct    accounting
 	batches sync.Pool // of *pebble.Batch, reset, sized for a block
 	// bufs lends the buffers GetManyPooled reads blocks into.
@@ -229,6 +234,7 @@ func Open(cfg Config) (*Tier, error) {
 		fs:     fs,
 		space:  sp,
 		faults: wf,
+		recs:   newRecordCache(cfg.RecordCache),
 		acct:   accounting{capacity: cfg.Capacity},
 		bufs:   bufpool.New(pooledIdle),
 		stop:   make(chan struct{}),
@@ -409,6 +415,12 @@ func (t *Tier) write(m index.Header, value []byte, gen uint64, oldInline bool) (
 	if err == nil {
 		err = b.Commit(pebble.NoSync)
 	}
+	if err != nil {
+		// The record may or may not have been applied.
+		t.recs.forget(m.Key)
+	} else {
+		t.recs.put(m, gen)
+	}
 	if err != nil && gen != 0 {
 		// No record names the file: remove it now (or the next Open does).
 		t.files.discard(m.Key, gen, int64(len(value)))
@@ -486,7 +498,9 @@ func (t *Tier) locate(key index.Key, own bool) (located, error) {
 // read from its file.
 func (b *located) readInto(p []byte) error {
 	if b.f.isOpen() {
-		b.f.willNeed(int64(len(p)))
+		if b.f.needWillNeed(int64(len(p))) {
+			b.f.willNeed(int64(len(p)))
+		}
 		return readBlock(b.f, b.m, b.gen, p)
 	}
 	copy(p, b.v)
@@ -705,6 +719,11 @@ func (t *Tier) Close() error {
 
 // stripe returns the lock of key.
 func (t *Tier) stripe(key index.Key) *sync.RWMutex {
-	h := uint64(key.Hash) ^ uint64(key.NS) ^ uint64(key.Hash)>>32
-	return &t.stripes[h%stripeCount]
+	return &t.stripes[stripeHash(key)%stripeCount]
+}
+
+// stripeHash is the hash of key that picks its stripe, modulo
+// stripeCount.
+func stripeHash(key index.Key) uint64 {
+	return uint64(key.Hash) ^ uint64(key.NS) ^ uint64(key.Hash)>>32
 }
