@@ -373,51 +373,76 @@ func (h *Hierarchy) Put(m index.Header, value []byte) error {
 // a crash after the Put returns cannot bring one back; either way it
 // releases the key. It returns err, or why an older copy could not be
 // invalidated.
+//
+// A Put takes the hierarchy's lock three times at most (acquire, here,
+// and once more to record the older copies gone and release the key when
+// there were any), twice when nothing below holds the key.
 func (h *Hierarchy) stored(e *entry, m index.Header, err error) error {
 	if err != nil {
 		h.release(m.Key, e)
 		return err
 	}
+	resurrect := h.mayResurrect(m.Key)
 	h.lock()
 	stale := e.in &^ 1 // level 0's copy was replaced in place
 	h.touchLocked(m.Key, e)
 	h.setLocked(e, m, 0)
+	if stale|resurrect == 0 { // no level below holds or may bring back an older version
+		h.releaseLocked(m.Key, e)
+		h.mu.Unlock()
+		h.checkWatermark(0)
+		return nil
+	}
 	h.mu.Unlock()
 	var errs []error
 	for i := 1; i < len(h.levels); i++ {
-		if err := h.invalidate(i, e, m.Key, stale&(1<<i) != 0); err != nil {
+		if (stale|resurrect)&(1<<i) == 0 {
+			continue
+		}
+		if err := h.invalidate(i, m.Key); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	h.release(m.Key, e)
+	h.lock()
+	for i := 1; i < len(h.levels); i++ {
+		if stale&(1<<i) != 0 {
+			h.removedLocked(i, e, m.Key)
+		}
+	}
+	h.releaseLocked(m.Key, e)
+	h.mu.Unlock()
 	h.checkWatermark(0)
 	return errors.Join(errs...)
 }
 
-// invalidate removes what level i may hold of an older version of key,
-// which the caller owns and has just replaced in level 0: the level's
-// copy, when stale says it has one, or a copy it deleted earlier but
-// could bring back after a crash. A level whose tier is an Invalidator
-// returns only once neither can be read after a crash; the others delete
-// the copy as usual.
-func (h *Hierarchy) invalidate(i int, e *entry, key index.Key, stale bool) error {
-	inv, ok := h.levels[i].Tier.(Invalidator)
-	switch {
-	case !ok:
-		if stale {
-			h.dropCopy(i, e, key)
+// mayResurrect returns the levels below level 0 whose tier may bring back
+// a copy of key deleted earlier, or holds one the hierarchy may not know
+// of (Invalidator.MayResurrect). It takes no lock of the hierarchy's: the
+// caller owns key, so no other writer deletes a copy of it meanwhile, and
+// a tier's answer only turns false as its deletes become durable.
+func (h *Hierarchy) mayResurrect(key index.Key) uint8 {
+	var levels uint8
+	for i := 1; i < len(h.levels); i++ {
+		if inv, ok := h.levels[i].Tier.(Invalidator); ok && inv.MayResurrect(key) {
+			levels |= 1 << i
 		}
-		return nil
-	case !stale && !inv.MayResurrect(key):
+	}
+	return levels
+}
+
+// invalidate deletes level i's copy of an older version of key, which the
+// caller owns and has just replaced in level 0, and makes sure that a copy
+// the level deleted earlier cannot come back: a level whose tier is an
+// Invalidator returns only once neither can be read after a crash; the
+// others delete the copy as usual. The caller records the level's copy
+// gone (removedLocked) afterwards, if the hierarchy recorded one.
+func (h *Hierarchy) invalidate(i int, key index.Key) error {
+	inv, ok := h.levels[i].Tier.(Invalidator)
+	if !ok {
+		_ = h.levels[i].Tier.Delete(key) // ErrNotFound: already gone, which is the goal
 		return nil
 	}
-	err := inv.Invalidate(key)
-	if stale {
-		h.lock()
-		h.removedLocked(i, e, key)
-		h.mu.Unlock()
-	}
-	if err != nil {
+	if err := inv.Invalidate(key); err != nil {
 		return fmt.Errorf("hierarchy: invalidate the older copy of %v in %v: %w", key, h.levels[i].Kind, err)
 	}
 	return nil

@@ -306,22 +306,29 @@ func (h *Hierarchy) promote(p promotion) {
 	}
 	e.busy = true
 	h.mu.Unlock()
-	defer h.release(p.key, e)
-	for _, t := range into {
+	owned := true // until the hold that records the last copy releases the key
+	for n, t := range into {
 		if p.data == nil {
 			if h.copyUp(p.key, e, p.from, t) != nil {
-				return
+				break
 			}
 			continue
 		}
 		if h.store(t, p.meta, p.data) != nil {
-			return
+			break
 		}
 		h.lock()
 		h.setLocked(e, p.meta, t)
 		h.levels[t].promotions++
+		if n == len(into)-1 {
+			h.releaseLocked(p.key, e)
+			owned = false
+		}
 		h.mu.Unlock()
 		h.checkWatermark(t)
+	}
+	if owned {
+		h.release(p.key, e)
 	}
 }
 
