@@ -22,6 +22,10 @@ import (
 	"github.com/kvstrata/kvstrata/tiers/policy"
 )
 
+// maxRecordCache bounds ssd.record-cache: 1 GiB of 48-byte records, as
+// the SSD tier's own bound (ssd.MaxRecordCache).
+const maxRecordCache = (1 << 30) / 48
+
 // Config is the whole configuration of a cache node. Zero sizes marked
 // "auto" are resolved from the machine by Resolve.
 type Config struct {
@@ -203,6 +207,12 @@ type SSD struct {
 	// takes at most a quarter of the process's limit. Default 4096; 0
 	// keeps none open.
 	OpenFiles int
+	// RecordCache is how many blocks' metadata records the tier keeps in
+	// memory, those read or written lately, so that a read of a block
+	// does not look its record up in Pebble: 48 bytes each, allocated at
+	// start. Default 65536 (3 MiB, the records of 4 GiB of 64 KiB
+	// blocks); 0 keeps none; at most 22369621 (1 GiB).
+	RecordCache int
 	// ReadAhead is how many bytes of block files a chain's read asks the
 	// kernel for ahead of the blocks it has read, so that the disk works on
 	// a deep queue of requests. Default 32MiB.
@@ -363,7 +373,7 @@ func Default() Config {
 		HBM:  HBM{PageSize: 64 << 10, Policy: policy.DefaultHBM, HighWatermark: 0.95, LowWatermark: 0.85, GDS: "auto"},
 		DRAM: DRAM{PageSize: 4 << 10, Policy: policy.DefaultDRAM, HighWatermark: 0.95, LowWatermark: 0.85},
 		SSD: SSD{Enabled: true, Policy: policy.DefaultSSD, AdmitMinSeen: 1, FileMinSize: 64 << 10,
-			OpenFiles: 4096, ReadAhead: 32 << 20,
+			OpenFiles: 4096, RecordCache: 1 << 16, ReadAhead: 32 << 20,
 			HighWatermark: 0.95, LowWatermark: 0.85},
 		Cluster: Cluster{RaftAddr: "127.0.0.1:7072", HeartbeatInterval: 500 * time.Millisecond, LivenessTimeout: 5 * time.Second, ReconcileInterval: time.Minute},
 		S3: S3{Bucket: "kvstrata", Region: "us-east-1", CreateBucket: true, Policy: policy.DefaultS3, PromoteTo: "dram",
@@ -468,6 +478,9 @@ func (c *Config) Validate() error {
 		}
 		if c.SSD.OpenFiles < 0 {
 			bad("ssd.open-files %d is negative (0 keeps no file open)", c.SSD.OpenFiles)
+		}
+		if c.SSD.RecordCache < 0 || c.SSD.RecordCache > maxRecordCache {
+			bad("ssd.record-cache %d is out of range: 0 (no record kept in memory) to %d (1 GiB)", c.SSD.RecordCache, maxRecordCache)
 		}
 		if c.SSD.ReadAhead <= 0 {
 			bad("ssd.read-ahead %v must be above 0", c.SSD.ReadAhead)

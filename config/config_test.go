@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ policy = "mru"
 max-block-size = "lots"
 `)
 	env := map[string]string{"KVSTRATA_SSD_ADMIT_MIN_SEEN": "zero", "KVSTRATA_LISTEN_RESP": "6380"}
-	_, err := Load(file, func(k string) string { return env[k] }, map[string]string{"node-id": "0", "transport": "ucx", "ssd-file-min-size": "0", "ssd-open-files": "-1", "ssd-read-ahead": "0"})
+	_, err := Load(file, func(k string) string { return env[k] }, map[string]string{"node-id": "0", "transport": "ucx", "ssd-file-min-size": "0", "ssd-open-files": "-1", "ssd-record-cache": "-1", "ssd-read-ahead": "0"})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
@@ -85,6 +86,7 @@ max-block-size = "lots"
 		"built without UCX support",
 		"ssd.file-min-size 0 must be above 0",
 		"ssd.open-files -1 is negative",
+		"ssd.record-cache -1 is out of range",
 		"ssd.read-ahead 0 must be above 0",
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -231,5 +233,26 @@ func TestS3PromoteTo(t *testing.T) {
 	_, err := Load("", func(string) string { return "" }, map[string]string{"s3-endpoint": "127.0.0.1:9000", "s3-promote-to": "disk"})
 	if err == nil || !strings.Contains(err.Error(), `s3.promote-to "disk"`) {
 		t.Fatalf("serve with s3.promote-to=disk: %v", err)
+	}
+}
+
+func TestSSDRecordCacheIsBounded(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		err   string
+	}{
+		{"0", ""},
+		{"65536", ""},
+		{strconv.Itoa(maxRecordCache), ""},
+		{strconv.Itoa(maxRecordCache + 1), "ssd.record-cache 22369622 is out of range"},
+		{"-1", "ssd.record-cache -1 is out of range"},
+	} {
+		_, err := Load("", func(string) string { return "" }, map[string]string{"ssd-record-cache": c.value})
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("ssd.record-cache %s: %v", c.value, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("ssd.record-cache %s: %v, want an error saying %q", c.value, err, c.err)
+		}
 	}
 }

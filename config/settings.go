@@ -84,6 +84,7 @@ func (c *Config) Settings() []*Setting {
 		boolSetting("ssd.wal", "write-ahead log: acknowledged blocks survive a crash, at 2x the writes", &c.SSD.WAL),
 		sizeSetting("ssd.file-min-size", "smallest SSD block kept in a file of its own, read with one pread (smaller: inside Pebble)", &c.SSD.FileMinSize),
 		intSetting("ssd.open-files", "block files of blocks under 512KiB kept open between reads (0: none)", &c.SSD.OpenFiles),
+		intSetting("ssd.record-cache", "SSD blocks' metadata records kept in memory, 48 bytes each (0: none)", &c.SSD.RecordCache),
 		sizeSetting("ssd.read-ahead", "bytes of block files a chain's read asks the disk for ahead of the blocks it has read", &c.SSD.ReadAhead),
 		strSetting("s3.endpoint", "object store host:port (empty: no s3 tier)", &c.S3.Endpoint),
 		strSetting("s3.bucket", "bucket of the s3 tier", &c.S3.Bucket),

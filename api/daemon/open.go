@@ -89,8 +89,8 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger,
 			durability = ssd.DurabilityWAL
 		}
 		s, err := ssd.Open(ssd.Config{Dir: cfg.SSD.Dir, Capacity: int64(cfg.SSD.Capacity), MaxBlockSize: maxBlock,
-			FileMinSize: int64(cfg.SSD.FileMinSize), OpenFiles: openFiles(cfg.SSD.OpenFiles),
-			ReadAhead:  int64(cfg.SSD.ReadAhead),
+			FileMinSize: int64(cfg.SSD.FileMinSize), OpenFiles: noneIfZero(cfg.SSD.OpenFiles),
+			RecordCache: noneIfZero(cfg.SSD.RecordCache), ReadAhead: int64(cfg.SSD.ReadAhead),
 			Durability: durability, Logger: log.With("tier", "ssd")})
 		if err != nil {
 			for _, l := range levels {
@@ -167,9 +167,10 @@ func garbageAge(d time.Duration) time.Duration {
 	return d
 }
 
-// openFiles is ssd.Config.OpenFiles for the setting ssd.open-files, whose
-// 0 keeps no file open.
-func openFiles(n int) int {
+// noneIfZero is ssd.Config.OpenFiles or RecordCache for the setting
+// ssd.open-files or ssd.record-cache, whose 0 keeps none: -1 in the
+// tier's Config, where 0 is the default.
+func noneIfZero(n int) int {
 	if n == 0 {
 		return -1
 	}

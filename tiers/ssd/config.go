@@ -64,6 +64,9 @@ const (
 	DefaultFileMinSize            = 64 << 10
 	DefaultOpenFiles              = 4096
 	DefaultRecordCache            = 1 << 16
+	// MaxRecordCache bounds RecordCache: 1 GiB of slots, the records of
+	// 64 TiB of 1 MiB blocks.
+	MaxRecordCache = (1 << 30) / recordSlotSize
 
 	// MaxBlockLimit is the largest MaxBlockSize allowed.
 	MaxBlockLimit = 1 << 30
@@ -277,8 +280,8 @@ func (c *Config) Validate() error {
 	if c.OpenFiles < -1 {
 		bad("OpenFiles is %d, want ≥ 0, or -1 for none", c.OpenFiles)
 	}
-	if c.RecordCache < -1 {
-		bad("RecordCache is %d, want ≥ 0, or -1 for none", c.RecordCache)
+	if c.RecordCache < -1 || c.RecordCache > MaxRecordCache {
+		bad("RecordCache is %d, want 0 to %d, or -1 for none", c.RecordCache, MaxRecordCache)
 	}
 	if c.DiskReserve < -1 {
 		bad("DiskReserve is %d, want ≥ 0, or -1 for none", c.DiskReserve)
