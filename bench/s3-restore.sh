@@ -13,12 +13,14 @@
 #
 # Usage: bench/s3-restore.sh
 # Environment: TOKENS (100000), BLOCK_TOKENS (256), RUNS (3),
-#              CONCURRENCY (the node's s3.concurrency, 16), KEEP (1: keep logs),
+#              CONCURRENCY (the node's s3.concurrency, 16), FETCH_CONCURRENCY (the
+#              node's fetch-concurrency, 16: a quarter of it is the restore's reads
+#              in flight), KEEP (1: keep logs),
 #              NODE_FLAGS (more kvstrata serve flags, e.g. "--pprof --listen-http 127.0.0.1:9099").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TOKENS=${TOKENS:-100000} BLOCK_TOKENS=${BLOCK_TOKENS:-256} RUNS=${RUNS:-3} CONCURRENCY=${CONCURRENCY:-16}
+TOKENS=${TOKENS:-100000} BLOCK_TOKENS=${BLOCK_TOKENS:-256} RUNS=${RUNS:-3} CONCURRENCY=${CONCURRENCY:-16} FETCH_CONCURRENCY=${FETCH_CONCURRENCY:-16}
 . "$(dirname "$0")/lib.sh"
 bench_workdir s3-restore
 
@@ -31,7 +33,7 @@ start_versitygw restorebench
 grpc=$(free_port) data=$(free_port)
 "$work/kvstrata" serve --data-dir "$work/node" --dram-capacity 2GiB --ssd-capacity 2GiB \
 	--listen-grpc "127.0.0.1:$grpc" --listen-data "127.0.0.1:$data" --listen-resp "" \
-	--s3-endpoint "127.0.0.1:$s3port" --s3-bucket kvstrata-restore --s3-concurrency "$CONCURRENCY" ${NODE_FLAGS:-} \
+	--s3-endpoint "127.0.0.1:$s3port" --s3-bucket kvstrata-restore --s3-concurrency "$CONCURRENCY" --fetch-concurrency "$FETCH_CONCURRENCY" ${NODE_FLAGS:-} \
 	>"$work/kvstrata.log" 2>&1 &
 pids+=($!)
 wait_port "$grpc"

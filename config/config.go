@@ -41,6 +41,13 @@ type Config struct {
 	S3      S3
 	Cluster Cluster
 	Limits  Limits
+	// FetchConcurrency sizes the read ahead of a restore (a data-plane get
+	// of a chain) from the SSD and the object store: FetchConcurrency/4
+	// reads in flight, each of up to 16 blocks (from an object store, the
+	// rest of one segment object, up to 64 MiB), and how many blocks a
+	// warm reads at once. Each read in flight holds its blocks in memory
+	// until they are sent. From 1 to 1024; default 16 (4 reads in flight).
+	FetchConcurrency int
 	// Transport is the data-plane backend: "tcp" (default) or "ucx" (in
 	// binaries built with the ucx tag).
 	Transport string
@@ -260,8 +267,9 @@ type S3 struct {
 	// MaxPending bounds the bytes waiting for upload; over it, SSD victims
 	// are dropped rather than queued. Default 256MiB.
 	MaxPending ByteSize
-	// Concurrency is the number of parallel uploads and ranged GETs, and
-	// the reads in flight when a long chain is restored. Default 16.
+	// Concurrency is the number of parallel uploads and ranged GETs.
+	// Default 16. How many reads a restore keeps in flight is
+	// FetchConcurrency's.
 	Concurrency int
 	// GarbageAge is how long after its upload a data object that no index
 	// names (a crash between a segment's two uploads) is deleted; 0 never
@@ -385,11 +393,12 @@ func Default() Config {
 			RequestTimeout: 10 * time.Second, MinRequestRate: 1 << 20,
 			MaxValueSize: 512 << 20, MaxPendingRESPBytes: 1536 << 20,
 		},
-		Transport:       "tcp",
-		LogLevel:        "info",
-		LogFormat:       "text",
-		ShutdownTimeout: 30 * time.Second,
-		TLS:             TLS{ClientAuth: "optional"},
+		FetchConcurrency: 16,
+		Transport:        "tcp",
+		LogLevel:         "info",
+		LogFormat:        "text",
+		ShutdownTimeout:  30 * time.Second,
+		TLS:              TLS{ClientAuth: "optional"},
 	}
 }
 
@@ -579,6 +588,9 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxPendingPutBytes != 0 && l.MaxPendingPutBytes < l.MaxBlockSize {
 		bad("limits.max-pending-put-bytes %v is below limits.max-block-size %v", l.MaxPendingPutBytes, l.MaxBlockSize)
+	}
+	if c.FetchConcurrency < 1 || c.FetchConcurrency > 1024 {
+		bad("fetch-concurrency %d outside [1, 1024]", c.FetchConcurrency)
 	}
 	if !slices.Contains(Transports, c.Transport) {
 		if c.Transport == "ucx" {

@@ -72,7 +72,7 @@ policy = "mru"
 max-block-size = "lots"
 `)
 	env := map[string]string{"KVSTRATA_SSD_ADMIT_MIN_SEEN": "zero", "KVSTRATA_LISTEN_RESP": "6380"}
-	_, err := Load(file, func(k string) string { return env[k] }, map[string]string{"node-id": "0", "transport": "ucx", "ssd-file-min-size": "0", "ssd-open-files": "-1", "ssd-record-cache": "-1", "ssd-read-ahead": "0"})
+	_, err := Load(file, func(k string) string { return env[k] }, map[string]string{"node-id": "0", "transport": "ucx", "ssd-file-min-size": "0", "ssd-open-files": "-1", "ssd-record-cache": "-1", "ssd-read-ahead": "0", "fetch-concurrency": "1025"})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
@@ -88,6 +88,7 @@ max-block-size = "lots"
 		"ssd.open-files -1 is negative",
 		"ssd.record-cache -1 is out of range",
 		"ssd.read-ahead 0 must be above 0",
+		"fetch-concurrency 1025 outside [1, 1024]",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q:\n%v", want, err)

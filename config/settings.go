@@ -121,6 +121,7 @@ func (c *Config) Settings() []*Setting {
 		sizeSetting("limits.max-value-size", "largest value a RESP client may SET; values over limits.max-block-size are kept as several blocks", &c.Limits.MaxValueSize),
 		sizeSetting("limits.max-pending-resp-bytes", "most memory all RESP commands still arriving hold together (at least twice limits.max-value-size, plus 1MiB)", &c.Limits.MaxPendingRESPBytes),
 		sizeSetting("limits.max-pending-put-bytes", "most DRAM held reserved for data-plane blocks still arriving (0: a quarter of dram.capacity)", &c.Limits.MaxPendingPutBytes),
+		intSetting("fetch-concurrency", "a restore's read ahead from the SSD and the object store: fetch-concurrency/4 reads in flight, each of up to 16 blocks (or one segment object); also the blocks a warm reads at once", &c.FetchConcurrency),
 		strSetting("transport", "data-plane transport: tcp or ucx", &c.Transport),
 		strSetting("ucx.tls", "UCX transports to use, as UCX_TLS takes them (empty: UCX's choice)", &c.UCX.TLS),
 		strSetting("ucx.net-devices", "network devices UCX may use, as UCX_NET_DEVICES takes them", &c.UCX.NetDevices),

@@ -204,7 +204,7 @@ func (d *Node) Start(ctx context.Context) (err error) {
 	}
 	n, err := node.New(h, node.Config{MaxBlockSize: int64(cfg.Limits.MaxBlockSize),
 		MaxBatchBlocks: cfg.Limits.MaxBatchBlocks, MaxBatchBytes: int64(cfg.Limits.MaxBatchBytes),
-		FetchConcurrency: cfg.S3.Concurrency, Directory: cl})
+		FetchConcurrency: cfg.FetchConcurrency, Directory: cl})
 	if err != nil {
 		h.Close()
 		return err

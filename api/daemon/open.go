@@ -108,7 +108,7 @@ func openTiers(ctx context.Context, cfg config.Config, log *slog.Logger,
 			Secure: c.Secure, AccessKey: c.AccessKey, SecretKey: c.SecretKey, CreateBucket: c.CreateBucket,
 			OpenOffline: !c.RequireAtStart, Capacity: int64(c.Capacity), MaxBlockSize: maxBlock, SegmentSize: int64(c.SegmentSize),
 			FlushInterval: c.FlushInterval, MaxPendingBytes: int64(c.MaxPending), Concurrency: c.Concurrency,
-			GarbageAge: garbageAge(c.GarbageAge), ProbeTimeout: c.ProbeTimeout, Logger: log.With("tier", "s3")})
+			ReadBuffers: readBuffers(cfg), GarbageAge: garbageAge(c.GarbageAge), ProbeTimeout: c.ProbeTimeout, Logger: log.With("tier", "s3")})
 		if err != nil {
 			for _, l := range levels {
 				l.Tier.Close()
@@ -175,4 +175,13 @@ func noneIfZero(n int) int {
 		return -1
 	}
 	return n
+}
+
+// readBuffers is how many bytes of read buffers the object store's tier
+// keeps for reuse: a segment for each read a restore keeps in flight
+// (fetch-concurrency/4), and at least four. With fewer, a deeper read
+// ahead lets buffers go at the end of every restore, and the next one maps
+// fresh memory for them.
+func readBuffers(cfg config.Config) int64 {
+	return int64(max(4, cfg.FetchConcurrency/4)) * int64(cfg.S3.SegmentSize)
 }

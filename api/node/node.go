@@ -56,8 +56,11 @@ type Config struct {
 	// ViewLease is how long a read may pin a block's bytes in place while
 	// they are written to a socket. The default is 30 seconds.
 	ViewLease time.Duration
-	// FetchConcurrency is how many blocks a data-plane get or a warm reads
-	// from the slower tiers at once. The default is 16.
+	// FetchConcurrency sizes the reads from the slower tiers: a
+	// data-plane get's read ahead (ReadAhead) keeps FetchConcurrency/4
+	// chunks in flight (at least one), and a warm given no concurrency of
+	// its own reads FetchConcurrency blocks at once. At most 1024. The
+	// default is 16.
 	FetchConcurrency int
 	// Directory, if set, answers lookups for the whole cluster (a cluster
 	// member's replica of the block directory, api/membership). The default,

@@ -9,8 +9,7 @@ import (
 	"github.com/kvstrata/kvstrata/tiers"
 )
 
-// DefaultFetchConcurrency is how many blocks a warm or a prefetching get
-// reads from slow tiers at once.
+// DefaultFetchConcurrency is the default of Config.FetchConcurrency.
 const DefaultFetchConcurrency = 16
 
 // WarmProgress counts a warm's blocks as they are handled.
@@ -22,7 +21,8 @@ type WarmProgress struct {
 }
 
 // Warm copies keys up into the tier of the given kind (0: the fastest) from
-// the lower tiers holding them, with up to concurrency reads in flight,
+// the lower tiers holding them, with up to concurrency reads in flight
+// (Config.FetchConcurrency when concurrency is 0 or less),
 // calling progress (serialised) as blocks complete. It returns early when
 // ctx ends.
 func (n *Node) Warm(ctx context.Context, keys []index.Key, kind index.TierKind, concurrency int, progress func(WarmProgress)) (WarmProgress, error) {
@@ -30,7 +30,7 @@ func (n *Node) Warm(ctx context.Context, keys []index.Key, kind index.TierKind, 
 		kind = n.h.Kinds()[0]
 	}
 	if concurrency <= 0 {
-		concurrency = DefaultFetchConcurrency
+		concurrency = n.cfg.FetchConcurrency
 	}
 	p := WarmProgress{Total: len(keys)}
 	var mu sync.Mutex

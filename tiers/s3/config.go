@@ -116,6 +116,14 @@ type Config struct {
 	// segments or four blocks, whichever is more: 4×max(SegmentSize,
 	// MaxBlockSize).
 	MaxPendingBytes int64
+	// ReadBuffers is how many bytes of released read buffers the tier
+	// keeps for reuse (GetManyPooled's): a restore that keeps N ranged
+	// GETs of whole segments in flight goes through about N segments of
+	// buffers, and buffers let go past this bound are left to the garbage
+	// collector, so that the next restore maps fresh memory for them. The
+	// default is four segments, 4×SegmentSize, for the four reads in
+	// flight of a node's default read ahead.
+	ReadBuffers int64
 	// Concurrency is the number of ranged GETs in flight at once (Get and
 	// GetMany share them), of segment uploads in flight at once, and of
 	// the parts one multipart upload sends in parallel. From 1 to
@@ -203,6 +211,7 @@ func (c *Config) EnsureDefaults() {
 	setDefault(&c.PartSize, DefaultPartSize)
 	setDefault(&c.FlushInterval, DefaultFlushInterval)
 	setDefault(&c.MaxPendingBytes, 4*max(c.SegmentSize, c.MaxBlockSize))
+	setDefault(&c.ReadBuffers, 4*c.SegmentSize)
 	setDefault(&c.Concurrency, DefaultConcurrency)
 	setDefault(&c.RequestTimeout, DefaultRequestTimeout)
 	setDefault(&c.Retries, DefaultRetries)
@@ -271,6 +280,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PartSize < MinPartSize || c.PartSize > MaxPartSize {
 		bad("PartSize is %d, want %d to %d bytes", c.PartSize, int64(MinPartSize), int64(MaxPartSize))
+	}
+	if c.ReadBuffers < 0 {
+		bad("ReadBuffers is %d, want ≥ 0", c.ReadBuffers)
 	}
 	if c.MaxPendingBytes <= 0 {
 		bad("MaxPendingBytes is %d, want > 0", c.MaxPendingBytes)

@@ -70,10 +70,6 @@ func (t *Tier) GetManyPooled(ctx context.Context, keys []index.Key, fn func(i in
 	return t.getMany(ctx, keys, t.bufs, fn)
 }
 
-// pooledIdle is how many bytes of released read buffers a tier keeps for
-// reuse: a few segments' worth.
-func pooledIdle(cfg Config) int64 { return 4 * cfg.SegmentSize }
-
 // getMany is GetMany reading into buffers from pool, or freshly allocated
 // ones when pool is nil.
 func (t *Tier) getMany(ctx context.Context, keys []index.Key, pool *bufpool.Pool, fn func(i int, value []byte, ref *bufpool.Buffer, m index.Header, err error)) error {

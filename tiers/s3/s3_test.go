@@ -493,3 +493,45 @@ func TestRangedReadsShareOneConnection(t *testing.T) {
 		t.Fatalf("%d ranged GETs, want at least %d: the blocks were not read from the store", n, 2*(1+len(keys)))
 	}
 }
+
+// ReadBuffers bounds the read buffers the tier keeps once a restore lets
+// them go: a second read of the same 24 blocks (buffers of 104 KiB) reuses
+// all of them under the default bound of four 1 MiB segments, and only the
+// 9 that fit under a bound of 1 MiB.
+func TestReadBuffersBoundsTheBuffersASecondReadReuses(t *testing.T) {
+	srv := s3test.Start(t)
+	for _, tc := range []struct {
+		readBuffers int64
+		reused      int64
+	}{{0, 24}, {1 << 20, 9}} {
+		cfg := srv.Config(fmt.Sprintf("readbuffers%d", tc.readBuffers))
+		cfg.SegmentSize = 1 << 20
+		cfg.FlushInterval = time.Hour
+		cfg.ReadBuffers = tc.readBuffers
+		tr := openTier(t, cfg)
+		keys := make([]index.Key, 24)
+		for i := range keys {
+			m, b := block(1, index.Hash(i+1), 100<<10)
+			must(t, tr.Put(m, b))
+			keys[i] = m.Key
+		}
+		flush(t, tr)
+		read := func() {
+			var refs []*bufpool.Buffer
+			must(t, tr.GetManyPooled(context.Background(), keys, func(i int, v []byte, ref *bufpool.Buffer, m index.Header, err error) {
+				must(t, err)
+				refs = append(refs, ref)
+			}))
+			for _, ref := range refs { // all held until the read is over, as a restore's in flight are
+				ref.Release()
+			}
+		}
+		read()
+		first := tr.S3Stats()
+		read()
+		if s := tr.S3Stats(); s.ReusedBuffers-first.ReusedBuffers != tc.reused {
+			t.Errorf("ReadBuffers %d: the second read reused %d of its %d buffers, want %d",
+				tc.readBuffers, s.ReusedBuffers-first.ReusedBuffers, s.ReadBuffers-first.ReadBuffers, tc.reused)
+		}
+	}
+}

@@ -211,7 +211,7 @@ func Open(ctx context.Context, cfg Config) (*Tier, error) {
 		unsure:      map[index.Key]int{},
 		deleteSem:   make(chan struct{}, 1),
 		getSlots:    make(chan struct{}, cfg.Concurrency),
-		bufs:        bufpool.New(pooledIdle(cfg)),
+		bufs:        bufpool.New(cfg.ReadBuffers),
 		uploadSlots: make(chan struct{}, cfg.Concurrency),
 		uploadWake:  make(chan struct{}, 1),
 		deleteWake:  make(chan struct{}, 1),
