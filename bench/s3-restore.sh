@@ -12,7 +12,9 @@
 # a node on free ports in a temporary directory, runs, and stops both.
 #
 # Usage: bench/s3-restore.sh
-# Environment: TOKENS (100000), BLOCK_TOKENS (256), RUNS (3),
+# Environment: TOKENS (100000), BLOCK_TOKENS (256), RUNS (3), WARMUPS (1:
+#              untimed runs of every method first; the first restore of a
+#              process pays for memory it touches for the first time),
 #              CONCURRENCY (the node's s3.concurrency, 16), FETCH_CONCURRENCY (the
 #              node's fetch-concurrency, 16: a quarter of it is the restore's reads
 #              in flight), KEEP (1: keep logs),
@@ -20,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TOKENS=${TOKENS:-100000} BLOCK_TOKENS=${BLOCK_TOKENS:-256} RUNS=${RUNS:-3} CONCURRENCY=${CONCURRENCY:-16} FETCH_CONCURRENCY=${FETCH_CONCURRENCY:-16}
+TOKENS=${TOKENS:-100000} BLOCK_TOKENS=${BLOCK_TOKENS:-256} RUNS=${RUNS:-3} WARMUPS=${WARMUPS:-1} CONCURRENCY=${CONCURRENCY:-16} FETCH_CONCURRENCY=${FETCH_CONCURRENCY:-16}
 . "$(dirname "$0")/lib.sh"
 bench_workdir s3-restore
 
@@ -39,4 +41,4 @@ pids+=($!)
 wait_port "$grpc"
 
 "$work/s3restore" --addr "127.0.0.1:$grpc" --s3-endpoint "127.0.0.1:$s3port" \
-	--tokens "$TOKENS" --block-tokens "$BLOCK_TOKENS" --runs "$RUNS" ${BENCH_FLAGS:-} | sed '/^\[/,$d'
+	--tokens "$TOKENS" --block-tokens "$BLOCK_TOKENS" --runs "$RUNS" --warmups "$WARMUPS" ${BENCH_FLAGS:-} | sed '/^\[/,$d'

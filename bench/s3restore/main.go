@@ -61,19 +61,20 @@ func main() {
 	tokens := flag.Int("tokens", 100_000, "context length in tokens")
 	blockTokens := flag.Int("block-tokens", 256, "tokens per block")
 	runs := flag.Int("runs", 3, "runs of each method; the median is reported")
+	warmups := flag.Int("warmups", 1, "untimed runs of each method first: the first restore of a process pays for memory it touches for the first time (the node's read buffers, the client's destination), which later ones reuse")
 	only := flag.Bool("only-kvstrata", false, "time only the kvstrata restore (for profiling the node)")
 	marks := flag.Bool("marks", false, "print `run N: start X` and `run N: end X` on stderr around each timed method X (a, b, c, d), for a CPU count of each alone")
 	flag.Parse()
 	if *marks {
 		mark = func(run int, what string) { fmt.Fprintf(os.Stderr, "run %d: %s\n", run, what) }
 	}
-	if err := run(*addr, *endpoint, *bucket, *region, *tokens, *blockTokens, *runs, *only); err != nil {
+	if err := run(*addr, *endpoint, *bucket, *region, *tokens, *blockTokens, *warmups, *runs, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "s3restore:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, endpoint, bucket, region string, tokens, blockTokens, runs int, only bool) error {
+func run(addr, endpoint, bucket, region string, tokens, blockTokens, warmups, runs int, only bool) error {
 	ctx := context.Background()
 	// Qwen2.5-0.5B: 24 layers × 2 KV heads × 64 dims × 2 (K and V) × 2 bytes = 12 KiB a token.
 	ns := index.Namespace{Model: "Qwen/Qwen2.5-0.5B-Instruct", BlockTokens: blockTokens,
@@ -139,7 +140,8 @@ func run(addr, endpoint, bucket, region string, tokens, blockTokens, runs int, o
 	}
 	dst := make([]byte, total)
 	var results []result
-	for r := range runs {
+	for r := range warmups + runs {
+		r -= warmups // runs are numbered from 1, warm-ups from 0 down
 		if err := demoteToS3(ctx, c, ns.ID(), st.Node.Tiers); err != nil {
 			return err
 		}
@@ -189,7 +191,9 @@ func run(addr, endpoint, bucket, region string, tokens, blockTokens, runs int, o
 		mark(r+1, "end c")
 		fmt.Fprintf(os.Stderr, "run %d: kvstrata %.0f MB/s, direct %.0f MB/s, one object %.0f MB/s, object per block %.0f MB/s\n",
 			r+1, a.MBps, d.MBps, b.MBps, cc.MBps)
-		results = append(results, a, b, cc, d)
+		if r >= 0 { // a warm-up's figures are printed, not counted
+			results = append(results, a, b, cc, d)
+		}
 	}
 	if only {
 		return nil
