@@ -15,40 +15,58 @@ import (
 	"github.com/kvstrata/kvstrata/tiers/tiertest"
 )
 
-// crashCopy copies the files of an open tier's directory into a new
-// directory: what a kill -9 at this instant would leave on disk (the
-// memtable is lost, the files keep what was written to them). The tiers
-// under test flush only when told, so no flush runs during the copy.
-func crashCopy(t *testing.T, dir string) string {
+// crashCopy copies tr's store into a new directory: what a kill -9 at
+// this instant could leave on disk (the memtable is lost, the files keep
+// what was written to them). The caller writes nothing to tr meanwhile;
+// the tiers under test flush only when told.
+//
+// Pebble is not idle when the tier is: a flush may schedule compactions,
+// which write new sstables, log them in the MANIFEST and remove the files
+// they replace, in the background. A copy of the directory file by file
+// can therefore miss a file that the copied MANIFEST names, or find one
+// gone between listing and copying it: no crash leaves that. Pebble's
+// checkpoint is a consistent set instead, taken with file deletions
+// paused: the MANIFEST up to its current version, the sstables and blob
+// files of that version, the WAL and the OPTIONS. Only the tier's methods
+// write its own files, the invalidation logs and the block files, so
+// they are copied as they are.
+func crashCopy(t *testing.T, tr *Tier) string {
 	t.Helper()
-	to := t.TempDir()
-	copyTree(t, dir, to)
+	to := filepath.Join(t.TempDir(), "crashed")
+	must(t, tr.db.Checkpoint(to))
+	for _, name := range invalLogs(t, tr.cfg.Dir) {
+		copyFile(t, filepath.Join(tr.cfg.Dir, name), filepath.Join(to, name))
+	}
+	copyTree(t, filepath.Join(tr.cfg.Dir, blocksDir), filepath.Join(to, blocksDir))
 	return to
 }
 
-// copyTree copies the regular files under dir, but the lock, into to.
+// copyTree copies the directories and regular files under dir into to.
 func copyTree(t *testing.T, dir, to string) {
 	t.Helper()
+	must(t, os.MkdirAll(to, 0o755))
 	ents, err := os.ReadDir(dir)
 	must(t, err)
 	for _, e := range ents {
-		if e.IsDir() {
-			must(t, os.MkdirAll(filepath.Join(to, e.Name()), 0o755))
+		switch {
+		case e.IsDir():
 			copyTree(t, filepath.Join(dir, e.Name()), filepath.Join(to, e.Name()))
-			continue
+		case e.Type().IsRegular():
+			copyFile(t, filepath.Join(dir, e.Name()), filepath.Join(to, e.Name()))
 		}
-		if e.Name() == "LOCK" || !e.Type().IsRegular() {
-			continue
-		}
-		src, err := os.Open(filepath.Join(dir, e.Name()))
-		must(t, err)
-		dst, err := os.Create(filepath.Join(to, e.Name()))
-		must(t, err)
-		_, err = io.Copy(dst, src)
-		must(t, err)
-		must(t, src.Close())
-		must(t, dst.Close())
 	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	src, err := os.Open(from)
+	must(t, err)
+	defer src.Close()
+	dst, err := os.Create(to)
+	must(t, err)
+	_, err = io.Copy(dst, src)
+	must(t, err)
+	must(t, dst.Close())
 }
 
 func invalLogs(t *testing.T, dir string) []string {
@@ -104,7 +122,7 @@ func TestInvalidatedBlocksStayDeletedAfterACrash(t *testing.T) {
 			}
 			checkAccounting(t, tr)
 
-			crashed := openTest(t, Config{Dir: crashCopy(t, tr.cfg.Dir), Capacity: 1 << 30, Durability: d})
+			crashed := openTest(t, Config{Dir: crashCopy(t, tr), Capacity: 1 << 30, Durability: d})
 			back := 0
 			for i := range n {
 				_, err := crashed.Stat(index.Key{NS: 7, Hash: index.Hash(i)})
@@ -144,7 +162,7 @@ func TestFlushRemovesTheInvalidationLogsItCovers(t *testing.T) {
 	// no log names any more.
 	must(t, tr.Put(m, b))
 	must(t, tr.Flush())
-	crashed := openTest(t, Config{Dir: crashCopy(t, tr.cfg.Dir), Capacity: 1 << 30})
+	crashed := openTest(t, Config{Dir: crashCopy(t, tr), Capacity: 1 << 30})
 	if _, err := crashed.Stat(m.Key); err != nil {
 		t.Fatalf("a block put again after its invalidation was flushed: %v", err)
 	}
@@ -174,7 +192,7 @@ func TestTornInvalidationRecordIsIgnored(t *testing.T) {
 	}
 	must(t, tr.Flush())
 	must(t, tr.Invalidate(index.Key{NS: 7, Hash: 0}))
-	crashed := crashCopy(t, dir)
+	crashed := crashCopy(t, tr)
 	logs := invalLogs(t, crashed)
 	if len(logs) != 1 {
 		t.Fatalf("logs %v", logs)
