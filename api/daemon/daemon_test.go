@@ -150,17 +150,11 @@ func TestSSDOpenFilesDecidesWhetherABlockFileStaysOpen(t *testing.T) {
 	}
 }
 
-// demotedBlock starts a node with the flag set to value (unless value is
-// empty), puts a 128 KiB block and demotes it from DRAM to the SSD. It
-// returns the node's data directory, a client and the block; the test's
-// cleanup stops both.
-func demotedBlock(t *testing.T, flag, value string) (string, *client.Client, client.Block) {
+// startNode starts a node with data directory dir and the given flags
+// over the TCP data plane, and returns a client of it; the test's cleanup
+// stops both.
+func startNode(t *testing.T, dir string, flags map[string]string) *client.Client {
 	t.Helper()
-	dir := t.TempDir()
-	flags := map[string]string{}
-	if value != "" {
-		flags[flag] = value
-	}
 	n, err := daemon.New(newConfig(t, dir, flags), daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{})})
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +168,21 @@ func demotedBlock(t *testing.T, flag, value string) (string, *client.Client, cli
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// demotedBlock starts a node with the flag set to value (unless value is
+// empty), puts a 128 KiB block and demotes it from DRAM to the SSD. It
+// returns the node's data directory, a client and the block; the test's
+// cleanup stops both.
+func demotedBlock(t *testing.T, flag, value string) (string, *client.Client, client.Block) {
+	t.Helper()
+	dir := t.TempDir()
+	flags := map[string]string{}
+	if value != "" {
+		flags[flag] = value
+	}
+	c := startNode(t, dir, flags)
 	ctx := context.Background()
 	block := client.Block{Key: index.Key{NS: 1, Hash: 2}, Data: bytes.Repeat([]byte{7}, 128<<10)}
 	if err := c.Put(ctx, []client.Block{block}); err != nil {

@@ -13,11 +13,9 @@ import (
 	"time"
 
 	"github.com/kvstrata/kvstrata/api/client"
-	"github.com/kvstrata/kvstrata/api/daemon"
 	pb "github.com/kvstrata/kvstrata/api/v1"
 	"github.com/kvstrata/kvstrata/index"
 	"github.com/kvstrata/kvstrata/tiers/s3/s3test"
-	"github.com/kvstrata/kvstrata/transfer/tcp"
 )
 
 // fetch-concurrency decides how many reads a restore from the object
@@ -40,19 +38,7 @@ func TestFetchConcurrencyDecidesTheReadsInFlightOfARestore(t *testing.T) {
 			if tc.setting != "" {
 				flags["fetch-concurrency"] = tc.setting
 			}
-			n, err := daemon.New(newConfig(t, t.TempDir(), flags), daemon.Options{Logger: quiet(), Transport: tcp.New(tcp.Options{})})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := n.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { n.Stop(context.Background()) })
-			c, err := client.Dial(context.Background(), n.Addrs().GRPC, client.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
+			c := startNode(t, t.TempDir(), flags)
 
 			// 160 blocks of 64 KiB in segment objects of 16 blocks: after the
 			// first chunks (1, 2, 4, 8 blocks and the object's last), one chunk
