@@ -374,9 +374,12 @@ func (h *Hierarchy) Put(m index.Header, value []byte) error {
 // releases the key. It returns err, or why an older copy could not be
 // invalidated.
 //
+// A copy below of the same version — the same checksum and Meta, as
+// everywhere in the hierarchy — is not an older one: it stays.
+//
 // A Put takes the hierarchy's lock three times at most (acquire, here,
 // and once more to record the older copies gone and release the key when
-// there were any), twice when nothing below holds the key.
+// there were any), twice when nothing below holds an older copy.
 func (h *Hierarchy) stored(e *entry, m index.Header, err error) error {
 	if err != nil {
 		h.release(m.Key, e)
@@ -385,6 +388,13 @@ func (h *Hierarchy) stored(e *entry, m index.Header, err error) error {
 	resurrect := h.mayResurrect(m.Key)
 	h.lock()
 	stale := e.in &^ 1 // level 0's copy was replaced in place
+	if e.meta.Meta == m.Meta && e.meta.Sum == m.Sum {
+		// The copies below hold these very bytes (a block put again, as a
+		// KV block of a shared prefix is): they stay, unless their level
+		// may bring back an older copy, whose invalidation takes this
+		// one too.
+		stale &= resurrect
+	}
 	h.touchLocked(m.Key, e)
 	h.setLocked(e, m, 0)
 	if stale|resurrect == 0 { // no level below holds or may bring back an older version

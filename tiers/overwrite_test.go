@@ -168,6 +168,82 @@ func TestPutsOfNewKeysLogNoInvalidation(t *testing.T) {
 	}
 }
 
+// TestPutOfTheSameBytesKeepsTheCopyBelow: a block put again with the bytes
+// the SSD holds for it (a KV block of a shared prefix, stored by a second
+// engine) is no overwrite: the SSD copy stays, nothing is invalidated,
+// and evicting the DRAM copy later writes nothing. Other bytes still
+// replace it, durably.
+func TestPutOfTheSameBytesKeepsTheCopyBelow(t *testing.T) {
+	dir := t.TempDir()
+	h, st := ssdLevels(t, dir)
+	m, b := version(0, 1)
+	if err := h.Put(m, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Demote(index.TierDRAM, key(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	demoted := h.Stats().Levels[1].Demotions
+
+	if err := h.Put(m, bytes.Clone(b)); err != nil {
+		t.Fatal(err)
+	}
+	if logged := invalidationLogBytes(t, dir); logged != 0 {
+		t.Fatalf("a put of the bytes the SSD holds logged %d bytes of invalidation", logged)
+	}
+	if _, err := st.Stat(key(0)); err != nil {
+		t.Fatalf("the SSD copy of the same bytes is gone: %v", err)
+	}
+	if err := h.Demote(index.TierDRAM, key(0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Stats().Levels[1].Demotions; got != demoted {
+		t.Errorf("moving the DRAM copy out demoted it to the SSD again (%d demotions, was %d), which held it already", got, demoted)
+	}
+	if got, _, kind, err := h.Get(key(0), nil); err != nil || kind != index.TierSSD || !bytes.Equal(got, b) {
+		t.Fatalf("after the DRAM copy left: %v from %v, equal %t", err, kind, bytes.Equal(got, b))
+	}
+
+	m2, b2 := version(0, 2)
+	if err := h.Put(m2, b2); err != nil {
+		t.Fatal(err)
+	}
+	if invalidationLogBytes(t, dir) == 0 {
+		t.Fatal("the put of other bytes logged no invalidation of the SSD copy")
+	}
+	if _, err := st.Stat(key(0)); !errors.Is(err, tiers.ErrNotFound) {
+		t.Fatalf("the SSD still holds the older copy: %v", err)
+	}
+	after, _ := ssdLevels(t, crashCopy(t, dir))
+	if got, _, _, err := after.Get(key(0), nil); err == nil {
+		t.Fatalf("after a crash the key reads %d bytes of an older version (v1 %t)", len(got), bytes.Equal(got, b))
+	}
+}
+
+// invalidationLogBytes is how many bytes the SSD tier in dir has in its
+// invalidation logs.
+func invalidationLogBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "kvstrata-invalidated-") {
+			fi, err := e.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
 // BenchmarkPutOverSSD measures Puts into a DRAM tier over a real SSD tier,
 // from 16 goroutines a core: of new keys, of keys held in DRAM only, and
 // of keys whose older version was demoted to the SSD (each such Put waits
@@ -180,8 +256,9 @@ func BenchmarkPutOverSSD(b *testing.B) {
 		setup func(h *tiers.Hierarchy, n int)
 	}{
 		{"new-key", func(*tiers.Hierarchy, int) {}},
-		{"overwrite-in-dram", func(h *tiers.Hierarchy, n int) { putAll(b, h, n, false) }},
-		{"overwrite-of-ssd-copy", func(h *tiers.Hierarchy, n int) { putAll(b, h, n, true) }},
+		{"overwrite-in-dram", func(h *tiers.Hierarchy, n int) { putAll(b, h, n, 1, false) }},
+		{"overwrite-of-ssd-copy", func(h *tiers.Hierarchy, n int) { putAll(b, h, n, 1, true) }},
+		{"same-bytes-as-ssd-copy", func(h *tiers.Hierarchy, n int) { putAll(b, h, n, 2, true) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			st, err := ssd.Open(ssd.Config{Dir: b.TempDir(), Capacity: 4 << 30})
@@ -217,11 +294,11 @@ func BenchmarkPutOverSSD(b *testing.B) {
 	}
 }
 
-// putAll puts v1 of keys 0 to n-1, demoted to the SSD and flushed there
-// when demote is set.
-func putAll(b *testing.B, h *tiers.Hierarchy, n int, demote bool) {
+// putAll puts version v of keys 0 to n-1, demoted to the SSD when demote
+// is set.
+func putAll(b *testing.B, h *tiers.Hierarchy, n, v int, demote bool) {
 	for i := range n {
-		m, v := version(i, 1)
+		m, v := version(i, v)
 		if err := h.Put(m, v); err != nil {
 			b.Fatal(err)
 		}
