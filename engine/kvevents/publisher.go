@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -304,12 +305,22 @@ func (p *Publisher) serveReplay() {
 	}
 }
 
-// Close closes the sockets.
+// Close closes the sockets. A connection of theirs closed already (a
+// subscriber that hung up, whose connection a write closed) is no error.
 func (p *Publisher) Close() error {
-	err := p.pub.Close()
+	err := closeErr(p.pub.Close())
 	if p.replay != nil {
-		err = errors.Join(err, p.replay.Close())
+		err = errors.Join(err, closeErr(p.replay.Close()))
 	}
 	<-p.done
+	return err
+}
+
+// closeErr is err from closing a socket, nil when it only says that a
+// connection was closed before: what closing is for.
+func closeErr(err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
 	return err
 }

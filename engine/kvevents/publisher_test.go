@@ -3,6 +3,7 @@ package kvevents
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,26 @@ func TestPublisherConfig(t *testing.T) {
 		t.Fatalf("a config without endpoint, with a bad encoding, a negative buffer, high-water mark, connection limit and timeouts: %v; want 7 errors", err)
 	} else {
 		t.Log(err)
+	}
+}
+
+// alreadyClosed is a socket whose Close meets a connection closed before:
+// zmq4's does when a subscriber's connection failed a write and was
+// closed, and the socket closes before its reaper forgot it.
+type alreadyClosed struct{ pubSocket }
+
+func (alreadyClosed) Close() error {
+	return &net.OpError{Op: "close", Net: "tcp", Err: net.ErrClosed}
+}
+
+// TestCloseIgnoresConnectionsClosedAlready: a connection closed before the
+// publisher closes (a subscriber that hung up: a router that dropped the
+// worker) is no error of Close's, which is there to close it.
+func TestCloseIgnoresConnectionsClosedAlready(t *testing.T) {
+	done := make(chan struct{})
+	close(done)
+	p := &Publisher{pub: alreadyClosed{}, done: done}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
 	}
 }
