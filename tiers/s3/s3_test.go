@@ -377,6 +377,20 @@ func TestOpenReadsOnlyIndexes(t *testing.T) {
 	}
 }
 
+// putUploaded puts n blocks of size bytes into tr, keys 1 to n of
+// namespace 1, flushes them to the store and returns their keys.
+func putUploaded(t *testing.T, tr *s3.Tier, n, size int) []index.Key {
+	t.Helper()
+	keys := make([]index.Key, n)
+	for i := range keys {
+		m, b := block(1, index.Hash(i+1), size)
+		must(t, tr.Put(m, b))
+		keys[i] = m.Key
+	}
+	flush(t, tr)
+	return keys
+}
+
 // TestGetManyPooledReusesABufferOnlyOnceEveryHolderReleasedIt reads the
 // same stored blocks three times into pooled buffers. While the first
 // read's blocks are still held, the second read must not get their
@@ -389,13 +403,7 @@ func TestGetManyPooledReusesABufferOnlyOnceEveryHolderReleasedIt(t *testing.T) {
 	cfg.SegmentSize = 1 << 20
 	cfg.FlushInterval = time.Hour // segments sealed by size alone, uploaded by flush
 	tr := openTier(t, cfg)
-	keys := make([]index.Key, 24)
-	for i := range keys {
-		m, b := block(1, index.Hash(i+1), 100<<10)
-		must(t, tr.Put(m, b))
-		keys[i] = m.Key
-	}
-	flush(t, tr)
+	keys := putUploaded(t, tr, 24, 100<<10)
 
 	type held struct {
 		v   []byte
@@ -509,13 +517,7 @@ func TestReadBuffersBoundsTheBuffersASecondReadReuses(t *testing.T) {
 		cfg.FlushInterval = time.Hour
 		cfg.ReadBuffers = tc.readBuffers
 		tr := openTier(t, cfg)
-		keys := make([]index.Key, 24)
-		for i := range keys {
-			m, b := block(1, index.Hash(i+1), 100<<10)
-			must(t, tr.Put(m, b))
-			keys[i] = m.Key
-		}
-		flush(t, tr)
+		keys := putUploaded(t, tr, 24, 100<<10)
 		read := func() {
 			var refs []*bufpool.Buffer
 			must(t, tr.GetManyPooled(context.Background(), keys, func(i int, v []byte, ref *bufpool.Buffer, m index.Header, err error) {
