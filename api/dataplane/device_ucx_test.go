@@ -16,7 +16,7 @@ import (
 // on both sides.
 func TestHBMBlocksReachDeviceMemoryOverUCX(t *testing.T) {
 	tr := ucx.New(ucx.Options{})
-	testDeviceGets(t, tr)
+	testDeviceGets(t, tr, true)
 }
 
 // The listener says how blocks in GPU memory travel.
