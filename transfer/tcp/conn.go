@@ -37,13 +37,17 @@ type conn struct {
 	intr      chan struct{} // interrupt signals here once it set aLongTimeAgo
 	interrupt func()
 
-	small   [frame.HeaderSize]byte
-	msg     [frame.MaxMsg]byte
-	out     []byte // a request's header and keys or block headers
-	iov     net.Buffers
-	nb      net.Buffers
-	scratch []byte
-	digest  index.Digest
+	small [frame.HeaderSize]byte
+	msg   [frame.MaxMsg]byte
+	// ahead holds frame bytes a read took in past the frame it was for
+	// (see readFrame), a slice of aheadBuf; never payload bytes.
+	ahead    []byte
+	aheadBuf [aheadSize]byte
+	out      []byte // a request's header and keys or block headers
+	iov      net.Buffers
+	nb       net.Buffers
+	scratch  []byte
+	digest   index.Digest
 }
 
 // Dial connects to a node's data plane at addr and exchanges hellos.
@@ -136,7 +140,9 @@ func (c *conn) Get(ctx context.Context, keys []index.Key, r transfer.Receiver) e
 	if _, err := c.nc.Write(out); err != nil {
 		return c.fail(ctx, err)
 	}
-	if err := c.response(ctx, len(keys)); err != nil {
+	// The first block's header comes right after the response's: one
+	// read takes in both.
+	if err := c.response(ctx, len(keys), frame.HeaderSize); err != nil {
 		return err
 	}
 	for i, k := range keys {
@@ -149,7 +155,7 @@ func (c *conn) Get(ctx context.Context, keys []index.Key, r transfer.Receiver) e
 
 // block reads block i of a Get and reports it to r.
 func (c *conn) block(ctx context.Context, i int, k index.Key, r transfer.Receiver) error {
-	if _, err := io.ReadFull(c.nc, c.small[:frame.HeaderSize]); err != nil {
+	if err := c.readFrame(c.small[:frame.HeaderSize], 0); err != nil {
 		return c.fail(ctx, err)
 	}
 	h, st, msgLen, err := frame.DecodeHeader(c.small[:frame.HeaderSize])
@@ -160,7 +166,7 @@ func (c *conn) block(ctx context.Context, i int, k index.Key, r transfer.Receive
 		return c.fail(ctx, err)
 	}
 	msg := c.msg[:msgLen]
-	if _, err := io.ReadFull(c.nc, msg); err != nil {
+	if err := c.readFrame(msg, 0); err != nil {
 		return c.fail(ctx, err)
 	}
 	if st != frame.StatusOK {
@@ -217,18 +223,20 @@ func (c *conn) Put(ctx context.Context, blocks []transfer.Block) ([]error, error
 	if werr != nil {
 		// A server that refused the request and then closed may have
 		// answered before the write failed: prefer its reason.
-		if err := c.response(ctx, len(blocks)); err != nil && errors.Is(err, transfer.ErrRefused) {
+		if err := c.response(ctx, len(blocks), 0); err != nil && errors.Is(err, transfer.ErrRefused) {
 			c.markBroken(err)
 			return nil, err
 		}
 		return nil, c.fail(ctx, werr)
 	}
-	if err := c.response(ctx, len(blocks)); err != nil {
+	// The results follow the response: a read takes in as many of them as
+	// have come.
+	if err := c.response(ctx, len(blocks), len(blocks)*frame.ResultSize); err != nil {
 		return nil, err
 	}
 	errs := make([]error, len(blocks))
 	for i := range blocks {
-		if _, err := io.ReadFull(c.nc, c.small[:frame.ResultSize]); err != nil {
+		if err := c.readFrame(c.small[:frame.ResultSize], (len(blocks)-i-1)*frame.ResultSize); err != nil {
 			return nil, c.fail(ctx, err)
 		}
 		st, msgLen, err := frame.DecodeResult(c.small[:frame.ResultSize])
@@ -236,7 +244,7 @@ func (c *conn) Put(ctx context.Context, blocks []transfer.Block) ([]error, error
 			return nil, c.fail(ctx, fmt.Errorf("block %d: %w", i, err))
 		}
 		msg := c.msg[:msgLen]
-		if _, err := io.ReadFull(c.nc, msg); err != nil {
+		if err := c.readFrame(msg, (len(blocks)-i-1)*frame.ResultSize); err != nil {
 			return nil, c.fail(ctx, err)
 		}
 		if st != frame.StatusOK {
@@ -248,9 +256,13 @@ func (c *conn) Put(ctx context.Context, blocks []transfer.Block) ([]error, error
 
 // response reads a response header and its message. A refusal comes back
 // as an error that wraps transfer.ErrRefused; the connection stays usable
-// unless the server said it is closing it.
-func (c *conn) response(ctx context.Context, count int) error {
-	if _, err := io.ReadFull(c.nc, c.small[:responseSize]); err != nil {
+// unless the server said it is closing it. next is how many bytes of
+// frames follow an OK response for sure (see readFrame).
+func (c *conn) response(ctx context.Context, count, next int) error {
+	if len(c.ahead) > 0 { // a response answers one request: nothing came before it
+		return c.fail(ctx, fmt.Errorf("%w: %d bytes before the response", frame.ErrProtocol, len(c.ahead)))
+	}
+	if err := c.readFrame(c.small[:responseSize], next); err != nil {
 		return c.fail(ctx, err)
 	}
 	st, flags, msgLen, n, err := decodeResponse(c.small[:responseSize])
@@ -258,7 +270,7 @@ func (c *conn) response(ctx context.Context, count int) error {
 		return c.fail(ctx, err)
 	}
 	msg := c.msg[:msgLen]
-	if _, err := io.ReadFull(c.nc, msg); err != nil {
+	if err := c.readFrame(msg, 0); err != nil {
 		return c.fail(ctx, err)
 	}
 	switch {
@@ -355,6 +367,38 @@ func (c *conn) ioError(ctx context.Context, what string, err error) error {
 		return fmt.Errorf("tcp: %s: the node closed the connection (%v): %w", what, err, transfer.ErrClosed)
 	}
 	return fmt.Errorf("tcp: %s: %w (%w)", what, err, transfer.ErrClosed)
+}
+
+// aheadSize bounds a read of frames: a response's header and msg and the
+// first block header of a Get, or the results of a put of up to a hundred
+// or so blocks, come in with one read.
+const aheadSize = 512
+
+// readFrame fills p, a frame or part of one, from the bytes a read took in
+// ahead and then from the connection. A read there asks for up to more
+// bytes past p, which the caller knows are frames that follow p at once
+// (0 when it does not know), and keeps them for the next readFrame: so
+// the frames that arrive together are taken in with one read, and no read
+// ever takes in payload bytes, which go straight to their buffer.
+func (c *conn) readFrame(p []byte, more int) error {
+	n := copy(p, c.ahead)
+	c.ahead = c.ahead[n:]
+	if n == len(p) {
+		return nil
+	}
+	need := len(p) - n
+	buf := c.aheadBuf[:max(need, min(need+more, aheadSize))]
+	if len(buf) > aheadSize { // longer than any frame of the protocol
+		_, err := io.ReadFull(c.nc, p[n:])
+		return err
+	}
+	m, err := io.ReadAtLeast(c.nc, buf, need)
+	if err != nil {
+		return err
+	}
+	copy(p[n:], buf[:need])
+	c.ahead = buf[need:m]
+	return nil
 }
 
 // readSummed fills buf from the connection and returns its xxhash64. It

@@ -7,8 +7,12 @@
 // io.ReadFull straight into the buffer its Receiver returned and checks them
 // against the header's xxhash64 before reporting them good. Puts run the
 // other way round, into the buffer Handler.Reserve returned. Small frames
-// (hellos, request headers, block headers, results) are read with exact-size
-// reads, so no read-ahead ever swallows payload bytes into a staging buffer.
+// (hellos, request headers, block headers, results) are read into small
+// buffers, and a read of one asks only for the frames known to follow it
+// at once (a response's first block header, a put's results, the 16
+// bytes after a request's header), so that a Get of one block costs each
+// side one read fewer and no read ever takes in payload bytes, which go
+// straight to their buffer.
 //
 // # Concurrency
 //

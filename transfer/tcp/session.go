@@ -29,15 +29,19 @@ type session struct {
 	h    transfer.Handler
 	opts *Options
 
-	small   [requestSize]byte
-	in      []byte // a request's keys or block headers
-	hdrs    []index.Header
-	results []result
-	out     []byte // a put's response
-	scratch []byte // payload bytes read only to be discarded
-	digest  index.Digest
-	batch   batch
-	nb      net.Buffers // the batch's iov as WriteTo consumes it
+	small [requestSize]byte
+	in    []byte // a request's keys or block headers
+	// ahead holds bytes the read of a request's header took in past it
+	// (see read), a slice of aheadBuf.
+	ahead    []byte
+	aheadBuf [requestSize + frame.KeySize]byte
+	hdrs     []index.Header
+	results  []result
+	out      []byte // a put's response
+	scratch  []byte // payload bytes read only to be discarded
+	digest   index.Digest
+	batch    batch
+	nb       net.Buffers // the batch's iov as WriteTo consumes it
 	// begin and end bracket each request for the listener's drain: begin
 	// reports false when no new request may start, end when the
 	// connection should close after the one just answered.
@@ -346,15 +350,37 @@ func (s *session) maxRequest() int64 {
 	return int64(s.opts.MaxBlocks) * (frame.HeaderSize + int64(s.opts.MaxBlockSize))
 }
 
-// read fills b from the connection. Between requests it waits at most
-// IdleTimeout; within one, until the request's deadline: RequestTimeout
-// after it started plus a second for every MinRate bytes of it read, so
-// that a peer trickling bytes cannot hold the connection.
+// read fills b from the bytes read ahead and then from the connection.
+// Between requests it waits at most IdleTimeout; within one, until the
+// request's deadline: RequestTimeout after it started plus a second for
+// every MinRate bytes of it read, so that a peer trickling bytes cannot
+// hold the connection.
+//
+// Between requests, the read of a request's header asks for the 16 bytes
+// after it too, which every request of a block or more begins with (a
+// Get's first key, a Put's first block header), so that a Get of one
+// block comes in with one read. It waits for none of them: the next
+// reads take what came first.
 func (s *session) read(b []byte) error {
+	n := copy(b, s.ahead)
+	s.ahead, b = s.ahead[n:], b[n:]
+	if len(b) == 0 {
+		return nil
+	}
 	if !s.inReq {
 		s.setReadDeadline(time.Now().Add(s.opts.IdleTimeout))
-		_, err := io.ReadFull(s.c, b)
-		return err
+		if len(b) > requestSize {
+			_, err := io.ReadFull(s.c, b)
+			return err
+		}
+		buf := s.aheadBuf[:len(b)+frame.KeySize]
+		m, err := io.ReadAtLeast(s.c, buf, len(b))
+		if err != nil {
+			return err
+		}
+		copy(b, buf)
+		s.ahead = buf[len(b):m]
+		return nil
 	}
 	for len(b) > 0 {
 		got := s.reqRead.Load()
