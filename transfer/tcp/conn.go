@@ -369,10 +369,10 @@ func (c *conn) ioError(ctx context.Context, what string, err error) error {
 	return fmt.Errorf("tcp: %s: %w (%w)", what, err, transfer.ErrClosed)
 }
 
-// aheadSize bounds a read of frames: a response's header and msg and the
-// first block header of a Get, or the results of a put of up to a hundred
-// or so blocks, come in with one read.
-const aheadSize = 512
+// aheadSize bounds a read of frames, and holds the longest (a msg): a
+// response's header and the first block header of a Get, or the results
+// of a put of up to a hundred or so blocks, come in with one read.
+const aheadSize = frame.MaxMsg
 
 // readFrame fills p, a frame or part of one, from the bytes a read took in
 // ahead and then from the connection. A read there asks for up to more
@@ -386,12 +386,8 @@ func (c *conn) readFrame(p []byte, more int) error {
 	if n == len(p) {
 		return nil
 	}
-	need := len(p) - n
+	need := len(p) - n // at most frame.MaxMsg: no frame is longer
 	buf := c.aheadBuf[:max(need, min(need+more, aheadSize))]
-	if len(buf) > aheadSize { // longer than any frame of the protocol
-		_, err := io.ReadFull(c.nc, p[n:])
-		return err
-	}
 	m, err := io.ReadAtLeast(c.nc, buf, need)
 	if err != nil {
 		return err

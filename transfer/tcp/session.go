@@ -54,7 +54,6 @@ type session struct {
 	// started (unix nanoseconds, moved on by the time the server spent
 	// waiting for room) and the bytes read of it since. Another session
 	// short of room reads both to choose a connection to cut, and sets cut.
-	inReq    bool
 	reqStart atomic.Int64
 	reqRead  atomic.Int64
 	cut      atomic.Bool
@@ -69,11 +68,9 @@ type result struct {
 
 func (s *session) run() {
 	for {
-		s.inReq = false
-		if err := s.read(s.small[:]); err != nil {
+		if err := s.readRequestHeader(); err != nil {
 			return // the peer went away, went silent, or the listener closed
 		}
-		s.inReq = true
 		s.reqStart.Store(time.Now().UnixNano())
 		s.reqRead.Store(0)
 		if s.begin != nil && !s.begin() {
@@ -350,38 +347,36 @@ func (s *session) maxRequest() int64 {
 	return int64(s.opts.MaxBlocks) * (frame.HeaderSize + int64(s.opts.MaxBlockSize))
 }
 
-// read fills b from the bytes read ahead and then from the connection.
-// Between requests it waits at most IdleTimeout; within one, until the
-// request's deadline: RequestTimeout after it started plus a second for
-// every MinRate bytes of it read, so that a peer trickling bytes cannot
-// hold the connection.
-//
-// Between requests, the read of a request's header asks for the 16 bytes
-// after it too, which every request of a block or more begins with (a
-// Get's first key, a Put's first block header), so that a Get of one
-// block comes in with one read. It waits for none of them: the next
-// reads take what came first.
+// readRequestHeader reads the next request's header into s.small,
+// waiting at most IdleTimeout. It asks for the 16 bytes after the header
+// too, which every request of a block or more begins with (a Get's first
+// key, a Put's first block header), so that a Get of one block comes in
+// with one read; it waits for none of them, and read takes them first.
+func (s *session) readRequestHeader() error {
+	n := copy(s.small[:], s.ahead)
+	s.ahead = s.ahead[n:]
+	if n == requestSize {
+		return nil
+	}
+	s.setReadDeadline(time.Now().Add(s.opts.IdleTimeout))
+	need := requestSize - n
+	buf := s.aheadBuf[:need+frame.KeySize]
+	m, err := io.ReadAtLeast(s.c, buf, need)
+	if err != nil {
+		return err
+	}
+	copy(s.small[n:], buf)
+	s.ahead = buf[need:m]
+	return nil
+}
+
+// read fills b, within a request, from the bytes read ahead and then from
+// the connection, until the request's deadline: RequestTimeout after it
+// started plus a second for every MinRate bytes of it read, so that a peer
+// trickling bytes cannot hold the connection.
 func (s *session) read(b []byte) error {
 	n := copy(b, s.ahead)
 	s.ahead, b = s.ahead[n:], b[n:]
-	if len(b) == 0 {
-		return nil
-	}
-	if !s.inReq {
-		s.setReadDeadline(time.Now().Add(s.opts.IdleTimeout))
-		if len(b) > requestSize {
-			_, err := io.ReadFull(s.c, b)
-			return err
-		}
-		buf := s.aheadBuf[:len(b)+frame.KeySize]
-		m, err := io.ReadAtLeast(s.c, buf, len(b))
-		if err != nil {
-			return err
-		}
-		copy(b, buf)
-		s.ahead = buf[len(b):m]
-		return nil
-	}
 	for len(b) > 0 {
 		got := s.reqRead.Load()
 		allowance := s.opts.RequestTimeout + time.Duration(float64(got)/float64(s.opts.MinRate)*float64(time.Second))
