@@ -32,6 +32,18 @@ type BatcherConfig struct {
 	// outstanding (MaxInFlight of them, or one not submitted yet) waits
 	// for one and takes more events meanwhile. The default is 2ms.
 	MaxDelay time.Duration
+	// MinInterval is the least time between the sealing of one batch and
+	// that of the next partial one: under a steady stream of events the
+	// batcher proposes at most one partial batch every MinInterval, however
+	// short MaxDelay is, while a quiet node's first event still goes after
+	// MaxDelay. Each entry costs the leader a sync of its log and every
+	// replica an apply, whatever it holds: a node whose tiers change
+	// thousands of times a second (every hit on a lower tier is promoted,
+	// and every promotion evicts) proposed one entry every MaxDelay and
+	// spent about a tenth of its CPU on them, which this bounds, at the
+	// cost of up to MinInterval more staleness under such a load. Full
+	// batches, and Flush, do not wait for it. The default is 10ms.
+	MinInterval time.Duration
 	// QueueSize is the number of events the batcher holds, waiting or in
 	// flight, before Add drops events. Events are held encoded, a few
 	// bytes each. The default is 262144; it must be at least MaxEvents.
@@ -55,6 +67,7 @@ type BatcherConfig struct {
 const (
 	DefaultMaxEvents       = 4096
 	DefaultMaxDelay        = 2 * time.Millisecond
+	DefaultMinInterval     = 10 * time.Millisecond
 	DefaultQueueSize       = 256 << 10
 	DefaultMaxInFlight     = 4
 	DefaultProposeTimeout  = 10 * time.Second
@@ -80,6 +93,7 @@ func (c *BatcherConfig) EnsureDefaults() {
 	def(&c.QueueSize, DefaultQueueSize)
 	def(&c.MaxInFlight, DefaultMaxInFlight)
 	defDur(&c.MaxDelay, DefaultMaxDelay)
+	defDur(&c.MinInterval, DefaultMinInterval)
 	defDur(&c.ProposeTimeout, DefaultProposeTimeout)
 	defDur(&c.RetryBackoff, DefaultRetryBackoff)
 	defDur(&c.MaxRetryBackoff, DefaultMaxRetryBackoff)
@@ -102,6 +116,7 @@ func (c *BatcherConfig) Validate() error {
 	}{
 		{"MaxEvents", c.MaxEvents <= 0 || c.MaxEvents > maxMaxEvents},
 		{"MaxDelay", c.MaxDelay <= 0},
+		{"MinInterval", c.MinInterval <= 0},
 		{"QueueSize", c.QueueSize <= 0},
 		{"MaxInFlight", c.MaxInFlight <= 0},
 		{"ProposeTimeout", c.ProposeTimeout <= 0},
@@ -137,7 +152,8 @@ type BatcherStats struct {
 // batches, one raft entry each.
 //
 // A batch is proposed when it holds MaxEvents events, or MaxDelay after its
-// first event once a proposal can go out: while MaxInFlight proposals are
+// first event and MinInterval after the last batch once a proposal can go
+// out: while MaxInFlight proposals are
 // outstanding, or the last one is not submitted yet, it keeps taking
 // events (group commit). Up to MaxInFlight proposals are outstanding at
 // once, and submitted in the order the batches were made (see Submitted).
@@ -173,6 +189,7 @@ type Batcher struct {
 	mu       sync.Mutex
 	cur      EventBatch
 	curSince time.Time     // when cur got its first event
+	sealed   time.Time     // when the last batch was sealed
 	window   []*batch      // sealed batches not committed yet, by seq
 	base     uint64        // seq of window[0]; of the next batch when empty
 	nextSeq  uint64        // seq of the next batch sealed
@@ -359,4 +376,5 @@ func (b *Batcher) sealLocked() {
 	b.nextSeq++
 	b.cur.Reset()
 	b.curSince = time.Time{}
+	b.sealed = time.Now()
 }

@@ -137,6 +137,43 @@ func TestBatcherProposesAPartialBatchAfterMaxDelay(t *testing.T) {
 	eventually(t, "the partial batch", func() bool { return b.Stats().Committed == 3 })
 }
 
+// Under a steady stream of events the batcher proposes a partial batch
+// at most once a MinInterval, whatever MaxDelay says; a quiet batcher's
+// first event goes after MaxDelay all the same, and Flush waits for
+// neither.
+func TestBatcherProposesPartialBatchesAtMostOnceAMinInterval(t *testing.T) {
+	l := newFakeLog(t)
+	b := newBatcher(t, raftstore.BatcherConfig{Propose: l.propose, MaxDelay: time.Millisecond,
+		MinInterval: 20 * time.Millisecond})
+	evs := chainEvents(1, 800, n1DRAM)
+	start := time.Now()
+	for i, ev := range evs { // 200ms of events, one every 250µs
+		time.Sleep(time.Until(start.Add(time.Duration(i) * 250 * time.Microsecond)))
+		addAll(t, b, []raftstore.Event{ev})
+	}
+	flush(t, b)
+	took := time.Since(start)
+	// One batch every 20ms at most, and one more sealed by Flush; with
+	// MaxDelay alone there would be about 200.
+	if s, most := b.Stats(), int(took/(20*time.Millisecond))+2; s.Committed != 800 || int(s.Batches) > most {
+		t.Fatalf("%d events in %d batches over %v, want 800 in at most %d", s.Committed, s.Batches, took, most)
+	}
+
+	quiet := newBatcher(t, raftstore.BatcherConfig{Propose: l.propose, MaxDelay: time.Millisecond,
+		MinInterval: time.Hour})
+	addAll(t, quiet, chainEvents(1000, 1, n1DRAM))
+	eventually(t, "the first event, after MaxDelay", func() bool { return quiet.Stats().Committed == 1 })
+	addAll(t, quiet, chainEvents(2000, 1, n1DRAM))
+	time.Sleep(50 * time.Millisecond)
+	if s := quiet.Stats(); s.Committed != 1 {
+		t.Fatalf("a second event within MinInterval of the first batch was proposed: %+v", s)
+	}
+	flush(t, quiet)
+	if s := quiet.Stats(); s.Committed != 2 || s.Batches != 2 {
+		t.Fatalf("after Flush: %+v", s)
+	}
+}
+
 func TestBatcherFlushWaitsForEverythingAddedBefore(t *testing.T) {
 	l := newFakeLog(t)
 	l.latency = time.Millisecond
@@ -273,11 +310,11 @@ func TestBatcherFlushHonoursItsContextAndClose(t *testing.T) {
 }
 
 func TestNewBatcherReportsEveryBadField(t *testing.T) {
-	_, err := raftstore.NewBatcher(raftstore.BatcherConfig{MaxEvents: -1, MaxDelay: -1, QueueSize: -5})
+	_, err := raftstore.NewBatcher(raftstore.BatcherConfig{MaxEvents: -1, MaxDelay: -1, MinInterval: -1, QueueSize: -5})
 	if err == nil {
 		t.Fatal("bad config accepted")
 	}
-	for _, field := range []string{"Propose", "MaxEvents", "MaxDelay", "QueueSize"} {
+	for _, field := range []string{"Propose", "MaxEvents", "MaxDelay", "MinInterval", "QueueSize"} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("error %q does not mention %s", err, field)
 		}

@@ -23,7 +23,11 @@ func (b *Batcher) run() {
 		b.mu.Lock()
 		now := time.Now()
 		if b.cur.Len() > 0 {
-			if wait := b.curSince.Add(b.cfg.MaxDelay).Sub(now); wait > 0 {
+			due := b.curSince.Add(b.cfg.MaxDelay)
+			if next := b.sealed.Add(b.cfg.MinInterval); next.After(due) {
+				due = next
+			}
+			if wait := due.Sub(now); wait > 0 {
 				sealTimer.Reset(wait)
 				sealDue = sealTimer.C
 			} else if b.canSendLocked() {
@@ -61,10 +65,11 @@ func (b *Batcher) run() {
 
 // canSendLocked reports whether a batch sealed now would be proposed at
 // once: nothing sealed waits, a proposal may start, and the last one is
-// submitted. A partial batch due by MaxDelay is sealed only then, so that a
-// slow or serial ProposeFunc (a follower forwarding to the leader) gets
-// fewer, fuller batches instead of a backlog of small ones that each cost
-// a round trip. The caller holds b.mu.
+// submitted. A partial batch that is due (MaxDelay, MinInterval) is
+// sealed only then, so that a slow or serial ProposeFunc (a follower
+// forwarding to the leader) gets fewer, fuller batches instead of a
+// backlog of small ones that each cost a round trip. The caller holds
+// b.mu.
 func (b *Batcher) canSendLocked() bool {
 	if b.recovering || b.inflight >= b.cfg.MaxInFlight || b.sendSeq != b.nextSeq {
 		return false
