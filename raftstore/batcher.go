@@ -40,9 +40,9 @@ type BatcherConfig struct {
 	// replica an apply, whatever it holds: a node whose tiers change
 	// thousands of times a second (every hit on a lower tier is promoted,
 	// and every promotion evicts) proposed one entry every MaxDelay and
-	// spent about a tenth of its CPU on them, which this bounds, at the
-	// cost of up to MinInterval more staleness under such a load. Full
-	// batches, and Flush, do not wait for it. The default is 10ms.
+	// spent 5–10 % of its CPU on them, which this bounds, at the cost of
+	// up to MinInterval more staleness under such a load. Full batches,
+	// and Flush, do not wait for it. The default is 10ms.
 	MinInterval time.Duration
 	// QueueSize is the number of events the batcher holds, waiting or in
 	// flight, before Add drops events. Events are held encoded, a few
@@ -153,9 +153,8 @@ type BatcherStats struct {
 //
 // A batch is proposed when it holds MaxEvents events, or MaxDelay after its
 // first event and MinInterval after the last batch once a proposal can go
-// out: while MaxInFlight proposals are
-// outstanding, or the last one is not submitted yet, it keeps taking
-// events (group commit). Up to MaxInFlight proposals are outstanding at
+// out: while MaxInFlight proposals are outstanding, or the last one is not
+// submitted yet, it keeps taking events (group commit). Up to MaxInFlight proposals are outstanding at
 // once, and submitted in the order the batches were made (see Submitted).
 // When one fails, the batcher waits for the others to return, backs off,
 // and proposes again from the failed batch on, every later batch included
