@@ -57,11 +57,13 @@ type Result struct {
 	Sent time.Time // when the request was sent
 	// TTFT is from sending to the first chunk with text.
 	TTFT time.Duration
-	// ITL holds one inter-token latency per token after the first chunk:
-	// a chunk that arrives g after the previous content chunk and carries
-	// k tokens adds k latencies of g/k. A chunk carries one token unless
-	// it has cumulative usage (vLLM's continuous_usage_stats), which
-	// tells how many.
+	// ITL holds one inter-token latency per token after the first: a
+	// chunk that arrives g after the previous content chunk and carries k
+	// tokens adds k latencies of g/k; a first chunk of k tokens adds k-1
+	// latencies of 0, its later tokens having come with the first. A chunk
+	// carries one token unless it has cumulative usage (vLLM's
+	// continuous_usage_stats), which tells how many: a server that holds
+	// back a token ending mid-character sends it with the next.
 	ITL []time.Duration
 	// E2E is from sending to the end of the stream.
 	E2E          time.Duration
@@ -192,6 +194,9 @@ func (t *Target) read(ctx context.Context, body io.Reader, r Result) Result {
 		counted += tokens
 		if last.IsZero() {
 			r.TTFT = now.Sub(r.Sent)
+			for range tokens - 1 {
+				r.ITL = append(r.ITL, 0)
+			}
 		} else {
 			gap := now.Sub(last) / time.Duration(tokens)
 			for range tokens {

@@ -83,6 +83,23 @@ func TestTargetMeasuresLatenciesCountingEveryTokenOfAChunk(t *testing.T) {
 	}
 }
 
+// A first token that ends mid-character comes with the second: the first
+// chunk carries both, and the second is timed as arriving with the first.
+func TestTargetTimesEveryTokenOfAFirstChunkOfSeveral(t *testing.T) {
+	clock := newFakeClock()
+	steps := []step{
+		{50 * time.Millisecond, `{"choices":[{"index":0,"text":"é"}],"usage":{"prompt_tokens":4,"completion_tokens":2}}`},
+		{12 * time.Millisecond, `{"choices":[{"index":0,"text":"f"}],"usage":{"prompt_tokens":4,"completion_tokens":3}}`},
+		{0, `[DONE]`},
+	}
+	target, _ := NewTarget(scriptedServer(t, clock, steps, nil).URL, "", nil, clock)
+	r := target.Send(context.Background(), []uint32{1}, 3, 0)
+	ms := time.Millisecond
+	if r.Err != nil || r.TTFT != 50*ms || r.OutputTokens != 3 || !slices.Equal(r.ITL, []time.Duration{0, 12 * ms}) {
+		t.Errorf("err %v, TTFT %v, output %d, ITL %v; want 50ms, 3 tokens, [0s 12ms]", r.Err, r.TTFT, r.OutputTokens, r.ITL)
+	}
+}
+
 // kvstrata's workers (like vLLM without continuous_usage_stats) send usage
 // only at the end: each content chunk counts one token.
 func TestTargetMeasuresAStreamWithUsageOnlyAtTheEnd(t *testing.T) {
