@@ -39,8 +39,9 @@ type conn struct {
 	id    uint32 // the node's id for the connection, in every tag
 	chunk int    // the node's chunk size
 
-	closed atomic.Bool // Close was called
-	gone   atomic.Bool // the node closed the socket, or UCX failed the endpoint
+	closed atomic.Bool  // Close was called
+	gone   atomic.Bool  // UCX failed the endpoint
+	hungUp atomic.Int64 // when the node closed the socket (Unix ns), 0 before
 
 	mu     sync.Mutex // held for a whole request
 	broken error      // why the connection carries no more requests
@@ -145,13 +146,31 @@ func (c *conn) handshake(ctx context.Context) error {
 	return nil
 }
 
+// hangUpGrace is how long a request in flight may still complete after the
+// node closed the socket. A draining node answers the request it serves
+// and then closes the socket; the answer travels on UCX's own connections
+// and may be received after the socket's end is seen.
+const hangUpGrace = 250 * time.Millisecond
+
 // watch waits for the node to close the handshake socket: it sends nothing
 // after its hello, so any return of Read means the connection is over.
 func (c *conn) watch() {
 	var b [1]byte
 	_, _ = c.nc.Read(b[:])
-	c.gone.Store(true)
+	c.hungUp.Store(time.Now().UnixNano())
 	c.w.signal()
+}
+
+// over says whether the node is gone: UCX failed the endpoint or the node
+// closed the socket.
+func (c *conn) over() bool { return c.gone.Load() || c.hungUp.Load() != 0 }
+
+// overLongAgo says whether a request in flight must stop waiting for the
+// node: UCX failed the endpoint, or the node closed the socket more than
+// hangUpGrace ago.
+func (c *conn) overLongAgo() bool {
+	at := c.hungUp.Load()
+	return c.gone.Load() || at != 0 && time.Since(time.Unix(0, at)) > hangUpGrace
 }
 
 // Get fetches keys and hands each block to r, in order, as it arrives.
@@ -477,7 +496,7 @@ func (c *conn) usable(ctx context.Context) error {
 		return fmt.Errorf("ucx: %v: the connection is closed: %w", c.cur.At(c.addr), transfer.ErrClosed)
 	case c.broken != nil:
 		return fmt.Errorf("ucx: %v: the connection failed earlier (%v): %w", c.cur.At(c.addr), c.broken, transfer.ErrClosed)
-	case c.gone.Load():
+	case c.over():
 		err := fmt.Errorf("ucx: %v: the node closed the connection: %w", c.cur.At(c.addr), transfer.ErrClosed)
 		c.broken = err
 		c.teardown()

@@ -74,7 +74,7 @@ func (c *conn) interrupted(ctx context.Context) error {
 	switch {
 	case c.closed.Load():
 		return transfer.ErrClosed
-	case c.gone.Load():
+	case c.overLongAgo():
 		return errGone
 	}
 	return ctx.Err()
@@ -119,7 +119,7 @@ func (c *conn) fail(ctx context.Context, err error) error {
 		err = fmt.Errorf("ucx: %v: the connection was closed: %w", what, transfer.ErrClosed)
 	case ctx.Err() != nil:
 		err = fmt.Errorf("ucx: %v: %w (%w)", what, ctx.Err(), transfer.ErrClosed)
-	case c.gone.Load():
+	case c.over():
 		err = fmt.Errorf("ucx: %v: the node closed the connection: %w", what, transfer.ErrClosed)
 	default:
 		err = fmt.Errorf("ucx: %v: %w (%w)", what, err, transfer.ErrClosed)

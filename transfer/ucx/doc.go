@@ -132,8 +132,12 @@
 // socket closing or the request's ctx ending signal. Idle workers sleep.
 //
 // Every wait ends: a client's at its ctx's deadline or cancellation, when
-// the connection is closed or when the node goes away (the socket); a
-// server's at IdleTimeout, or when the client goes away.
+// the connection is closed, when UCX fails the endpoint, or 250 ms after
+// the node closed the socket (the answer to a request in flight may still
+// be arriving on UCX's own connections); a server's at IdleTimeout, or when
+// the client goes away. A node that drains a connection flushes its
+// endpoint (ucp_ep_flush_nbx) before it closes the socket, so that its
+// last answer leaves UCX's buffers before the endpoint is force-closed.
 //
 // # Memory under the cgo pointer rules
 //

@@ -41,6 +41,7 @@ type session struct {
 	inbox    []*op // requests taken off the queue by the loop, in order
 	ready    bool  // the handshake is done
 	draining bool  // end after the request being served (Shutdown)
+	drained  bool  // the session's goroutine: it ended for draining, every answer sent
 
 	ops      []*op // posted and not yet settled
 	free     []*op
@@ -205,6 +206,7 @@ func (s *session) nextRequest() (*op, error) {
 		s.mu.Lock()
 		if s.draining {
 			s.mu.Unlock()
+			s.drained = true
 			return nil, errDraining
 		}
 		var head *op

@@ -93,6 +93,23 @@ func (s *session) settle() error {
 	return nil
 }
 
+// flush waits, at most abortTimeout, until what the session sent has
+// reached the client, so that a drained session's last answer is not cut
+// short by the force-close of its endpoint (UCX may hold a send it
+// reported complete in its own buffers), and the client sees its socket
+// close only once that answer is on its way. The op is nil if the worker
+// is stopping; not done if the session was cut or the time ran out.
+func (s *session) flush() *op {
+	o := &op{kind: opFlush, ep: s.ep, wk: s.wk}
+	if s.l.w.post(o) != nil {
+		return nil
+	}
+	deadline := time.Now().Add(abortTimeout)
+	for !o.done.Load() && s.sleep(deadline) == nil {
+	}
+	return o
+}
+
 // end frees the session: it stops routing requests to it, cancels its
 // receives, force-closes its endpoint (completing its sends), waits for UCX
 // to complete every op, drops its stragglers from the unexpected queue,
@@ -101,10 +118,17 @@ func (s *session) settle() error {
 // there) are parked on the listener with those releases, which run once
 // the ops complete, at the latest when the listener's worker is destroyed.
 func (s *session) end() {
+	var flushed *op
+	if s.drained {
+		flushed = s.flush()
+	}
 	s.gone.Store(true)
 	_ = s.nc.Close()
 	w := s.l.w
 	ops := append([]*op(nil), s.ops...)
+	if flushed != nil {
+		ops = append(ops, flushed)
+	}
 	if w.call(func() {
 		delete(s.l.byID, s.id)
 		w.cancelRecvsLocked(ops)

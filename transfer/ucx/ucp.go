@@ -249,6 +249,13 @@ static kv_post kv_ep_close(kv_worker *w, ucp_ep_h ep, uint64_t id) {
 	return kv_finish(ucp_ep_close_nbx(ep, &p));
 }
 
+static kv_post kv_ep_flush(kv_worker *w, ucp_ep_h ep, uint64_t id) {
+	ucp_request_param_t p;
+	kv_param(w, &p, id);
+	p.cb.send = kv_send_cb;
+	return kv_finish(ucp_ep_flush_nbx(ep, &p));
+}
+
 static kv_post kv_send(kv_worker *w, ucp_ep_h ep, const void *buf, size_t len, uint64_t tag, uint64_t id) {
 	ucp_request_param_t p;
 	kv_param(w, &p, id);
@@ -463,6 +470,11 @@ func createEP(w *cworker, addr []byte) (epHandle, error) {
 
 func closeEP(w *cworker, ep epHandle, id uint64) (unsafe.Pointer, ucsStatus) {
 	p := C.kv_ep_close(w, ep, C.uint64_t(id))
+	return p.req, ucsStatus(p.status)
+}
+
+func flushEP(w *cworker, ep epHandle, id uint64) (unsafe.Pointer, ucsStatus) {
+	p := C.kv_ep_flush(w, ep, C.uint64_t(id))
 	return p.req, ucsStatus(p.status)
 }
 

@@ -38,6 +38,7 @@ const (
 	opRecv
 	opMsgRecv
 	opClose // force-close an endpoint
+	opFlush // complete, remotely, everything sent on an endpoint
 )
 
 // op is one UCX operation. Its owner fills the request fields and hands it
@@ -238,6 +239,8 @@ func (w *worker) startLocked(o *op) {
 			s.closing = true
 		}
 		o.req, st = closeEP(w.c, o.ep, o.id)
+	case opFlush:
+		o.req, st = flushEP(w.c, o.ep, o.id)
 	}
 	if st == ucsInProgress {
 		w.ops[o.id] = o
