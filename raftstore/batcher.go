@@ -154,8 +154,9 @@ type BatcherStats struct {
 // A batch is proposed when it holds MaxEvents events, or MaxDelay after its
 // first event and MinInterval after the last batch once a proposal can go
 // out: while MaxInFlight proposals are outstanding, or the last one is not
-// submitted yet, it keeps taking events (group commit). Up to MaxInFlight proposals are outstanding at
-// once, and submitted in the order the batches were made (see Submitted).
+// submitted yet, it keeps taking events (group commit). Up to MaxInFlight
+// proposals are outstanding at once, and submitted in the order the
+// batches were made (see Submitted).
 // When one fails, the batcher waits for the others to return, backs off,
 // and proposes again from the failed batch on, every later batch included
 // even if it was committed: the replicas then end with each block's last
