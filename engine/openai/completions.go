@@ -82,7 +82,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		if f := pc.fin; f != nil {
 			if f.err != nil {
 				cancel()
-				s.cfg.Logger.Warn("openai: completion failed", "id", id, "err", f.err)
+				s.logFailure(ctx, "openai: completion failed", id, f.err)
 				writeError(w, engineError(f.err))
 				return
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	"github.com/kvstrata/kvstrata/engine/sched"
@@ -71,6 +72,18 @@ func engineError(err error) *apiError {
 	default:
 		return &apiError{Status: http.StatusInternalServerError, Type: "InternalServerError", Message: err.Error()}
 	}
+}
+
+// logFailure logs the failure of the engine request id. One the client's
+// leaving caused (ctx is done) is no fault of the server's: it goes at
+// debug level, so that clients that abandon their streams do not fill the
+// log with warnings.
+func (s *Server) logFailure(ctx context.Context, msg, id string, err error) {
+	level := slog.LevelWarn
+	if ctx.Err() != nil {
+		level = slog.LevelDebug
+	}
+	s.cfg.Logger.Log(ctx, level, msg, "id", id, "err", err)
 }
 
 // writeError answers e as JSON with its status.

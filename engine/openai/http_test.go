@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -319,11 +321,14 @@ func TestUTF8HeldBack(t *testing.T) {
 	}
 }
 
+// A client that leaves cancels its engine request, and its leaving is no
+// failure of the server's: nothing is logged above debug level.
 func TestClientDisconnectCancels(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			e := &testEngine{delay: time.Millisecond, aborted: make(chan string, 1)}
-			ts := newTestServer(t, e, func(c *Config) { c.ContextLen = 1 << 20 })
+			var log levelLog
+			ts := newTestServer(t, e, func(c *Config) { c.ContextLen = 1 << 20; c.Logger = slog.New(&log) })
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions",
@@ -356,8 +361,41 @@ func TestClientDisconnectCancels(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the engine request was not cancelled within 10 s of the client leaving")
 			}
+			ts.Close() // waits for the handler
+			if got := log.above(slog.LevelDebug); len(got) > 0 {
+				t.Errorf("the client's leaving was logged as %v", got)
+			}
 		})
 	}
+}
+
+// levelLog is a slog.Handler that keeps every record.
+type levelLog struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (l *levelLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *levelLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *levelLog) WithGroup(string) slog.Handler            { return l }
+func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.records = append(l.records, r)
+	return nil
+}
+
+// above returns the level and message of each record logged above level.
+func (l *levelLog) above(level slog.Level) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.records {
+		if r.Level > level {
+			out = append(out, r.Level.String()+" "+r.Message)
+		}
+	}
+	return out
 }
 
 func TestKVTransferParams(t *testing.T) {

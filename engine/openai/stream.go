@@ -178,7 +178,7 @@ func (s *Server) streamPieces(ctx context.Context, out *sse, id string, jobs []*
 	for pc := range merge(ctx, jobs) {
 		f := pc.fin
 		if f != nil && f.err != nil {
-			s.cfg.Logger.Warn("openai: streamed request failed", "id", id, "err", f.err)
+			s.logFailure(ctx, "openai: streamed request failed", id, f.err)
 			out.fail(engineError(f.err))
 			out.done()
 			return nil, false
