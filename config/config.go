@@ -31,8 +31,9 @@ const maxRecordCache = (1 << 30) / 48
 type Config struct {
 	// NodeID identifies the node in its cluster; > 0. Default 1.
 	NodeID uint32
-	// DataDir holds the node's persistent state (the SSD tier). Default
-	// "./data".
+	// DataDir holds the node's persistent state (the SSD tier, the raft
+	// log). A running node holds it (an flock on DataDir/LOCK): a second
+	// node on it is refused at start. Default "./data".
 	DataDir string
 	Listen  Listen
 	HBM     HBM

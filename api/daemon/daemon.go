@@ -6,7 +6,9 @@
 // and a process that runs more parts (a cache node, workers, a frontend)
 // runs it beside them.
 //
-// Start brings the node up in this order: the cluster (raft) first, since
+// Start brings the node up in this order: a hold on the data directory
+// (internal/dirlock), so that a second node on it is refused at once; the
+// cluster (raft), since
 // the tiers publish their changes to it from the moment they load; the
 // tiers and the node; the listeners (gRPC, data plane, RESP, HTTP), so that
 // every address is known before the gRPC service that reports them is
@@ -14,7 +16,8 @@
 // until the directory lists what the tiers loaded. Only then is it ready.
 // Stop takes it down in the order that lets requests in flight finish:
 // not ready, data plane and RESP drained, gRPC stopped gracefully (cut at
-// the deadline), HTTP, the tiers, then the cluster.
+// the deadline), HTTP, the tiers, the cluster, and the data directory's
+// hold last.
 //
 // Ready and Failed are safe for concurrent use; Start and Stop are called
 // once each, Stop only after a Start that succeeded.
@@ -49,6 +52,7 @@ import (
 	"github.com/kvstrata/kvstrata/config"
 	"github.com/kvstrata/kvstrata/gpu/gpustat"
 	"github.com/kvstrata/kvstrata/index"
+	"github.com/kvstrata/kvstrata/internal/dirlock"
 	"github.com/kvstrata/kvstrata/internal/grpctls"
 	"github.com/kvstrata/kvstrata/internal/tlsfiles"
 	"github.com/kvstrata/kvstrata/raftstore"
@@ -91,6 +95,7 @@ type Node struct {
 	tenants tenants // the users file's, set by SetTenants
 
 	// Set by Start.
+	dir        *dirlock.Lock // the data directory, held while the node runs
 	cl         *membership.Agent
 	h          *tiers.Hierarchy
 	n          *node.Node
@@ -171,6 +176,11 @@ func (d *Node) Start(ctx context.Context) (err error) {
 			}
 		}
 	}()
+
+	if d.dir, err = dirlock.Acquire(cfg.DataDir); err != nil {
+		return err
+	}
+	undo = append(undo, func() { d.dir.Release() })
 
 	// Who may come in; then the cluster: the tiers publish their changes
 	// to it from the moment they load.
@@ -457,5 +467,6 @@ func (d *Node) Stop(ctx context.Context) error {
 		d.log.Error("leaving raft", "err", cerr)
 		err = errors.Join(err, cerr)
 	}
+	_ = d.dir.Release()
 	return err
 }

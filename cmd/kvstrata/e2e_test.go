@@ -279,6 +279,27 @@ func TestServeStoresAndReturnsBlocksOverBothPaths(t *testing.T) {
 	}
 }
 
+// A second node started on a data directory a node runs on is refused at
+// once, saying which process holds it; the first serves on.
+func TestASecondNodeOnTheSameDataDirectoryIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	p := startNode(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "serve", "--data-dir", dir, "--listen-grpc", freeport.Addr(t),
+		"--listen-data", freeport.Addr(t), "--listen-resp", freeport.Addr(t), "--listen-http", freeport.Addr(t),
+		"--cluster-raft-addr", freeport.Addr(t)).CombinedOutput()
+	want := fmt.Sprintf("data directory %s is in use by process %d", dir, p.cmd.Process.Pid)
+	if _, exited := err.(*exec.ExitError); !exited || !strings.Contains(string(out), want) {
+		t.Fatalf("a second serve on %s: %v, want an exit saying %q:\n%s", dir, err, want, out)
+	}
+	c := p.api()
+	keys := putBlocks(t, c, 1, 0, 4, 4096)
+	if n, _ := checkIntactOrMissing(t, c, keys, 4096); n != 4 {
+		t.Fatalf("the first node holds %d of 4 blocks put after the refusal", n)
+	}
+}
+
 func TestSIGTERMThenRestartFindsEverySSDBlock(t *testing.T) {
 	dir := t.TempDir()
 	p := startNode(t, dir, "--dram-capacity", "8MiB")
