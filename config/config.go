@@ -32,8 +32,9 @@ type Config struct {
 	// NodeID identifies the node in its cluster; > 0. Default 1.
 	NodeID uint32
 	// DataDir holds the node's persistent state (the SSD tier, the raft
-	// log). A running node holds it (an flock on DataDir/LOCK): a second
-	// node on it is refused at start. Default "./data".
+	// log). A running node holds it, and SSD.Dir, with an flock on the file
+	// kvstrata.lock there: a second node on either is refused at start.
+	// Default "./data".
 	DataDir string
 	Listen  Listen
 	HBM     HBM

@@ -6,8 +6,9 @@
 // and a process that runs more parts (a cache node, workers, a frontend)
 // runs it beside them.
 //
-// Start brings the node up in this order: a hold on the data directory
-// (internal/dirlock), so that a second node on it is refused at once; the
+// Start brings the node up in this order: a hold on the data directory and
+// the SSD tier's (internal/dirlock), so that a second node on either is
+// refused at once; the
 // cluster (raft), since
 // the tiers publish their changes to it from the moment they load; the
 // tiers and the node; the listeners (gRPC, data plane, RESP, HTTP), so that
@@ -16,8 +17,8 @@
 // until the directory lists what the tiers loaded. Only then is it ready.
 // Stop takes it down in the order that lets requests in flight finish:
 // not ready, data plane and RESP drained, gRPC stopped gracefully (cut at
-// the deadline), HTTP, the tiers, the cluster, and the data directory's
-// hold last.
+// the deadline), HTTP, the tiers, the cluster, and the directories' holds
+// last.
 //
 // Ready and Failed are safe for concurrent use; Start and Stop are called
 // once each, Stop only after a Start that succeeded.
@@ -31,6 +32,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -95,7 +97,7 @@ type Node struct {
 	tenants tenants // the users file's, set by SetTenants
 
 	// Set by Start.
-	dir        *dirlock.Lock // the data directory, held while the node runs
+	dirs       []*dirlock.Lock // the node's directories, held while it runs
 	cl         *membership.Agent
 	h          *tiers.Hierarchy
 	n          *node.Node
@@ -177,10 +179,10 @@ func (d *Node) Start(ctx context.Context) (err error) {
 		}
 	}()
 
-	if d.dir, err = dirlock.Acquire(cfg.DataDir); err != nil {
+	if d.dirs, err = holdDirs(cfg); err != nil {
 		return err
 	}
-	undo = append(undo, func() { d.dir.Release() })
+	undo = append(undo, d.releaseDirs)
 
 	// Who may come in; then the cluster: the tiers publish their changes
 	// to it from the moment they load.
@@ -467,6 +469,44 @@ func (d *Node) Stop(ctx context.Context) error {
 		d.log.Error("leaving raft", "err", cerr)
 		err = errors.Join(err, cerr)
 	}
-	_ = d.dir.Release()
+	d.releaseDirs()
 	return err
+}
+
+// holdDirs holds the directories the node keeps its state in: the data
+// directory, and the SSD tier's when it is elsewhere (ssd.dir).
+func holdDirs(cfg config.Config) ([]*dirlock.Lock, error) {
+	type dir struct{ path, flag string }
+	dirs := []dir{{cfg.DataDir, "--data-dir"}}
+	if cfg.SSD.Dir != "" && absPath(cfg.SSD.Dir) != absPath(cfg.DataDir) {
+		dirs = append(dirs, dir{cfg.SSD.Dir, "--ssd-dir"})
+	}
+	var held []*dirlock.Lock
+	for _, d := range dirs {
+		l, err := dirlock.Acquire(d.path)
+		if err != nil {
+			for _, h := range held {
+				h.Release()
+			}
+			if errors.Is(err, dirlock.ErrInUse) {
+				err = fmt.Errorf("%w: give each node its own %s", err, d.flag)
+			}
+			return nil, err
+		}
+		held = append(held, l)
+	}
+	return held, nil
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return filepath.Clean(p)
+}
+
+func (d *Node) releaseDirs() {
+	for _, l := range d.dirs {
+		_ = l.Release()
+	}
 }

@@ -279,19 +279,27 @@ func TestServeStoresAndReturnsBlocksOverBothPaths(t *testing.T) {
 	}
 }
 
-// A second node started on a data directory a node runs on is refused at
-// once, saying which process holds it; the first serves on.
-func TestASecondNodeOnTheSameDataDirectoryIsRefused(t *testing.T) {
+// A second node started on a data or SSD directory a node runs on is
+// refused at once, saying which process holds it; the first serves on.
+func TestASecondNodeOnTheSameDirectoriesIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	p := startNode(t, dir)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, "serve", "--data-dir", dir, "--listen-grpc", freeport.Addr(t),
-		"--listen-data", freeport.Addr(t), "--listen-resp", freeport.Addr(t), "--listen-http", freeport.Addr(t),
-		"--cluster-raft-addr", freeport.Addr(t)).CombinedOutput()
-	want := fmt.Sprintf("data directory %s is in use by process %d", dir, p.cmd.Process.Pid)
-	if _, exited := err.(*exec.ExitError); !exited || !strings.Contains(string(out), want) {
-		t.Fatalf("a second serve on %s: %v, want an exit saying %q:\n%s", dir, err, want, out)
+	ssd := filepath.Join(dir, "ssd")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--data-dir", dir}, fmt.Sprintf("directory %s is in use by process %d: give each node its own --data-dir", dir, p.cmd.Process.Pid)},
+		{[]string{"--data-dir", t.TempDir(), "--ssd-dir", ssd}, fmt.Sprintf("directory %s is in use by process %d: give each node its own --ssd-dir", ssd, p.cmd.Process.Pid)},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		args := append([]string{"serve", "--listen-grpc", freeport.Addr(t), "--listen-data", freeport.Addr(t),
+			"--listen-resp", freeport.Addr(t), "--listen-http", freeport.Addr(t), "--cluster-raft-addr", freeport.Addr(t)}, c.args...)
+		out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+		cancel()
+		if _, exited := err.(*exec.ExitError); !exited || !strings.Contains(string(out), c.want) {
+			t.Fatalf("a second serve %v: %v, want an exit saying %q:\n%s", c.args, err, c.want, out)
+		}
 	}
 	c := p.api()
 	keys := putBlocks(t, c, 1, 0, 4, 4096)

@@ -1,12 +1,14 @@
 // Package dirlock gives one process at a time a directory: a cache node
-// holds its data directory for as long as it runs, so that a second node
-// started on the same directory (a second `kvstrata serve`, a `kvstrata up`
-// beside one) is refused at once, saying which process holds it, instead
-// of failing later on one of the stores inside with "resource temporarily
+// holds its data directory (and its SSD tier's, when that is elsewhere)
+// for as long as it runs, so that a second node started on the same
+// directory (a second `kvstrata serve`, a `kvstrata up` beside one) is
+// refused at once, saying which process holds it, instead of failing
+// later on one of the stores inside with "resource temporarily
 // unavailable".
 //
-// The hold is an flock(2) on the file LOCK in the directory, released when
-// the holder closes it or exits, however it exits: a node killed with -9
+// The hold is an flock(2) on the file kvstrata.lock in the directory (not
+// LOCK, Pebble's name in the directories of its stores), released when the
+// holder closes it or exits, however it exits: a node killed with -9
 // leaves no stale lock. The file records the holder's process id, for the
 // error only.
 package dirlock
@@ -27,7 +29,7 @@ import (
 var ErrInUse = errors.New("in use")
 
 // FileName is the lock file's name in the directory.
-const FileName = "LOCK"
+const FileName = "kvstrata.lock"
 
 // Lock is a held directory.
 type Lock struct {
@@ -38,12 +40,12 @@ type Lock struct {
 // once with an error wrapping ErrInUse that names the holder's process id.
 func Acquire(dir string) (*Lock, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
+		return nil, fmt.Errorf("directory %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("data directory %s: %w", dir, err)
+		return nil, fmt.Errorf("directory %s: %w", dir, err)
 	}
 	if err := flock(f); err != nil {
 		holder := "another process"
@@ -54,9 +56,9 @@ func Acquire(dir string) (*Lock, error) {
 		}
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("data directory %s is %w by %s: give each node a directory of its own (--data-dir)", dir, ErrInUse, holder)
+			return nil, fmt.Errorf("directory %s is %w by %s", dir, ErrInUse, holder)
 		}
-		return nil, fmt.Errorf("data directory %s: lock %s: %w", dir, path, err)
+		return nil, fmt.Errorf("directory %s: lock %s: %w", dir, path, err)
 	}
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
