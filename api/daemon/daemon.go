@@ -474,11 +474,11 @@ func (d *Node) Stop(ctx context.Context) error {
 }
 
 // holdDirs holds the directories the node keeps its state in: the data
-// directory, and the SSD tier's when it is elsewhere (ssd.dir).
+// directory, and the SSD tier's (ssd.dir) when there is one.
 func holdDirs(cfg config.Config) ([]*dirlock.Lock, error) {
 	type dir struct{ path, flag string }
 	dirs := []dir{{cfg.DataDir, "--data-dir"}}
-	if cfg.SSD.Dir != "" && absPath(cfg.SSD.Dir) != absPath(cfg.DataDir) {
+	if cfg.SSD.Enabled && cfg.SSD.Dir != "" && absPath(cfg.SSD.Dir) != absPath(cfg.DataDir) {
 		dirs = append(dirs, dir{cfg.SSD.Dir, "--ssd-dir"})
 	}
 	var held []*dirlock.Lock
