@@ -8,17 +8,15 @@
 //
 // Start brings the node up in this order: a hold on the data directory and
 // the SSD tier's (internal/dirlock), so that a second node on either is
-// refused at once; the
-// cluster (raft), since
-// the tiers publish their changes to it from the moment they load; the
-// tiers and the node; the listeners (gRPC, data plane, RESP, HTTP), so that
-// every address is known before the gRPC service that reports them is
-// made; the gRPC server; the node's member record in the cluster; a wait
-// until the directory lists what the tiers loaded. Only then is it ready.
-// Stop takes it down in the order that lets requests in flight finish:
-// not ready, data plane and RESP drained, gRPC stopped gracefully (cut at
-// the deadline), HTTP, the tiers, the cluster, and the directories' holds
-// last.
+// refused at once; the cluster (raft), since the tiers publish their
+// changes to it from the moment they load; the tiers and the node; the
+// listeners (gRPC, data plane, RESP, HTTP), so that every address is known
+// before the gRPC service that reports them is made; the gRPC server; the
+// node's member record in the cluster; a wait until the directory lists
+// what the tiers loaded. Only then is it ready. Stop takes it down in the
+// order that lets requests in flight finish: not ready, data plane and
+// RESP drained, gRPC stopped gracefully (cut at the deadline), HTTP, the
+// tiers, the cluster, and the directories' holds last.
 //
 // Ready and Failed are safe for concurrent use; Start and Stop are called
 // once each, Stop only after a Start that succeeded.
