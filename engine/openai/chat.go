@@ -80,7 +80,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return // the client is gone
 	}
 	if fin.err != nil {
-		s.cfg.Logger.Warn("openai: chat completion failed", "id", id, "err", fin.err)
+		s.logFailure(ctx, "openai: chat completion failed", id, fin.err)
 		writeError(w, engineError(fin.err))
 		return
 	}

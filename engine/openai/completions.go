@@ -81,8 +81,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		tokens[pc.index] = append(tokens[pc.index], pc.tokens...)
 		if f := pc.fin; f != nil {
 			if f.err != nil {
+				s.logFailure(ctx, "openai: completion failed", id, f.err) // before cancel: a done ctx reads as the client leaving
 				cancel()
-				s.logFailure(ctx, "openai: completion failed", id, f.err)
 				writeError(w, engineError(f.err))
 				return
 			}

@@ -74,13 +74,14 @@ func engineError(err error) *apiError {
 	}
 }
 
-// logFailure logs the failure of the engine request id. One the client's
-// leaving caused (ctx is done) is no fault of the server's: it goes at
-// debug level, so that clients that abandon their streams do not fill the
-// log with warnings.
+// logFailure logs the failure of the engine request id. One the client
+// caused — it left (ctx is done), or the engine found its request bad (a
+// 4xx) — is no fault of the server's and goes at debug level, so that
+// clients that abandon their streams or send bad requests, however many,
+// do not fill the log with warnings.
 func (s *Server) logFailure(ctx context.Context, msg, id string, err error) {
 	level := slog.LevelWarn
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || engineError(err).Status < http.StatusInternalServerError {
 		level = slog.LevelDebug
 	}
 	s.cfg.Logger.Log(ctx, level, msg, "id", id, "err", err)

@@ -90,7 +90,7 @@ func (s *Server) start(ctx context.Context, id string, prompts [][]uint32, maxTo
 			for _, j := range jobs {
 				j.cancel()
 			}
-			s.cfg.Logger.Warn("openai: engine refused a request", "id", req.ID, "err", err)
+			s.logFailure(ctx, "openai: engine refused a request", req.ID, err)
 			return nil, engineError(err)
 		}
 		jobs = append(jobs, &job{

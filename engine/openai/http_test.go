@@ -420,6 +420,8 @@ func TestKVTransferParams(t *testing.T) {
 	}
 }
 
+// An engine failure answers with its status; the server's own (5xx) are
+// logged as warnings, a request's fault (4xx) at debug level only.
 func TestEngineFailures(t *testing.T) {
 	for _, tc := range []struct {
 		err    error
@@ -431,7 +433,8 @@ func TestEngineFailures(t *testing.T) {
 		{errors.New("kernel panic"), 500},
 	} {
 		// Failing mid-request, not streamed: the status says it.
-		ts := newTestServer(t, &testEngine{failAt: 2, failErr: tc.err}, nil)
+		var log levelLog
+		ts := newTestServer(t, &testEngine{failAt: 2, failErr: tc.err}, func(c *Config) { c.Logger = slog.New(&log) })
 		status, _, b := post(t, ts, "/v1/completions", `{"prompt":"abc"}`)
 		if status != tc.status || errorOf(t, b).Code != tc.status {
 			t.Errorf("%v: status %d body %s, want %d", tc.err, status, b, tc.status)
@@ -442,7 +445,18 @@ func TestEngineFailures(t *testing.T) {
 		if len(evs) < 2 || evs[len(evs)-1] != "[DONE]" || errorOf(t, evs[len(evs)-2]).Code != tc.status {
 			t.Errorf("%v: stream %q, want an error event with code %d then [DONE]", tc.err, evs, tc.status)
 		}
+		ts.Close() // waits for the handlers
+		if warned, want := len(log.above(slog.LevelInfo)), 2*btoi(tc.status >= 500); warned != want {
+			t.Errorf("%v: %d warnings, want %d: %v", tc.err, warned, want, log.above(slog.LevelDebug))
+		}
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func TestInfoEndpoints(t *testing.T) {
